@@ -1,0 +1,53 @@
+"""P4Runtime names of the SAFS pipeline: the contract between the P4 program, the
+in-process pipeline model and the controller. A test checks the committed P4Info against it.
+
+Names are the fully qualified P4Info names (control instance + object); match fields and
+action parameters carry these exact ``@name`` annotations in p4src/.
+"""
+
+from __future__ import annotations
+
+# Ingress tables -----------------------------------------------------------------------
+IPV4_LPM = "SafsIngress.ipv4_lpm"  # key dst_addr (lpm, 32) -> set_egress(port) | drop
+ACT_SET_EGRESS = "SafsIngress.set_egress"  # params: port (9 bits)
+ACT_DROP = "SafsIngress.drop"
+
+RECEIVER_PORT = "SafsIngress.receiver_port"  # key egress_port (exact, 9): ports with a host
+ACT_MARK_RECEIVER = "SafsIngress.mark_receiver_port"  # no params
+
+SLACK_CLASS = "SafsIngress.slack_class"  # key slack_key (range, 48) -> set_slack_class(qclass)
+ACT_SET_SLACK_CLASS = "SafsIngress.set_slack_class"  # params: qclass (3 bits, 2..6)
+
+FLOW_GRANT = "SafsIngress.flow_grant"  # key flow_id (exact, 32) -> set_grant(...)
+ACT_SET_GRANT = "SafsIngress.set_grant"  # params: rate_kbps(32) epoch(32) lease_us(32) meter_slot(16)
+ACT_NO_GRANT = "SafsIngress.no_grant"  # default: use the default grant and meter slot
+
+# Single-entry settings tables (keyless; the setting is the default action's parameters).
+CLOCK_OFFSET = "SafsIngress.clock_offset"
+ACT_SET_CLOCK_OFFSET = "SafsIngress.set_clock_offset"  # params: offset_ns (48)
+DEFAULT_GRANT = "SafsIngress.default_grant"
+ACT_SET_DEFAULT_GRANT = "SafsIngress.set_default_grant"  # params: rate_kbps(32) lease_us(32) meter_slot(16)
+ECN_THRESHOLD = "SafsEgress.ecn_threshold"
+ACT_SET_ECN_THRESHOLD = "SafsEgress.set_ecn_threshold"  # params: qdepth_pkts (19)
+
+# Match field names.
+F_DST_ADDR = "dst_addr"
+F_EGRESS_PORT = "egress_port"
+F_SLACK_KEY = "slack_key"
+F_FLOW_ID = "flow_id"
+
+# Externs ------------------------------------------------------------------------------
+FLOW_METER = "SafsIngress.flow_meter"  # indirect, bytes; index = meter_slot; slot 0 = default
+FLOW_METER_SIZE = 4096
+DEFAULT_METER_SLOT = 0
+
+FLOW_BYTES = "SafsIngress.flow_bytes"  # indirect counter (bytes and packets) by meter_slot
+PORT_TX_BYTES = "SafsEgress.port_tx_bytes"  # indirect counter by egress port
+QDEPTH_HIST = "SafsEgress.qdepth_hist"  # indirect counter, index = port * 8 + bucket
+QDEPTH_BUCKETS = 8  # bucket b counts packets enqueued with depth in [2^b - 1, 2^(b+1) - 1)
+MALFORMED = "SafsIngress.malformed"  # indirect counter, index 0 truncated, 1 bad version, 2 bad type
+ECN_MARKED = "SafsEgress.ecn_marked"  # indirect counter by egress port
+
+REQUEST_DIGEST = "request_digest_t"  # digest: flow_id, src_addr, dst_addr, remaining_bytes, no_bubble_ts
+
+NUM_PORTS = 512  # 9-bit port space of v1model
