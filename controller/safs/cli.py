@@ -1,0 +1,135 @@
+"""The ``safs`` command line.
+
+``safs run SCENARIO... [--out DIR]`` runs scenarios on the simulator and prints one table per
+scenario. User errors (bad files, bad values) print one line naming the file and key and exit
+with status 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from safs import __version__
+from safs.errors import SafsError
+from safs.runner import TARGETS, expand, run_scenario, write_results
+from safs.scenario import load_scenario
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="safs", description="Slack-Aware Flow Scheduling for pipelined AI workloads")
+    parser.add_argument("--version", action="version", version=f"safs {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run scenario files and print a table per scenario")
+    run.add_argument("scenarios", nargs="+", type=Path, metavar="SCENARIO", help="scenario YAML file(s)")
+    run.add_argument("--out", type=Path, default=Path("results"), help="directory for results.json/csv (default: results)")
+    run.add_argument("--target", default="sim", choices=TARGETS, help="where to run (default: sim)")
+    run.add_argument("--seeds", type=_int_list, help="override the scenario's seeds, e.g. 1,2,3")
+    run.add_argument("--policies", type=lambda s: [p for p in s.split(",") if p], help="override the policies, e.g. safs,dctcp")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 1e4 else f"{value:.0f}"
+    return str(value)
+
+
+def _mean(rows: list[dict[str, Any]], key: str) -> float:
+    vals = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and not math.isnan(r[key])]
+    return statistics.fmean(vals) if vals else float("nan")
+
+
+def summary_table(name: str, records: list[dict[str, Any]]) -> Table:
+    """One row per (policy, swept parameters): means over seeds and repetitions; misses summed."""
+    has_tpot = any("tpot_p99_ms" in r for r in records)
+    has_iter = any("iteration_time_ms" in r for r in records)
+    table = Table(title=f"{name}: target {records[0]['target'] if records else '?'}")
+    for col in ("policy", "bg flows", "load", "runs"):
+        table.add_column(col)
+    if has_tpot:
+        table.add_column("TPOT p50 ms", justify="right")
+        table.add_column("TPOT p99 ms", justify="right")
+        table.add_column("TPOT samples", justify="right")
+    if has_iter:
+        table.add_column("iter ms", justify="right")
+        table.add_column("iter / ideal", justify="right")
+    for col in ("pipe misses", "pipe FCT mean ms", "pipe FCT p99 ms", "bg FCT mean ms", "bg FCT p99 ms", "ctrl B / data B"):
+        table.add_column(col, justify="right")
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["background_flows"], r["load"], r["policy"]), []).append(r)
+    for (bulk, load, policy), rows in groups.items():
+        cells = [policy, str(bulk), _fmt(load), str(len(rows))]
+        if has_tpot:
+            cells += [_fmt(_mean(rows, "tpot_p50_ms")), _fmt(_mean(rows, "tpot_p99_ms")),
+                      str(sum(int(r.get("tpot_samples", 0)) for r in rows))]
+        if has_iter:
+            cells += [_fmt(_mean(rows, "iteration_time_ms")), _fmt(_mean(rows, "iteration_time_ratio"))]
+        misses = sum(int(r["pipeline_deadline_misses"]) for r in rows)
+        flows = sum(int(r["pipeline_flows"]) for r in rows)
+        cells += [f"{misses}/{flows}", _fmt(_mean(rows, "pipeline_fct_mean_ms")), _fmt(_mean(rows, "pipeline_fct_p99_ms")),
+                  _fmt(_mean(rows, "background_fct_mean_ms")), _fmt(_mean(rows, "background_fct_p99_ms")),
+                  _fmt(_mean(rows, "control_bytes_per_data_byte"))]
+        table.add_row(*cells)
+    return table
+
+
+def _cmd_run(args: argparse.Namespace, console: Console) -> int:
+    overrides: dict[str, Any] = {}
+    if args.seeds:
+        overrides["seeds"] = args.seeds
+    if args.policies:
+        overrides["policies"] = args.policies
+    scenarios = [load_scenario(p, overrides) for p in args.scenarios]  # validate all before running any
+    all_records: list[dict[str, Any]] = []
+    total = sum(len(list(expand(s))) for s in scenarios)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, disable=args.quiet, transient=True) as progress:
+        task = progress.add_task("simulating", total=total)
+        for scenario in scenarios:
+            progress.update(task, description=f"{scenario.name}")
+            records = run_scenario(scenario, args.target, progress=lambda spec: progress.advance(task))
+            all_records.extend(records)
+            progress.console.print(summary_table(scenario.name, records))
+    json_path, _ = write_results(all_records, args.out)
+    console.print(f"wrote {len(all_records)} records to {json_path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``safs`` console script; returns the exit status."""
+    args = _build_parser().parse_args(argv)
+    console = Console()
+    try:
+        if args.command == "run":
+            return _cmd_run(args, console)
+    except SafsError as exc:
+        print(f"safs: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("safs: interrupted", file=sys.stderr)
+        return 130
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

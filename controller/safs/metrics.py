@@ -1,0 +1,76 @@
+"""Per-run metrics from flow records (FCT, deadline misses) and summary helpers.
+
+Percentiles use numpy's default (linear interpolation between closest ranks); every percentile
+is reported together with its sample count so p99 of a handful of samples is not over-read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+NS_PER_MS = 1_000_000
+
+
+@dataclass(frozen=True)
+class FlowRecord:
+    """One flow's outcome: times in ns (fabric time, not wrapped), ``finish_ns`` None if unfinished."""
+
+    flow_id: int
+    label: str
+    flow_class: str  # "pipeline" | "background"
+    sender: str
+    receiver: str
+    size_bytes: int
+    start_ns: int
+    finish_ns: int | None
+    no_bubble_ts_ns: int | None
+
+    @property
+    def missed(self) -> bool:
+        """True for a flow with a no-bubble timestamp that finished after it or not at all."""
+        if self.no_bubble_ts_ns is None:
+            return False
+        return self.finish_ns is None or self.finish_ns > self.no_bubble_ts_ns
+
+    @property
+    def fct_ns(self) -> int | None:
+        return None if self.finish_ns is None else self.finish_ns - self.start_ns
+
+
+def percentile_ms(values_ns: Sequence[int], q: float) -> float:
+    """The q-th percentile (0..100) of ns values, in ms; NaN when there are none."""
+    if len(values_ns) == 0:
+        return float("nan")
+    return float(np.percentile(np.asarray(values_ns, dtype=np.float64), q)) / NS_PER_MS
+
+
+def mean_ms(values_ns: Sequence[int]) -> float:
+    """Mean of ns values in ms; NaN when there are none."""
+    return float(np.mean(values_ns)) / NS_PER_MS if len(values_ns) else float("nan")
+
+
+def flow_metrics(records: Iterable[FlowRecord]) -> dict[str, float]:
+    """Deadline misses and FCT statistics of pipeline and background flows.
+
+    Returns keys: ``pipeline_flows``, ``pipeline_deadline_misses``, ``pipeline_unfinished``,
+    ``pipeline_fct_mean_ms``, ``pipeline_fct_p99_ms``, ``background_flows_finished``,
+    ``background_fct_mean_ms``, ``background_fct_p99_ms``. Background FCTs count finished flows
+    only (persistent bulk flows never finish by design).
+    """
+    pipeline = [r for r in records if r.flow_class == "pipeline"]
+    background = [r for r in records if r.flow_class != "pipeline"]
+    p_fct = [r.fct_ns for r in pipeline if r.fct_ns is not None]
+    b_fct = [r.fct_ns for r in background if r.fct_ns is not None]
+    return {
+        "pipeline_flows": len(pipeline),
+        "pipeline_deadline_misses": sum(r.missed for r in pipeline),
+        "pipeline_unfinished": sum(r.finish_ns is None for r in pipeline),
+        "pipeline_fct_mean_ms": mean_ms(p_fct),
+        "pipeline_fct_p99_ms": percentile_ms(p_fct, 99),
+        "background_flows_finished": len(b_fct),
+        "background_fct_mean_ms": mean_ms(b_fct),
+        "background_fct_p99_ms": percentile_ms(b_fct, 99),
+    }
