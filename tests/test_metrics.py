@@ -1,0 +1,34 @@
+"""Flow metrics: deadline misses and FCT statistics."""
+
+from __future__ import annotations
+
+import math
+
+from safs.metrics import FlowRecord, flow_metrics
+
+
+def _rec(fid: int, cls: str, start: int, finish: int | None, deadline: int | None) -> FlowRecord:
+    return FlowRecord(fid, "l", cls, "a", "b", 1000, start, finish, deadline)
+
+
+def test_misses_count_late_and_unfinished_pipeline_flows_only() -> None:
+    records = [
+        _rec(1, "pipeline", 0, 100, 100),  # on time (exactly at the no-bubble timestamp)
+        _rec(2, "pipeline", 0, 101, 100),  # late
+        _rec(3, "pipeline", 0, None, 100),  # unfinished
+        _rec(4, "background", 0, 5_000_000, None),
+        _rec(5, "background", 0, None, None),  # persistent bulk flow
+    ]
+    m = flow_metrics(records)
+    assert m["pipeline_flows"] == 3
+    assert m["pipeline_deadline_misses"] == 2
+    assert m["pipeline_unfinished"] == 1
+    assert math.isclose(m["pipeline_fct_mean_ms"], 100.5e-6)
+    assert m["background_flows_finished"] == 1
+    assert math.isclose(m["background_fct_mean_ms"], 5.0)
+
+
+def test_no_samples_gives_nan_not_zero() -> None:
+    m = flow_metrics([])
+    assert m["pipeline_flows"] == 0
+    assert math.isnan(m["pipeline_fct_p99_ms"])

@@ -1,0 +1,78 @@
+"""Scenario files: shipped ones load; bad ones give one error naming file and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from safs.errors import InvalidInput
+from safs.runner import expand
+from safs.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "topo.yaml").write_text("name: t\n")
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return path
+
+
+GOOD = """
+name: demo
+topology: topo.yaml
+workload: {kind: zerobubble, params: {stages: 4}}
+background: {bulk_flows: [0, 2], load: 0.0}
+policies: [safs, dctcp]
+seeds: [1, 2]
+"""
+
+
+def test_good_scenario_expands_to_every_combination(tmp_path: Path) -> None:
+    scenario = load_scenario(_write(tmp_path, GOOD))
+    runs = list(expand(scenario))
+    assert len(runs) == 2 * 2 * 2
+    assert {(r.background_flows, r.policy, r.seed) for r in runs} == {
+        (b, p, s) for b in (0, 2) for p in ("safs", "dctcp") for s in (1, 2)}
+    assert scenario.topology_path() == (tmp_path / "topo.yaml").resolve()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_scenarios_load(path: Path) -> None:
+    scenario = load_scenario(path)
+    assert scenario.policies and scenario.seeds
+
+
+@pytest.mark.parametrize("mutation, key", [
+    ("seeds: [1, 2]", "seeds"),
+    ("workload: {kind: nope}", "workload.kind"),
+    ("background: {bulk_flows: [-1]}", "background.bulk_flows"),
+    ("background: {load: 1.5}", "background.load"),
+    ("repetitions: 0", "repetitions"),
+    ("colour: blue", "colour"),
+    ("topology: missing.yaml", "topology"),
+])
+def test_bad_values_name_the_file_and_key(tmp_path: Path, mutation: str, key: str) -> None:
+    text = GOOD
+    field = mutation.split(":")[0]
+    lines = [ln for ln in text.splitlines() if not ln.startswith(field + ":")]
+    if mutation.startswith("seeds"):
+        lines.append("seeds: []")
+    else:
+        lines.append(mutation)
+    path = _write(tmp_path, "\n".join(lines) + "\n")
+    with pytest.raises(InvalidInput) as info:
+        load_scenario(path)
+    assert str(path) in str(info.value)
+    assert info.value.field.startswith(key)
+
+
+def test_not_yaml_and_not_a_mapping(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match="not valid YAML"):
+        load_scenario(_write(tmp_path, "name: [unclosed\n"))
+    with pytest.raises(InvalidInput, match="mapping"):
+        load_scenario(_write(tmp_path, "- a\n- b\n"))
+    with pytest.raises(InvalidInput, match="cannot read"):
+        load_scenario(tmp_path / "absent.yaml")
