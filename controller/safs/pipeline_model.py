@@ -1,0 +1,592 @@
+"""In-process model of the SAFS P4 pipeline (v1model program in p4src/), a :class:`safs.target.Target`.
+
+The simulator calls :meth:`PipelineModel.ingress` and :meth:`PipelineModel.egress` once per
+packet, so the per-packet path uses plain dicts, tuples and lists precomputed at write time and
+allocates nothing except a GRANT packet when it must send one.
+
+Ingress (what it touches and decides)::
+
+    ipv4_lpm(dst) --miss--> drop
+        |
+        +-- not SAFS / malformed SAFS -------------------------------> priority 0
+        +-- REQUEST, GRANT, DONE -------------------------------------> priority 7
+        |     at the receiver's ToR (egress port in receiver_port):
+        |     REQUEST -> GRANT back to the sender (flow_grant or default_grant),
+        |                digest when the flow has no flow_grant entry
+        +-- DATA: slack_class(slack_key(ts, now)) -> qclass 2..6
+              at the receiver's ToR: flow_meter[slot] colour; not green -> priority 1
+              (demoted, never dropped); stale epoch -> also a fresh GRANT to the sender
+
+Egress: ECN CE on ECT packets when the enqueue depth exceeds the threshold, qdepth stamp on
+SAFS packets, per-port byte and queue-depth-histogram counters.
+
+Table semantics follow P4Runtime (CONTINUE_ON_ERROR batches); see :meth:`PipelineModel.write`.
+Every key field must be given (no omitted "don't care" fields); range tables need priority > 0,
+other tables priority 0.
+
+Initial defaults (before the controller writes anything; the P4 program uses the same):
+``ipv4_lpm`` drop, ``slack_class`` ``set_slack_class(QUEUE_SLACK_LEAST_URGENT)``, ``flow_grant``
+``no_grant``, ``clock_offset`` 0, ``default_grant`` rate 0 / lease 0 / slot 0, ``ecn_threshold``
+the 19-bit maximum (marking effectively off).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from safs import p4names as n
+from safs.errors import InvalidInput, TargetError
+from safs.protocol import (
+    ECN_CE,
+    ECN_ECT0,
+    ECN_ECT1,
+    HEADER_LEN,
+    QDEPTH_MAX,
+    QUEUE_BEST_EFFORT,
+    QUEUE_CONTROL,
+    QUEUE_OVER_RATE,
+    QUEUE_SLACK_LEAST_URGENT,
+    SAFS_VERSION,
+    Color,
+    MsgType,
+)
+from safs.sim.packet import PROTO_UDP, Packet
+from safs.target import CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
+from safs.timebase import HALF, TIME_MASK
+
+# Wire size of a GRANT the switch generates: Ethernet 14 + IPv4 20 + UDP 8 + SAFS header.
+CONTROL_PACKET_BYTES = 14 + 20 + 8 + HEADER_LEN
+
+ECN_THRESHOLD_BITS = 19
+ECN_THRESHOLD_OFF = (1 << ECN_THRESHOLD_BITS) - 1
+
+_EPOCH_MASK = (1 << 32) - 1
+_EPOCH_HALF = 1 << 31
+_NS_PER_S = 1_000_000_000
+
+_DATA = int(MsgType.DATA)
+_REQUEST = int(MsgType.REQUEST)
+_GRANT = int(MsgType.GRANT)
+_KNOWN_TYPES = frozenset(int(t) for t in MsgType)
+_GREEN = int(Color.GREEN)
+_YELLOW = int(Color.YELLOW)
+_RED = int(Color.RED)
+_UNMETERED = int(Color.UNMETERED)
+
+MALFORMED_TRUNCATED, MALFORMED_BAD_VERSION, MALFORMED_BAD_TYPE = 0, 1, 2
+
+
+# --------------------------------------------------------------------------------------
+# Schema: key fields (name, kind, bits) and actions (name -> ((param, bits), ...)).
+
+@dataclass(frozen=True)
+class _TableSchema:
+    keys: tuple[tuple[str, str, int], ...]  # (field, "exact" | "lpm" | "range", bits)
+    actions: dict[str, tuple[tuple[str, int], ...]]
+    entry_actions: frozenset[str]  # actions allowed on entries (others: default only)
+
+
+_SCHEMAS: dict[str, _TableSchema] = {
+    n.IPV4_LPM: _TableSchema(
+        keys=((n.F_DST_ADDR, "lpm", 32),),
+        actions={n.ACT_SET_EGRESS: (("port", 9),), n.ACT_DROP: ()},
+        entry_actions=frozenset({n.ACT_SET_EGRESS, n.ACT_DROP})),
+    n.RECEIVER_PORT: _TableSchema(
+        keys=((n.F_EGRESS_PORT, "exact", 9),),
+        actions={n.ACT_MARK_RECEIVER: ()},
+        entry_actions=frozenset({n.ACT_MARK_RECEIVER})),
+    n.SLACK_CLASS: _TableSchema(
+        keys=((n.F_SLACK_KEY, "range", 48),),
+        actions={n.ACT_SET_SLACK_CLASS: (("qclass", 3),)},
+        entry_actions=frozenset({n.ACT_SET_SLACK_CLASS})),
+    n.FLOW_GRANT: _TableSchema(
+        keys=((n.F_FLOW_ID, "exact", 32),),
+        actions={n.ACT_SET_GRANT: (("rate_kbps", 32), ("epoch", 32), ("lease_us", 32),
+                                   ("meter_slot", 16)),
+                 n.ACT_NO_GRANT: ()},
+        entry_actions=frozenset({n.ACT_SET_GRANT})),
+    n.CLOCK_OFFSET: _TableSchema(
+        keys=(), actions={n.ACT_SET_CLOCK_OFFSET: (("offset_ns", 48),)},
+        entry_actions=frozenset()),
+    n.DEFAULT_GRANT: _TableSchema(
+        keys=(), actions={n.ACT_SET_DEFAULT_GRANT: (("rate_kbps", 32), ("lease_us", 32),
+                                                    ("meter_slot", 16))},
+        entry_actions=frozenset()),
+    n.ECN_THRESHOLD: _TableSchema(
+        keys=(), actions={n.ACT_SET_ECN_THRESHOLD: (("qdepth_pkts", ECN_THRESHOLD_BITS),)},
+        entry_actions=frozenset()),
+}
+
+_INITIAL_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
+    n.IPV4_LPM: (n.ACT_DROP, {}),
+    n.RECEIVER_PORT: (n.ACT_MARK_RECEIVER, {}),  # never applied on a miss: miss = not a receiver port
+    n.SLACK_CLASS: (n.ACT_SET_SLACK_CLASS, {"qclass": QUEUE_SLACK_LEAST_URGENT}),
+    n.FLOW_GRANT: (n.ACT_NO_GRANT, {}),
+    n.CLOCK_OFFSET: (n.ACT_SET_CLOCK_OFFSET, {"offset_ns": 0}),
+    n.DEFAULT_GRANT: (n.ACT_SET_DEFAULT_GRANT, {"rate_kbps": 0, "lease_us": 0,
+                                                "meter_slot": n.DEFAULT_METER_SLOT}),
+    n.ECN_THRESHOLD: (n.ACT_SET_ECN_THRESHOLD, {"qdepth_pkts": ECN_THRESHOLD_OFF}),
+}
+# receiver_port's default is fixed (a miss means "not a receiver port"); writes are refused.
+_FIXED_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT})
+
+_COUNTER_SIZES: dict[str, int] = {
+    n.FLOW_BYTES: n.FLOW_METER_SIZE,
+    n.PORT_TX_BYTES: n.NUM_PORTS,
+    n.QDEPTH_HIST: n.NUM_PORTS * n.QDEPTH_BUCKETS,
+    n.MALFORMED: 3,
+    n.ECN_MARKED: n.NUM_PORTS,
+}
+
+_METER_RATE_MAX = (1 << 64) - 1  # P4Runtime MeterConfig fields are int64; keep them sane
+
+
+class _Reject(Exception):
+    """One update failed: P4Runtime status name and message (internal to write())."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _Meter:
+    """RFC 2698 two-rate three-colour meter, colour-blind, in bytes.
+
+    Token buckets are kept in byte-nanoseconds per second units (bytes * 1e9) so refill
+    ``rate_Bps * dt_ns`` stays an exact integer. Both buckets start full when configured
+    (as BMv2 does when rates are set).
+    """
+
+    __slots__ = ("cir", "pir", "cmax", "pmax", "tc", "tp", "last_ns")
+
+    def __init__(self, cfg: MeterConfig, now_ns: int) -> None:
+        self.cir = cfg.cir
+        self.pir = cfg.pir
+        self.cmax = cfg.cburst * _NS_PER_S
+        self.pmax = cfg.pburst * _NS_PER_S
+        self.tc = self.cmax
+        self.tp = self.pmax
+        self.last_ns = now_ns
+
+    def color(self, size_bytes: int, now_ns: int) -> int:
+        """Colour of a packet of ``size_bytes`` arriving at switch time ``now_ns``."""
+        dt = now_ns - self.last_ns
+        if dt > 0:
+            self.last_ns = now_ns
+            tc = self.tc + self.cir * dt
+            self.tc = tc if tc < self.cmax else self.cmax
+            tp = self.tp + self.pir * dt
+            self.tp = tp if tp < self.pmax else self.pmax
+        need = size_bytes * _NS_PER_S
+        if self.tp < need:
+            return _RED
+        self.tp -= need
+        if self.tc < need:
+            return _YELLOW
+        self.tc -= need
+        return _GREEN
+
+
+class PipelineModel:
+    """The SAFS v1model pipeline in Python, one instance per switch.
+
+    Args:
+        name: switch name (as in the topology).
+        clock: returns the switch-local time in ns since switch start (the simulator's clock
+            minus the switch's start time). Fabric time = clock() + clock_offset (mod 2^48).
+
+    Per-packet API: :meth:`ingress`, :meth:`egress`. Control API (``Target``): :meth:`write`,
+    :meth:`read_counter`, :meth:`set_clock_offset`, :meth:`poll_digests`; plus :meth:`entries`
+    and :meth:`default_action` for tests and the controller's diffing.
+    """
+
+    def __init__(self, name: str, clock: Callable[[], int]) -> None:
+        self.name = name
+        self._clock = clock
+        # Stored entries per table: entry key -> TableEntry (what read-back returns).
+        self._tables: dict[str, dict[tuple, TableEntry]] = {t: {} for t in _SCHEMAS}
+        self._defaults: dict[str, TableEntry] = {
+            t: TableEntry(table=t, match={}, action=a, params=dict(p), is_default=True)
+            for t, (a, p) in _INITIAL_DEFAULTS.items()
+        }
+        self._meter_cfg: dict[int, MeterConfig] = {}
+        self._counters: dict[str, tuple[list[int], list[int]]] = {
+            c: ([0] * size, [0] * size) for c, size in _COUNTER_SIZES.items()
+        }
+        self._digests: list[RequestDigest] = []
+        # Per-packet lookup structures, rebuilt from the stored entries on write.
+        self._lpm_by_len: list[tuple[int, int, dict[int, int]]] = []  # (len, mask, prefix -> port|-1)
+        self._lpm_default = -1  # port on LPM miss; -1 = drop
+        self._lpm_cache: dict[int, int] = {}  # dst -> port, -1 = drop
+        self._receiver_ports: frozenset[int] = frozenset()
+        self._slack_ranges: tuple[tuple[int, int, int], ...] = ()  # (low, high, qclass), best first
+        self._slack_default = QUEUE_SLACK_LEAST_URGENT
+        self._grants: dict[int, tuple[int, int, int, int]] = {}  # flow -> (kbps, epoch, lease_us, slot)
+        self._grant_default_hit: tuple[int, int, int, int] | None = None  # flow_grant default set_grant
+        self._default_grant = (0, 0, 0, n.DEFAULT_METER_SLOT)  # (kbps, epoch 0, lease_us, slot)
+        self._offset = 0
+        self._ecn_threshold = ECN_THRESHOLD_OFF
+        for table in _SCHEMAS:
+            self._rebuild(table)
+        self._meters: dict[int, _Meter] = {}
+        self._flow_bytes = self._counters[n.FLOW_BYTES]
+        self._port_tx = self._counters[n.PORT_TX_BYTES]
+        self._qhist = self._counters[n.QDEPTH_HIST]
+        self._malformed = self._counters[n.MALFORMED]
+        self._ecn_marked = self._counters[n.ECN_MARKED]
+
+    # ------------------------------------------------------------------ control plane
+
+    def write(self, updates: Sequence[Update]) -> None:
+        """Apply a batch of updates with P4Runtime CONTINUE_ON_ERROR semantics.
+
+        Codes: INSERT of an existing key -> ALREADY_EXISTS; MODIFY/DELETE of a missing key ->
+        NOT_FOUND; unknown table/action/param/field, missing or extra fields, values wider than
+        the field, bad priority, LPM value with bits beyond its prefix, range low > high,
+        meter config with INSERT/DELETE or pir < cir or an out-of-range index -> INVALID_ARGUMENT.
+        Default actions: ``is_default=True`` with an empty match, MODIFY only.
+
+        Raises:
+            TargetError: listing ``(index, code, message)`` for each failed update; the others
+                stay applied.
+        """
+        failures: list[tuple[int, str, str]] = []
+        touched: set[str] = set()
+        for i, upd in enumerate(updates):
+            try:
+                if isinstance(upd.entity, MeterConfig):
+                    self._write_meter(upd.op, upd.entity)
+                elif isinstance(upd.entity, TableEntry):
+                    self._write_entry(upd.op, upd.entity)
+                    touched.add(upd.entity.table)
+                else:
+                    raise _Reject("INVALID_ARGUMENT", f"unsupported entity {type(upd.entity).__name__}")
+            except _Reject as r:
+                failures.append((i, r.code, r.message))
+        for table in touched:
+            self._rebuild(table)
+        if failures:
+            raise TargetError(failures)
+
+    def _write_meter(self, op: Op, cfg: MeterConfig) -> None:
+        if op is not Op.MODIFY:
+            raise _Reject("INVALID_ARGUMENT", f"meter config accepts only MODIFY, got {op.value}")
+        if cfg.meter != n.FLOW_METER:
+            raise _Reject("INVALID_ARGUMENT", f"unknown meter {cfg.meter!r}")
+        if not 0 <= cfg.index < n.FLOW_METER_SIZE:
+            raise _Reject("INVALID_ARGUMENT", f"meter index must be in 0..{n.FLOW_METER_SIZE - 1}, got {cfg.index}")
+        for fname in ("cir", "cburst", "pir", "pburst"):
+            v = getattr(cfg, fname)
+            if not 0 <= v <= _METER_RATE_MAX:
+                raise _Reject("INVALID_ARGUMENT", f"meter {fname} must be in 0..2^64-1, got {v}")
+        if cfg.pir < cfg.cir:
+            raise _Reject("INVALID_ARGUMENT", f"meter pir ({cfg.pir}) must be >= cir ({cfg.cir})")
+        self._meter_cfg[cfg.index] = cfg
+        self._meters[cfg.index] = _Meter(cfg, self._clock())
+
+    def _write_entry(self, op: Op, e: TableEntry) -> None:
+        schema = _SCHEMAS.get(e.table)
+        if schema is None:
+            raise _Reject("INVALID_ARGUMENT", f"unknown table {e.table!r}")
+        if e.action not in schema.actions:
+            raise _Reject("INVALID_ARGUMENT", f"action {e.action!r} not in table {e.table}")
+        self._check_params(e, schema.actions[e.action])
+        if e.is_default:
+            if op is not Op.MODIFY:
+                raise _Reject("INVALID_ARGUMENT", f"default action of {e.table} accepts only MODIFY")
+            if e.match:
+                raise _Reject("INVALID_ARGUMENT", "default entry must have an empty match")
+            if e.table in _FIXED_DEFAULT_TABLES:
+                raise _Reject("INVALID_ARGUMENT", f"default action of {e.table} is const")
+            self._defaults[e.table] = e
+            return
+        if not schema.keys:
+            raise _Reject("INVALID_ARGUMENT", f"{e.table} is keyless: write its default action")
+        if e.action not in schema.entry_actions:
+            raise _Reject("INVALID_ARGUMENT", f"action {e.action!r} is default-only in {e.table}")
+        self._check_match(e, schema)
+        table = self._tables[e.table]
+        key = e.key()
+        if op is Op.INSERT:
+            if key in table:
+                raise _Reject("ALREADY_EXISTS", f"entry already exists in {e.table}: {dict(e.match)}")
+            table[key] = e
+        elif op is Op.MODIFY:
+            if key not in table:
+                raise _Reject("NOT_FOUND", f"no such entry in {e.table}: {dict(e.match)}")
+            table[key] = e
+        elif op is Op.DELETE:
+            if key not in table:
+                raise _Reject("NOT_FOUND", f"no such entry in {e.table}: {dict(e.match)}")
+            del table[key]
+        else:
+            raise _Reject("INVALID_ARGUMENT", f"unknown op {op!r}")
+
+    @staticmethod
+    def _check_params(e: TableEntry, spec: tuple[tuple[str, int], ...]) -> None:
+        want = {p for p, _ in spec}
+        got = set(e.params)
+        if got != want:
+            raise _Reject("INVALID_ARGUMENT",
+                          f"{e.action} params must be {sorted(want)}, got {sorted(got)}")
+        for pname, bits in spec:
+            v = e.params[pname]
+            if not isinstance(v, int) or not 0 <= v < (1 << bits):
+                raise _Reject("INVALID_ARGUMENT",
+                              f"{e.action}.{pname} must be in 0..2^{bits}-1, got {v!r}")
+
+    @staticmethod
+    def _check_match(e: TableEntry, schema: _TableSchema) -> None:
+        want = {f for f, _, _ in schema.keys}
+        if set(e.match) != want:
+            raise _Reject("INVALID_ARGUMENT",
+                          f"{e.table} match fields must be {sorted(want)}, got {sorted(e.match)}")
+        has_range = False
+        for fname, kind, bits in schema.keys:
+            v = e.match[fname]
+            limit = 1 << bits
+            if kind == "exact":
+                if not isinstance(v, int) or not 0 <= v < limit:
+                    raise _Reject("INVALID_ARGUMENT", f"{fname} must be an int in 0..2^{bits}-1, got {v!r}")
+            elif kind == "lpm":
+                if not isinstance(v, Lpm) or not 0 <= v.prefix_len <= bits or not 0 <= v.value < limit:
+                    raise _Reject("INVALID_ARGUMENT", f"{fname} must be Lpm within {bits} bits, got {v!r}")
+                host_bits = (1 << (bits - v.prefix_len)) - 1
+                if v.value & host_bits:
+                    raise _Reject("INVALID_ARGUMENT", f"{fname} has bits set beyond /{v.prefix_len}: {v!r}")
+            else:  # range
+                has_range = True
+                if (not isinstance(v, Range) or not 0 <= v.low < limit or not 0 <= v.high < limit
+                        or v.low > v.high):
+                    raise _Reject("INVALID_ARGUMENT",
+                                  f"{fname} must be Range low<=high within {bits} bits, got {v!r}")
+        if has_range and e.priority <= 0:
+            raise _Reject("INVALID_ARGUMENT", f"{e.table} needs priority > 0, got {e.priority}")
+        if not has_range and e.priority != 0:
+            raise _Reject("INVALID_ARGUMENT", f"{e.table} takes no priority, got {e.priority}")
+
+    def _rebuild(self, table: str) -> None:
+        """Recompute the per-packet lookup structure of ``table`` from its stored entries."""
+        entries = self._tables[table].values()
+        default = self._defaults[table]
+        if table == n.IPV4_LPM:
+            by_len: dict[int, dict[int, int]] = {}
+            for e in entries:
+                m = e.match[n.F_DST_ADDR]
+                port = e.params["port"] if e.action == n.ACT_SET_EGRESS else -1
+                by_len.setdefault(m.prefix_len, {})[m.value] = port
+            self._lpm_by_len = [
+                (plen, ((1 << 32) - 1) ^ ((1 << (32 - plen)) - 1), by_len[plen])
+                for plen in sorted(by_len, reverse=True)
+            ]
+            self._lpm_default = default.params["port"] if default.action == n.ACT_SET_EGRESS else -1
+            self._lpm_cache = {}
+        elif table == n.RECEIVER_PORT:
+            self._receiver_ports = frozenset(e.match[n.F_EGRESS_PORT] for e in entries)
+        elif table == n.SLACK_CLASS:
+            ordered = sorted(entries, key=lambda e: -e.priority)
+            self._slack_ranges = tuple(
+                (e.match[n.F_SLACK_KEY].low, e.match[n.F_SLACK_KEY].high, e.params["qclass"])
+                for e in ordered)
+            self._slack_default = default.params["qclass"]
+        elif table == n.FLOW_GRANT:
+            self._grants = {
+                e.match[n.F_FLOW_ID]: (e.params["rate_kbps"], e.params["epoch"],
+                                       e.params["lease_us"], e.params["meter_slot"])
+                for e in entries}
+            if default.action == n.ACT_SET_GRANT:
+                p = default.params
+                self._grant_default_hit = (p["rate_kbps"], p["epoch"], p["lease_us"], p["meter_slot"])
+            else:
+                self._grant_default_hit = None
+        elif table == n.CLOCK_OFFSET:
+            self._offset = default.params["offset_ns"]
+        elif table == n.DEFAULT_GRANT:
+            p = default.params
+            self._default_grant = (p["rate_kbps"], 0, p["lease_us"], p["meter_slot"])
+        elif table == n.ECN_THRESHOLD:
+            self._ecn_threshold = default.params["qdepth_pkts"]
+
+    def entries(self, table: str) -> list[TableEntry]:
+        """Installed (non-default) entries of ``table``, in insertion order.
+
+        Raises:
+            InvalidInput: ``table`` is not a table of the pipeline.
+        """
+        if table not in self._tables:
+            raise InvalidInput("table", f"must be one of {sorted(self._tables)}, got {table!r}")
+        return list(self._tables[table].values())
+
+    def default_action(self, table: str) -> TableEntry:
+        """The current default action of ``table`` (an ``is_default`` entry).
+
+        Raises:
+            InvalidInput: unknown table.
+        """
+        if table not in self._defaults:
+            raise InvalidInput("table", f"must be one of {sorted(self._defaults)}, got {table!r}")
+        return self._defaults[table]
+
+    def meter_config(self, index: int) -> MeterConfig | None:
+        """The config of ``flow_meter[index]``, or None when never configured (always green)."""
+        return self._meter_cfg.get(index)
+
+    def read_counter(self, counter: str, index: int) -> CounterValue:
+        """Bytes and packets of ``counter[index]``.
+
+        Raises:
+            InvalidInput: unknown counter name, or index outside ``0..size-1``.
+        """
+        cells = self._counters.get(counter)
+        if cells is None:
+            raise InvalidInput("counter", f"must be one of {sorted(self._counters)}, got {counter!r}")
+        size = len(cells[0])
+        if not 0 <= index < size:
+            raise InvalidInput("index", f"must be in 0..{size - 1} for {counter}, got {index}")
+        return CounterValue(byte_count=cells[0][index], packet_count=cells[1][index])
+
+    def set_clock_offset(self, offset_ns: int) -> None:
+        """Set fabric time = switch clock + ``offset_ns`` (reduced mod 2^48, so negative is fine).
+
+        Writes the ``clock_offset`` table's default action, as the P4Runtime target does.
+        """
+        self.write([Update(Op.MODIFY, TableEntry(
+            table=n.CLOCK_OFFSET, match={}, action=n.ACT_SET_CLOCK_OFFSET,
+            params={"offset_ns": offset_ns & TIME_MASK}, is_default=True))])
+
+    def poll_digests(self) -> list[RequestDigest]:
+        """Return and clear the queued REQUEST digests (oldest first)."""
+        out, self._digests = self._digests, []
+        return out
+
+    def now(self) -> int:
+        """Fabric time as the switch sees it: (clock() + clock_offset) mod 2^48, in ns."""
+        return (self._clock() + self._offset) & TIME_MASK
+
+    # ------------------------------------------------------------------ data plane
+
+    def _route(self, dst: int) -> int:
+        port = self._lpm_cache.get(dst)
+        if port is None:
+            port = self._lpm_default
+            for _plen, mask, prefixes in self._lpm_by_len:
+                hit = prefixes.get(dst & mask)
+                if hit is not None:
+                    port = hit
+                    break
+            self._lpm_cache[dst] = port
+        return port
+
+    def ingress(self, pkt: Packet, in_port: int) -> list[tuple[int, Packet]]:
+        """Parser + ingress for one packet arriving on ``in_port``.
+
+        Returns the ``(egress_port, packet)`` pairs to enqueue, each with ``priority`` set;
+        ``[]`` when dropped (IPv4 LPM miss or drop action). Mutates ``pkt`` (priority, qclass,
+        colour; a REQUEST at the receiver's ToR becomes the GRANT).
+        """
+        port = self._route(pkt.dst)
+        if port < 0:
+            return []
+        t = pkt.safs_type
+        if t == 0:
+            pkt.priority = QUEUE_BEST_EFFORT
+            return [(port, pkt)]
+        if pkt.safs_truncated or pkt.safs_version != SAFS_VERSION or t not in _KNOWN_TYPES:
+            idx = (MALFORMED_TRUNCATED if pkt.safs_truncated
+                   else MALFORMED_BAD_VERSION if pkt.safs_version != SAFS_VERSION
+                   else MALFORMED_BAD_TYPE)
+            self._malformed[0][idx] += pkt.size
+            self._malformed[1][idx] += 1
+            pkt.priority = QUEUE_BEST_EFFORT
+            return [(port, pkt)]
+        at_receiver = port in self._receiver_ports
+        if t == _DATA:
+            now = (self._clock() + self._offset) & TIME_MASK
+            key = ((pkt.ts - now) & TIME_MASK) ^ HALF
+            qclass = self._slack_default
+            for low, high, q in self._slack_ranges:
+                if low <= key <= high:
+                    qclass = q
+                    break
+            pkt.qclass = qclass
+            if not at_receiver:
+                pkt.color = _UNMETERED
+                pkt.priority = qclass
+                return [(port, pkt)]
+            grant = self._grants.get(pkt.flow_id)
+            installed = grant if grant is not None else self._grant_default_hit
+            slot = installed[3] if installed is not None else self._default_grant[3]
+            fb = self._flow_bytes
+            fb[0][slot] += pkt.size
+            fb[1][slot] += 1
+            meter = self._meters.get(slot)
+            color = _GREEN if meter is None else meter.color(pkt.size, self._clock())
+            pkt.color = color
+            pkt.priority = qclass if color == _GREEN else QUEUE_OVER_RATE
+            if installed is not None and ((pkt.epoch - installed[1]) & _EPOCH_MASK) >= _EPOCH_HALF:
+                g = Packet(pkt.dst, pkt.src, PROTO_UDP, pkt.dport, pkt.sport, CONTROL_PACKET_BYTES)
+                g.safs_version = SAFS_VERSION
+                g.safs_type = _GRANT
+                g.flags = pkt.flags
+                g.flow_id = pkt.flow_id
+                g.remaining = pkt.remaining
+                g.ts = now
+                g.rate_kbps, g.epoch, g.lease_us = installed[0], installed[1], installed[2]
+                g.priority = QUEUE_CONTROL
+                gport = self._route(g.dst)
+                if gport >= 0:
+                    return [(port, pkt), (gport, g)]
+            return [(port, pkt)]
+        if t == _REQUEST and at_receiver:
+            grant = self._grants.get(pkt.flow_id)
+            if grant is None:
+                self._digests.append(RequestDigest(pkt.flow_id, pkt.src, pkt.dst, pkt.remaining, pkt.ts))
+                grant = self._grant_default_hit or self._default_grant
+            pkt.src, pkt.dst = pkt.dst, pkt.src
+            pkt.sport, pkt.dport = pkt.dport, pkt.sport
+            pkt.safs_type = _GRANT
+            pkt.rate_kbps, pkt.epoch, pkt.lease_us = grant[0], grant[1], grant[2]
+            pkt.ts = (self._clock() + self._offset) & TIME_MASK
+            pkt.priority = QUEUE_CONTROL
+            port = self._route(pkt.dst)
+            if port < 0:
+                return []
+            return [(port, pkt)]
+        pkt.priority = QUEUE_CONTROL
+        return [(port, pkt)]
+
+    def egress(self, pkt: Packet, egress_port: int, enq_qdepth: int) -> None:
+        """Egress for one packet leaving ``egress_port``; ``enq_qdepth`` = packets queued ahead
+        of it at enqueue. ECN-capable packets get CE when ``enq_qdepth`` exceeds the threshold
+        (SAFS or not); valid SAFS packets get ``qdepth`` stamped (saturating at 65535);
+        port_tx_bytes, qdepth_hist (and ecn_marked when marking) are counted.
+        """
+        ecn = pkt.ecn
+        if (ecn == ECN_ECT0 or ecn == ECN_ECT1) and enq_qdepth > self._ecn_threshold:
+            pkt.ecn = ECN_CE
+            em = self._ecn_marked
+            em[0][egress_port] += pkt.size
+            em[1][egress_port] += 1
+        if (pkt.safs_type != 0 and pkt.safs_version == SAFS_VERSION and not pkt.safs_truncated
+                and pkt.safs_type in _KNOWN_TYPES):
+            pkt.qdepth = enq_qdepth if enq_qdepth < QDEPTH_MAX else QDEPTH_MAX
+        tx = self._port_tx
+        tx[0][egress_port] += pkt.size
+        tx[1][egress_port] += 1
+        bucket = (enq_qdepth + 1).bit_length() - 1 if enq_qdepth > 0 else 0
+        if bucket >= n.QDEPTH_BUCKETS:
+            bucket = n.QDEPTH_BUCKETS - 1
+        h = self._qhist
+        i = egress_port * n.QDEPTH_BUCKETS + bucket
+        h[0][i] += pkt.size
+        h[1][i] += 1
+
+
+def qdepth_bucket(enq_qdepth: int) -> int:
+    """Histogram bucket of a queue depth (packets): b with depth in [2^b - 1, 2^(b+1) - 1),
+    the last bucket open-ended (p4names.QDEPTH_BUCKETS)."""
+    if enq_qdepth <= 0:
+        return 0
+    return min((enq_qdepth + 1).bit_length() - 1, n.QDEPTH_BUCKETS - 1)
