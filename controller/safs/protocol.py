@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import enum
 
+from safs.errors import InvalidInput
+from safs.timebase import wrap
+
 SAFS_UDP_PORT = 0x5AF5  # 23285
 SAFS_VERSION = 1
 HEADER_LEN = 36  # bytes
@@ -69,3 +72,104 @@ QUEUE_BEST_EFFORT = 0  # everything else (non-SAFS, malformed SAFS)
 
 # ECN codepoints (RFC 3168).
 ECN_NOT_ECT, ECN_ECT1, ECN_ECT0, ECN_CE = 0, 1, 2, 3
+
+
+class Malformed(enum.IntEnum):
+    """Why a UDP payload to :data:`SAFS_UDP_PORT` is not a SAFS header.
+
+    The value is the index of the switch's ``malformed`` counter (:data:`safs.p4names.MALFORMED`).
+    The switch treats such a packet as non-SAFS (class 0, no meter, no grant, no digest);
+    hosts drop it. Checked in this order: length, version, type.
+    """
+
+    TRUNCATED = 0  # UDP payload shorter than HEADER_LEN
+    BAD_VERSION = 1  # version != SAFS_VERSION
+    BAD_TYPE = 2  # type not in MsgType
+
+
+def malformed_reason(udp_payload: bytes) -> Malformed | None:
+    """Check the fixed part of a SAFS header; ``None`` when it is well formed.
+
+    Args:
+        udp_payload: the UDP payload (header first; trailing application bytes are fine).
+    """
+    if len(udp_payload) < HEADER_LEN:
+        return Malformed.TRUNCATED
+    if udp_payload[0] >> 4 != SAFS_VERSION:
+        return Malformed.BAD_VERSION
+    if udp_payload[0] & 0x0F not in MsgType._value2member_map_:
+        return Malformed.BAD_TYPE
+    return None
+
+
+# Grant epochs ---------------------------------------------------------------------------
+# 32-bit serial-number arithmetic (RFC 1982, SERIAL_BITS = 32), with 0 reserved for
+# "no grant held / default grant": 0 is older than every other epoch and next_epoch skips it.
+EPOCH_NONE = 0
+_EPOCH_MOD = EPOCH_MAX + 1
+_EPOCH_HALF = 1 << 31
+
+
+def next_epoch(epoch: int) -> int:
+    """The epoch after ``epoch`` (0..2^32-1): ``epoch + 1`` mod 2^32, skipping 0."""
+    nxt = (epoch + 1) % _EPOCH_MOD
+    return nxt if nxt != EPOCH_NONE else 1
+
+
+def epoch_newer(a: int, b: int) -> bool:
+    """True when epoch ``a`` is strictly newer than ``b`` (both 0..2^32-1).
+
+    0 (no grant) is older than any other epoch. Otherwise RFC 1982: ``a`` is newer when
+    ``(a - b) mod 2^32`` is in ``1..2^31-1``; pairs exactly 2^31 apart are unordered (False
+    both ways), which cannot happen with fewer than 2^31 grant changes in flight.
+    """
+    if a == EPOCH_NONE:
+        return False
+    if b == EPOCH_NONE:
+        return True
+    return 0 < (a - b) % _EPOCH_MOD < _EPOCH_HALF
+
+
+# Units on the wire ----------------------------------------------------------------------
+NS_PER_S = 1_000_000_000
+
+
+def rate_bps_to_kbps(rate_bps: int) -> int:
+    """Wire rate in kbit/s for a rate in bit/s: rounded down (never grant more than allocated),
+    clamped to ``0..RATE_KBPS_MAX``."""
+    return max(0, min(RATE_KBPS_MAX, rate_bps // 1000))
+
+
+def rate_kbps_to_bps(rate_kbps: int) -> int:
+    """Rate in bit/s for a wire rate in kbit/s."""
+    return rate_kbps * 1000
+
+
+def lease_ns_to_us(lease_ns: int) -> int:
+    """Wire lease in microseconds for a lease in ns: rounded down (a lease never outlives the
+    controller's), clamped to ``0..LEASE_US_MAX``."""
+    return max(0, min(LEASE_US_MAX, lease_ns // 1000))
+
+
+def latest_start_ns(no_bubble_ts_ns: int, remaining_bytes: int, line_rate_bps: int) -> int:
+    """Latest start time carried in DATA: ``no_bubble_ts - remaining_bytes*8/line_rate`` mod 2^48.
+
+    The sender computes it (the switch cannot divide). The transmission time is rounded up
+    to whole ns so the latest start is never later than the exact value.
+
+    Args:
+        no_bubble_ts_ns: the flow's no-bubble timestamp (any int; reduced mod 2^48).
+        remaining_bytes: bytes left including this packet's payload (>= 0).
+        line_rate_bps: the sender's line rate in bit/s (> 0).
+
+    Raises:
+        InvalidInput: ``line_rate_bps`` not positive or ``remaining_bytes`` negative.
+
+    Source: ../shared/BRIEF.md, "Design decisions / Slack without division".
+    """
+    if line_rate_bps <= 0:
+        raise InvalidInput("line_rate_bps", f"must be > 0 bit/s, got {line_rate_bps}")
+    if remaining_bytes < 0:
+        raise InvalidInput("remaining_bytes", f"must be >= 0, got {remaining_bytes}")
+    tx_ns = -(-remaining_bytes * 8 * NS_PER_S // line_rate_bps)  # ceil
+    return wrap(no_bubble_ts_ns - tx_ns)
