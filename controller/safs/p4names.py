@@ -51,3 +51,10 @@ ECN_MARKED = "SafsEgress.ecn_marked"  # indirect counter by egress port
 REQUEST_DIGEST = "request_digest_t"  # digest: flow_id, src_addr, dst_addr, remaining_bytes, no_bubble_ts
 
 NUM_PORTS = 512  # 9-bit port space of v1model
+
+# Route back toward a packet's sender for switch-generated GRANTs (same routes as ipv4_lpm,
+# keyed on the source address; applied only at the receiver's ToR).
+GRANT_ROUTE = "SafsIngress.grant_route"  # key src_addr (lpm, 32) -> set_grant_route(port, dst_mac)
+ACT_SET_GRANT_ROUTE = "SafsIngress.set_grant_route"
+F_SRC_ADDR = "src_addr"
+# set_egress and set_grant_route both take (port: 9 bits, dst_mac: 48 bits): the next hop's MAC.

@@ -1,0 +1,59 @@
+/*
+ * SAFS constants, types and table sizes shared by every control.
+ * Wire layout and ranges: docs/protocol.md (the one source); queue map: BRIEF "Queues".
+ */
+#ifndef SAFS_DEFINES_P4
+#define SAFS_DEFINES_P4
+
+typedef bit<48> mac_t;
+typedef bit<32> ipv4_addr_t;
+typedef bit<9>  port_t;
+typedef bit<32> flow_id_t;
+typedef bit<48> ns_t;          // fabric time, ns modulo 2^48
+typedef bit<48> bytes48_t;     // remaining bytes
+typedef bit<32> rate_kbps_t;   // granted rate, kbit/s
+typedef bit<32> epoch_t;       // grant epoch, serial-number compared
+typedef bit<32> lease_us_t;    // grant lease, microseconds
+typedef bit<16> meter_slot_t;  // index into flow_meter / flow_bytes
+typedef bit<3>  qclass_t;      // BMv2 priority queue, 7 = highest
+
+const bit<16> ETHERTYPE_IPV4 = 0x0800;
+const bit<8>  IP_PROTO_UDP   = 17;
+const bit<16> SAFS_UDP_PORT  = 0x5AF5;   // 23285
+const bit<4>  SAFS_VERSION   = 1;
+const bit<16> SAFS_HDR_LEN   = 36;
+const bit<16> UDP_HDR_LEN    = 8;
+
+const bit<4> SAFS_DATA    = 1;
+const bit<4> SAFS_REQUEST = 2;
+const bit<4> SAFS_GRANT   = 3;
+const bit<4> SAFS_DONE    = 4;
+
+const qclass_t QUEUE_CONTROL     = 7;
+const qclass_t QUEUE_OVER_RATE   = 1;
+const qclass_t QUEUE_BEST_EFFORT = 0;
+const qclass_t QUEUE_SLACK_DEFAULT = 2;  // least urgent slack class (slack_class miss)
+
+const bit<8> COLOR_GREEN = 0;
+const bit<8> COLOR_UNMETERED = 3;
+
+const bit<2> ECN_CE = 3;
+
+// Indices of the malformed counter (docs/protocol.md "Malformed input").
+const bit<32> MALFORMED_TRUNCATED   = 0;
+const bit<32> MALFORMED_BAD_VERSION = 1;
+const bit<32> MALFORMED_BAD_TYPE    = 2;
+
+const bit<32> PKT_INSTANCE_TYPE_INGRESS_CLONE = 1;
+
+// Table and extern sizes (safs/p4names.py mirrors the meter size).
+#define IPV4_LPM_SIZE     1024
+#define RECEIVER_PORT_SIZE 512
+#define SLACK_CLASS_SIZE    16
+#define FLOW_GRANT_SIZE   4096
+#define FLOW_METER_SIZE   4096
+#define NUM_PORTS          512
+#define QDEPTH_BUCKETS       8
+#define CLONE_SESSION_BASE   1   // clone session id = egress port + base
+
+#endif

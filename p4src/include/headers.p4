@@ -1,0 +1,97 @@
+/* Header and metadata definitions. SAFS header layout: docs/protocol.md (36 bytes). */
+#ifndef SAFS_HEADERS_P4
+#define SAFS_HEADERS_P4
+
+#include "include/defines.p4"
+
+header ethernet_t {
+    mac_t   dst_addr;
+    mac_t   src_addr;
+    bit<16> ether_type;
+}
+
+header ipv4_t {
+    bit<4>      version;
+    bit<4>      ihl;
+    bit<6>      dscp;
+    bit<2>      ecn;
+    bit<16>     total_len;
+    bit<16>     identification;
+    bit<3>      flags;
+    bit<13>     frag_offset;
+    bit<8>      ttl;
+    bit<8>      protocol;
+    bit<16>     hdr_checksum;
+    ipv4_addr_t src_addr;
+    ipv4_addr_t dst_addr;
+}
+
+header udp_t {
+    bit<16> src_port;
+    bit<16> dst_port;
+    bit<16> length;
+    bit<16> checksum;
+}
+
+header safs_t {
+    bit<4>      version;
+    bit<4>      msg_type;
+    bit<8>      flags;
+    bit<8>      qclass;          // switch-filled
+    bit<8>      color;           // switch-filled
+    flow_id_t   flow_id;
+    bytes48_t   remaining_bytes;
+    ns_t        timestamp_ns;    // DATA: latest start; REQUEST/DONE: no-bubble ts; GRANT: switch time
+    rate_kbps_t rate_kbps;
+    epoch_t     epoch;
+    lease_us_t  lease_us;
+    bit<16>     qdepth;          // switch-filled in egress
+    bit<16>     reserved;
+}
+
+struct headers_t {
+    ethernet_t ethernet;
+    ipv4_t     ipv4;
+    udp_t      udp;
+    safs_t     safs;
+}
+
+// Digest to the controller for a REQUEST of a flow without a grant entry.
+struct request_digest_t {
+    flow_id_t   flow_id;
+    ipv4_addr_t src_addr;
+    ipv4_addr_t dst_addr;
+    bytes48_t   remaining_bytes;
+    ns_t        no_bubble_ts;
+}
+
+struct metadata_t {
+    bit<1>       safs_ok;          // valid SAFS header of a known version and type
+    bit<1>       truncated;        // UDP to the SAFS port shorter than the header
+    bit<1>       receiver_port;    // egress port faces a directly attached host
+    bit<1>       has_grant;
+    bit<1>       has_grant_route;
+    port_t       grant_port;      // toward the sender, from grant_route
+    @field_list(1)
+    mac_t        grant_mac;
+    ns_t         now_ns;           // switch time converted to fabric time
+    bit<48>      slack_key;        // (latest_start - now) with bit 47 flipped
+    meter_slot_t meter_slot;
+    rate_kbps_t  rate_kbps;
+    epoch_t      epoch;
+    lease_us_t   lease_us;
+    bit<2>       color;
+    @field_list(1)
+    bit<1>       make_grant;       // clone to egress becomes a GRANT to the sender
+    @field_list(1)
+    rate_kbps_t  grant_rate_kbps;
+    @field_list(1)
+    epoch_t      grant_epoch;
+    @field_list(1)
+    lease_us_t   grant_lease_us;
+    @field_list(1)
+    ns_t         grant_now_ns;
+    bit<16>      ecn_threshold;
+}
+
+#endif

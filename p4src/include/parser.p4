@@ -1,0 +1,73 @@
+/*
+ * Parser, checksum controls and deparser.
+ * Ethernet -> IPv4 -> UDP -> SAFS (only UDP to port 23285 whose UDP length covers the 36-byte
+ * SAFS header; a shorter one is marked truncated and stays plain UDP: docs/protocol.md).
+ */
+#ifndef SAFS_PARSER_P4
+#define SAFS_PARSER_P4
+
+#include "include/headers.p4"
+
+parser SafsParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
+                  inout standard_metadata_t standard_metadata) {
+    state start {
+        packet.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) {
+            ETHERTYPE_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+    state parse_ipv4 {
+        packet.extract(hdr.ipv4);
+        transition select(hdr.ipv4.protocol) {
+            IP_PROTO_UDP: parse_udp;
+            default: accept;
+        }
+    }
+    state parse_udp {
+        packet.extract(hdr.udp);
+        transition select(hdr.udp.dst_port) {
+            SAFS_UDP_PORT: check_safs_len;
+            default: accept;
+        }
+    }
+    state check_safs_len {
+        transition select(hdr.udp.length < UDP_HDR_LEN + SAFS_HDR_LEN) {
+            true: truncated;
+            false: parse_safs;
+        }
+    }
+    state truncated {
+        meta.truncated = 1;
+        transition accept;
+    }
+    state parse_safs {
+        packet.extract(hdr.safs);
+        transition accept;
+    }
+}
+
+control SafsVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply { }
+}
+
+control SafsComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply {
+        update_checksum(hdr.ipv4.isValid(),
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn, hdr.ipv4.total_len,
+              hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
+              hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr },
+            hdr.ipv4.hdr_checksum, HashAlgorithm.csum16);
+    }
+}
+
+control SafsDeparser(packet_out packet, in headers_t hdr) {
+    apply {
+        packet.emit(hdr.ethernet);
+        packet.emit(hdr.ipv4);
+        packet.emit(hdr.udp);
+        packet.emit(hdr.safs);
+    }
+}
+
+#endif

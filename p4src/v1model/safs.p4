@@ -1,0 +1,60 @@
+/*
+ * SAFS dataplane for BMv2 (v1model). Thin top level: includes and instantiates.
+ * Compile from the repository root:
+ *   p4c-bm2-ss --arch v1model -I p4src --p4runtime-files p4src/build/safs.p4info.txtpb \
+ *       -o p4src/build/safs.json p4src/v1model/safs.p4
+ * Run BMv2 with 8 priority queues: simple_switch_grpc ... -- --priority-queues 8
+ */
+#include <core.p4>
+#include <v1model.p4>
+
+#include "include/defines.p4"
+#include "include/headers.p4"
+#include "include/parser.p4"
+#include "include/forwarding.p4"
+#include "include/slack_classifier.p4"
+#include "include/grant_enforcer.p4"
+#include "include/telemetry.p4"
+
+// Ingress: validate SAFS, forward, classify by slack, enforce grants (receiver ToR only).
+control SafsIngress(inout headers_t hdr, inout metadata_t meta,
+                    inout standard_metadata_t standard_metadata) {
+    @name(".SafsIngress.malformed")
+    counter(3, CounterType.packets) malformed;
+
+    Forwarding() forwarding;
+    SlackClassifier() slack_classifier;
+    GrantEnforcer() grant_enforcer;
+
+    apply {
+        meta.safs_ok = 0;
+        if (hdr.safs.isValid()) {
+            if (hdr.safs.version != SAFS_VERSION) {
+                malformed.count(MALFORMED_BAD_VERSION);
+            } else if (hdr.safs.msg_type < SAFS_DATA || hdr.safs.msg_type > SAFS_DONE) {
+                malformed.count(MALFORMED_BAD_TYPE);
+            } else {
+                meta.safs_ok = 1;
+                hdr.udp.checksum = 0;  // the switch rewrites SAFS fields (RFC 768: 0 = no checksum)
+            }
+        } else if (meta.truncated == 1 || standard_metadata.parser_error != error.NoError) {
+            malformed.count(MALFORMED_TRUNCATED);
+        }
+        forwarding.apply(hdr, meta, standard_metadata);
+        slack_classifier.apply(hdr, meta, standard_metadata);
+        grant_enforcer.apply(hdr, meta, standard_metadata);
+    }
+}
+
+control SafsEgress(inout headers_t hdr, inout metadata_t meta,
+                   inout standard_metadata_t standard_metadata) {
+    Telemetry() telemetry;
+    GrantFromClone() grant_from_clone;
+    apply {
+        grant_from_clone.apply(hdr, meta, standard_metadata);
+        telemetry.apply(hdr, meta, standard_metadata);
+    }
+}
+
+V1Switch(SafsParser(), SafsVerifyChecksum(), SafsIngress(), SafsEgress(),
+         SafsComputeChecksum(), SafsDeparser()) main;
