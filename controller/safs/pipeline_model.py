@@ -47,9 +47,12 @@ from safs.protocol import (
     QUEUE_CONTROL,
     QUEUE_OVER_RATE,
     QUEUE_SLACK_LEAST_URGENT,
+    NS_PER_S,
     SAFS_VERSION,
     Color,
+    Malformed,
     MsgType,
+    epoch_newer,
 )
 from safs.sim.packet import PROTO_UDP, Packet
 from safs.target import CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
@@ -61,9 +64,6 @@ CONTROL_PACKET_BYTES = 14 + 20 + 8 + HEADER_LEN
 ECN_THRESHOLD_BITS = 19
 ECN_THRESHOLD_OFF = (1 << ECN_THRESHOLD_BITS) - 1
 
-_EPOCH_MASK = (1 << 32) - 1
-_EPOCH_HALF = 1 << 31
-_NS_PER_S = 1_000_000_000
 
 _DATA = int(MsgType.DATA)
 _REQUEST = int(MsgType.REQUEST)
@@ -73,8 +73,6 @@ _GREEN = int(Color.GREEN)
 _YELLOW = int(Color.YELLOW)
 _RED = int(Color.RED)
 _UNMETERED = int(Color.UNMETERED)
-
-MALFORMED_TRUNCATED, MALFORMED_BAD_VERSION, MALFORMED_BAD_TYPE = 0, 1, 2
 
 
 # --------------------------------------------------------------------------------------
@@ -135,7 +133,7 @@ _COUNTER_SIZES: dict[str, int] = {
     n.FLOW_BYTES: n.FLOW_METER_SIZE,
     n.PORT_TX_BYTES: n.NUM_PORTS,
     n.QDEPTH_HIST: n.NUM_PORTS * n.QDEPTH_BUCKETS,
-    n.MALFORMED: 3,
+    n.MALFORMED: len(Malformed),
     n.ECN_MARKED: n.NUM_PORTS,
 }
 
@@ -164,8 +162,8 @@ class _Meter:
     def __init__(self, cfg: MeterConfig, now_ns: int) -> None:
         self.cir = cfg.cir
         self.pir = cfg.pir
-        self.cmax = cfg.cburst * _NS_PER_S
-        self.pmax = cfg.pburst * _NS_PER_S
+        self.cmax = cfg.cburst * NS_PER_S
+        self.pmax = cfg.pburst * NS_PER_S
         self.tc = self.cmax
         self.tp = self.pmax
         self.last_ns = now_ns
@@ -179,7 +177,7 @@ class _Meter:
             self.tc = tc if tc < self.cmax else self.cmax
             tp = self.tp + self.pir * dt
             self.tp = tp if tp < self.pmax else self.pmax
-        need = size_bytes * _NS_PER_S
+        need = size_bytes * NS_PER_S
         if self.tp < need:
             return _RED
         self.tp -= need
@@ -494,9 +492,9 @@ class PipelineModel:
             pkt.priority = QUEUE_BEST_EFFORT
             return [(port, pkt)]
         if pkt.safs_truncated or pkt.safs_version != SAFS_VERSION or t not in _KNOWN_TYPES:
-            idx = (MALFORMED_TRUNCATED if pkt.safs_truncated
-                   else MALFORMED_BAD_VERSION if pkt.safs_version != SAFS_VERSION
-                   else MALFORMED_BAD_TYPE)
+            idx = (Malformed.TRUNCATED if pkt.safs_truncated
+                   else Malformed.BAD_VERSION if pkt.safs_version != SAFS_VERSION
+                   else Malformed.BAD_TYPE)
             self._malformed[0][idx] += pkt.size
             self._malformed[1][idx] += 1
             pkt.priority = QUEUE_BEST_EFFORT
@@ -525,7 +523,7 @@ class PipelineModel:
             color = _GREEN if meter is None else meter.color(pkt.size, self._clock())
             pkt.color = color
             pkt.priority = qclass if color == _GREEN else QUEUE_OVER_RATE
-            if installed is not None and ((pkt.epoch - installed[1]) & _EPOCH_MASK) >= _EPOCH_HALF:
+            if installed is not None and epoch_newer(installed[1], pkt.epoch):
                 g = Packet(pkt.dst, pkt.src, PROTO_UDP, pkt.dport, pkt.sport, CONTROL_PACKET_BYTES)
                 g.safs_version = SAFS_VERSION
                 g.safs_type = _GRANT
