@@ -1,7 +1,6 @@
 """safs.hints: validation, idempotence, late hints, digest merge; a rejected call changes nothing."""
 
 import copy
-from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
