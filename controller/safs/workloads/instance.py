@@ -1,0 +1,99 @@
+"""A compute instance (GPU / stage host) that runs its operations one at a time, in order.
+
+An op starts when the previous op on the instance has ended and all its inputs (flows) have
+arrived. The instance also answers the workloads' no-bubble question: *when could op ``key``
+start if its data were already there?* -- :meth:`SerialInstance.ready_time`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Hashable
+
+from safs.errors import InvalidInput
+from safs.workloads.api import WorkloadAPI
+
+
+@dataclass
+class _Op:
+    key: Hashable
+    duration_ns: int
+    needs: int
+    arrived: int = 0
+    start_ns: int | None = None
+    end_ns: int | None = None
+
+
+class SerialInstance:
+    """Ops in a fixed order on one instance.
+
+    Args:
+        name: host name (for messages).
+        api: the network / clock.
+        on_end: called as ``on_end(key, end_ns)`` when an op ends.
+    """
+
+    def __init__(self, name: str, api: WorkloadAPI, on_end: Callable[[Hashable, int], None]) -> None:
+        self.name = name
+        self.api = api
+        self.on_end = on_end
+        self.ops: list[_Op] = []
+        self.index: dict[Hashable, int] = {}
+        self.next = 0  # index of the first op not yet started
+        self.busy = False
+
+    def add(self, key: Hashable, duration_ns: int, needs: int) -> None:
+        """Append op ``key`` (duration ns >= 0, ``needs`` inputs >= 0) to the order."""
+        if key in self.index:
+            raise InvalidInput("op", f"{self.name}: op {key!r} added twice")
+        self.index[key] = len(self.ops)
+        self.ops.append(_Op(key, duration_ns, needs))
+        self._try_start()
+
+    def has(self, key: Hashable) -> bool:
+        return key in self.index
+
+    def deliver(self, key: Hashable) -> None:
+        """One input of op ``key`` has arrived."""
+        op = self.ops[self.index[key]]
+        op.arrived += 1
+        if op.arrived > op.needs:
+            raise InvalidInput("op", f"{self.name}: op {key!r} got more inputs than it needs ({op.needs})")
+        self._try_start()
+
+    def ready_time(self, key: Hashable) -> int:
+        """When op ``key`` could start if its inputs were there: the (predicted) end of the op
+        before it, but not earlier than now. Ops not yet started are predicted to start as
+        soon as their predecessor ends (their inputs in flight assumed to arrive by then)."""
+        now = self.api.now()
+        i = self.index[key]
+        # Walk back to the last op that has started, then forward with durations.
+        j = i - 1
+        while j >= 0 and self.ops[j].start_ns is None:
+            j -= 1
+        if j < 0:
+            t = now
+        else:
+            op = self.ops[j]
+            t = op.end_ns if op.end_ns is not None else op.start_ns + op.duration_ns
+        for k in range(j + 1, i):
+            t = max(t, now) + self.ops[k].duration_ns
+        return max(t, now)
+
+    def _try_start(self) -> None:
+        if self.busy or self.next >= len(self.ops):
+            return
+        op = self.ops[self.next]
+        if op.arrived < op.needs:
+            return
+        self.busy = True
+        self.next += 1
+        op.start_ns = self.api.now()
+        end = op.start_ns + op.duration_ns
+        self.api.call_at(end, lambda: self._finish(op, end))
+
+    def _finish(self, op: _Op, end: int) -> None:
+        op.end_ns = end
+        self.busy = False
+        self.on_end(op.key, end)
+        self._try_start()
