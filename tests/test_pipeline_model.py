@@ -55,7 +55,13 @@ def mod(e) -> Update:
 
 
 def route(prefix: int, plen: int, port: int) -> TableEntry:
-    return entry(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(prefix, plen)}, n.ACT_SET_EGRESS, port=port)
+    return entry(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(prefix, plen)}, n.ACT_SET_EGRESS, port=port,
+                 dst_mac=0x020000000000 + port)
+
+
+def back_route(prefix: int, plen: int, port: int) -> TableEntry:
+    return entry(n.GRANT_ROUTE, {n.F_SRC_ADDR: Lpm(prefix, plen)}, n.ACT_SET_GRANT_ROUTE, port=port,
+                 dst_mac=0x020000000000 + port)
 
 
 def grant_entry(flow_id: int, rate_kbps: int, epoch: int, lease_us: int, slot: int) -> TableEntry:
@@ -63,11 +69,14 @@ def grant_entry(flow_id: int, rate_kbps: int, epoch: int, lease_us: int, slot: i
                  rate_kbps=rate_kbps, epoch=epoch, lease_us=lease_us, meter_slot=slot)
 
 
-def make_switch(receiver: bool = True, clock: Clock | None = None) -> tuple[PipelineModel, Clock]:
+def make_switch(receiver: bool = True, clock: Clock | None = None,
+                back_routes: bool = True) -> tuple[PipelineModel, Clock]:
     clock = clock or Clock(1_000_000)
     sw = PipelineModel("tor1", clock)
     ups = [ins(route(0x0A000000, 24, SENDER_PORT)), ins(route(0x0A000100, 24, FABRIC_PORT)),
            ins(route(RECEIVER_IP, 32, RECEIVER_PORT))]
+    if back_routes:
+        ups.append(ins(back_route(0x0A000000, 24, SENDER_PORT)))
     if receiver:
         ups.append(ins(entry(n.RECEIVER_PORT, {n.F_EGRESS_PORT: RECEIVER_PORT}, n.ACT_MARK_RECEIVER)))
     for prio, (lo, hi, q) in enumerate(CLASSES, start=1):
@@ -237,9 +246,11 @@ def test_request_with_installed_grant_becomes_grant_without_digest() -> None:
     p = safs_pkt(MsgType.REQUEST, ts=123, size=CONTROL_PACKET_BYTES)
     out = sw.ingress(p, SENDER_PORT)
     assert out == [(SENDER_PORT, p)]
+    # addresses swapped; UDP ports kept, so the GRANT still goes to the SAFS port (as in P4)
     assert (p.safs_type, p.src, p.dst, p.sport, p.dport) == (
-        MsgType.GRANT, RECEIVER_IP, SENDER_IP, SAFS_UDP_PORT, 40000)
+        MsgType.GRANT, RECEIVER_IP, SENDER_IP, 40000, SAFS_UDP_PORT)
     assert (p.rate_kbps, p.epoch, p.lease_us, p.priority) == (2_500_000, 4, 800, QUEUE_CONTROL)
+    assert (p.qclass, p.color) == (QUEUE_CONTROL, Color.UNMETERED)
     assert p.ts == wrap(clock.t + 5_000)
     assert sw.poll_digests() == []
 
@@ -269,9 +280,20 @@ def test_stale_epoch_data_pushes_fresh_grant(installed: int, sent: int, pushes: 
         port, g = out[1]
         assert port == SENDER_PORT and g is not p
         assert (g.safs_type, g.src, g.dst, g.flow_id) == (MsgType.GRANT, RECEIVER_IP, SENDER_IP, 7)
+        assert (g.sport, g.dport, g.color) == (SAFS_UDP_PORT, SAFS_UDP_PORT, Color.UNMETERED)
         assert (g.rate_kbps, g.epoch, g.lease_us, g.priority) == (3_000_000, installed, 900, QUEUE_CONTROL)
         assert g.size == CONTROL_PACKET_BYTES and g.remaining == 4242
     assert sw.poll_digests() == []
+
+
+def test_no_route_back_means_no_grant_no_digest() -> None:
+    sw, clock = make_switch(back_routes=False)
+    sw.write([ins(grant_entry(7, 3_000_000, 5, 900, slot=4))])
+    p = safs_pkt(MsgType.REQUEST, flow_id=8)
+    assert sw.ingress(p, SENDER_PORT) == [(RECEIVER_PORT, p)]  # delivered to the host as is
+    assert p.safs_type == MsgType.REQUEST and p.priority == QUEUE_CONTROL
+    assert sw.poll_digests() == []
+    assert len(sw.ingress(safs_pkt(MsgType.DATA, epoch=1), SENDER_PORT)) == 1
 
 
 def test_data_without_entry_never_pushes_grant() -> None:
@@ -294,6 +316,7 @@ def test_ecn_marking_threshold(ecn: int, safs: bool) -> None:
         assert p.ecn == (ECN_CE if ect and over else ecn)
     marked = sw.read_counter(n.ECN_MARKED, RECEIVER_PORT).packet_count
     assert marked == (1 if ecn in (ECN_ECT0, ECN_ECT1) else 0)
+    assert sw.read_counter(n.ECN_MARKED, RECEIVER_PORT).byte_count == 0  # packets counter
 
 
 def test_qdepth_stamp_and_port_counters() -> None:
@@ -337,6 +360,10 @@ def test_malformed_safs_forwarded_as_best_effort_and_counted(mutate, index: int)
     assert cells == [1 if i == index else 0 for i in range(3)]
     sw.egress(p, RECEIVER_PORT, 9)
     assert p.qdepth == 0
+    lost = safs_pkt(MsgType.DATA, dst=0x0B000001)  # counted before forwarding, then dropped
+    mutate(lost)
+    assert sw.ingress(lost, SENDER_PORT) == []
+    assert sw.read_counter(n.MALFORMED, index).packet_count == 2
 
 
 # ---------------------------------------------------------------------------- control plane
@@ -397,13 +424,14 @@ def test_default_actions_settings_and_clock_offset() -> None:
     assert sw.default_action(n.CLOCK_OFFSET).params["offset_ns"] == wrap(-20)
     assert sw.now() == wrap(-10)
     sw.write([mod(default(n.SLACK_CLASS, n.ACT_SET_SLACK_CLASS, qclass=4)),
-              mod(default(n.IPV4_LPM, n.ACT_SET_EGRESS, port=8))])
+              mod(default(n.IPV4_LPM, n.ACT_SET_EGRESS, port=8, dst_mac=1))])
     p = safs_pkt(MsgType.DATA)
     assert sw.ingress(p, 0) == [(8, p)]  # default route, default class
     assert p.qclass == 4
-    with pytest.raises(TargetError) as err:
-        sw.write([mod(default(n.RECEIVER_PORT, n.ACT_MARK_RECEIVER))])
-    assert err.value.failures[0][1] == "INVALID_ARGUMENT"
+    with pytest.raises(TargetError) as err:  # const defaults
+        sw.write([mod(default(n.RECEIVER_PORT, n.ACT_MARK_RECEIVER)),
+                  mod(default(n.FLOW_GRANT, n.ACT_NO_GRANT))])
+    assert [f[1] for f in err.value.failures] == ["INVALID_ARGUMENT"] * 2
 
 
 def test_read_counter_and_entries_bad_names() -> None:

@@ -4,18 +4,26 @@ The simulator calls :meth:`PipelineModel.ingress` and :meth:`PipelineModel.egres
 packet, so the per-packet path uses plain dicts, tuples and lists precomputed at write time and
 allocates nothing except a GRANT packet when it must send one.
 
-Ingress (what it touches and decides)::
+It mirrors p4src/ (v1model/safs.p4 and include/*.p4) control by control. Ingress::
 
+    malformed SAFS (truncated / version / type) -> malformed[reason] counted, then as non-SAFS
     ipv4_lpm(dst) --miss--> drop
         |
         +-- not SAFS / malformed SAFS -------------------------------> priority 0
-        +-- REQUEST, GRANT, DONE -------------------------------------> priority 7
-        |     at the receiver's ToR (egress port in receiver_port):
+        +-- REQUEST, GRANT, DONE -------------------------------------> priority 7, qclass 7
+        |     at the receiver's ToR (egress port in receiver_port) with a grant_route(src):
         |     REQUEST -> GRANT back to the sender (flow_grant or default_grant),
         |                digest when the flow has no flow_grant entry
         +-- DATA: slack_class(slack_key(ts, now)) -> qclass 2..6
               at the receiver's ToR: flow_meter[slot] colour; not green -> priority 1
               (demoted, never dropped); stale epoch -> also a fresh GRANT to the sender
+    colour: the meter's at the receiver's ToR for DATA, UNMETERED (3) for every other SAFS packet.
+
+Switch-generated GRANTs (REQUEST turned around, or the clone made for a stale-epoch DATA)
+swap the IPv4 addresses and go out on the ``grant_route`` port; the REQUEST keeps its UDP ports
+(its destination port stays the SAFS port), the clone gets source port = the DATA's destination
+port and destination port = SAFS port, as in the P4 program. MAC addresses are not modelled
+(``dst_mac`` parameters are validated and stored, not used).
 
 Egress: ECN CE on ECT packets when the enqueue depth exceeds the threshold, qdepth stamp on
 SAFS packets, per-port byte and queue-depth-histogram counters.
@@ -24,10 +32,14 @@ Table semantics follow P4Runtime (CONTINUE_ON_ERROR batches); see :meth:`Pipelin
 Every key field must be given (no omitted "don't care" fields); range tables need priority > 0,
 other tables priority 0.
 
-Initial defaults (before the controller writes anything; the P4 program uses the same):
-``ipv4_lpm`` drop, ``slack_class`` ``set_slack_class(QUEUE_SLACK_LEAST_URGENT)``, ``flow_grant``
-``no_grant``, ``clock_offset`` 0, ``default_grant`` rate 0 / lease 0 / slot 0, ``ecn_threshold``
-the 19-bit maximum (marking effectively off).
+Initial defaults (as in the P4 program): ``ipv4_lpm`` drop, ``slack_class``
+``set_slack_class(QUEUE_SLACK_LEAST_URGENT)``, ``clock_offset`` 0, ``default_grant`` rate 0 /
+lease 0 / slot 0, ``ecn_threshold`` the 19-bit maximum (marking effectively off). The defaults
+of ``receiver_port`` (not a receiver port), ``grant_route`` (no route) and ``flow_grant``
+(``no_grant``) are const: writing them is INVALID_ARGUMENT.
+
+Counters: ``flow_bytes`` and ``port_tx_bytes`` count bytes and packets; ``malformed``,
+``ecn_marked`` and ``qdepth_hist`` are packet counters (byte_count stays 0), as declared in P4.
 """
 
 from __future__ import annotations
@@ -48,6 +60,7 @@ from safs.protocol import (
     QUEUE_OVER_RATE,
     QUEUE_SLACK_LEAST_URGENT,
     NS_PER_S,
+    SAFS_UDP_PORT,
     SAFS_VERSION,
     Color,
     Malformed,
@@ -88,8 +101,12 @@ class _TableSchema:
 _SCHEMAS: dict[str, _TableSchema] = {
     n.IPV4_LPM: _TableSchema(
         keys=((n.F_DST_ADDR, "lpm", 32),),
-        actions={n.ACT_SET_EGRESS: (("port", 9),), n.ACT_DROP: ()},
+        actions={n.ACT_SET_EGRESS: (("port", 9), ("dst_mac", 48)), n.ACT_DROP: ()},
         entry_actions=frozenset({n.ACT_SET_EGRESS, n.ACT_DROP})),
+    n.GRANT_ROUTE: _TableSchema(
+        keys=((n.F_SRC_ADDR, "lpm", 32),),
+        actions={n.ACT_SET_GRANT_ROUTE: (("port", 9), ("dst_mac", 48))},
+        entry_actions=frozenset({n.ACT_SET_GRANT_ROUTE})),
     n.RECEIVER_PORT: _TableSchema(
         keys=((n.F_EGRESS_PORT, "exact", 9),),
         actions={n.ACT_MARK_RECEIVER: ()},
@@ -116,18 +133,20 @@ _SCHEMAS: dict[str, _TableSchema] = {
         entry_actions=frozenset()),
 }
 
+# Writable defaults. receiver_port, grant_route and flow_grant have const defaults (a miss
+# means "not a receiver port" / "no route back" / "no grant entry"); their names are not in
+# p4names, so they are not listed here.
 _INITIAL_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
     n.IPV4_LPM: (n.ACT_DROP, {}),
-    n.RECEIVER_PORT: (n.ACT_MARK_RECEIVER, {}),  # never applied on a miss: miss = not a receiver port
     n.SLACK_CLASS: (n.ACT_SET_SLACK_CLASS, {"qclass": QUEUE_SLACK_LEAST_URGENT}),
-    n.FLOW_GRANT: (n.ACT_NO_GRANT, {}),
     n.CLOCK_OFFSET: (n.ACT_SET_CLOCK_OFFSET, {"offset_ns": 0}),
     n.DEFAULT_GRANT: (n.ACT_SET_DEFAULT_GRANT, {"rate_kbps": 0, "lease_us": 0,
                                                 "meter_slot": n.DEFAULT_METER_SLOT}),
     n.ECN_THRESHOLD: (n.ACT_SET_ECN_THRESHOLD, {"qdepth_pkts": ECN_THRESHOLD_OFF}),
 }
-# receiver_port's default is fixed (a miss means "not a receiver port"); writes are refused.
-_FIXED_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT})
+_CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.FLOW_GRANT})
+# Counters declared CounterType.packets in P4 (their byte_count reads 0).
+_PACKET_ONLY_COUNTERS = frozenset({n.MALFORMED, n.ECN_MARKED, n.QDEPTH_HIST})
 
 _COUNTER_SIZES: dict[str, int] = {
     n.FLOW_BYTES: n.FLOW_METER_SIZE,
@@ -215,19 +234,21 @@ class PipelineModel:
         }
         self._digests: list[RequestDigest] = []
         # Per-packet lookup structures, rebuilt from the stored entries on write.
-        self._lpm_by_len: list[tuple[int, int, dict[int, int]]] = []  # (len, mask, prefix -> port|-1)
+        self._lpm_by_len: list[tuple[int, dict[int, int]]] = []  # (mask, prefix -> port|-1), longest first
         self._lpm_default = -1  # port on LPM miss; -1 = drop
         self._lpm_cache: dict[int, int] = {}  # dst -> port, -1 = drop
+        self._back_by_len: list[tuple[int, dict[int, int]]] = []  # grant_route, same shape
+        self._back_cache: dict[int, int] = {}  # src -> port, -1 = no route
         self._receiver_ports: frozenset[int] = frozenset()
         self._slack_ranges: tuple[tuple[int, int, int], ...] = ()  # (low, high, qclass), best first
         self._slack_default = QUEUE_SLACK_LEAST_URGENT
         self._grants: dict[int, tuple[int, int, int, int]] = {}  # flow -> (kbps, epoch, lease_us, slot)
-        self._grant_default_hit: tuple[int, int, int, int] | None = None  # flow_grant default set_grant
         self._default_grant = (0, 0, 0, n.DEFAULT_METER_SLOT)  # (kbps, epoch 0, lease_us, slot)
         self._offset = 0
         self._ecn_threshold = ECN_THRESHOLD_OFF
         for table in _SCHEMAS:
-            self._rebuild(table)
+            if table in self._defaults or table in _CONST_DEFAULT_TABLES:
+                self._rebuild(table)
         self._meters: dict[int, _Meter] = {}
         self._flow_bytes = self._counters[n.FLOW_BYTES]
         self._port_tx = self._counters[n.PORT_TX_BYTES]
@@ -296,7 +317,7 @@ class PipelineModel:
                 raise _Reject("INVALID_ARGUMENT", f"default action of {e.table} accepts only MODIFY")
             if e.match:
                 raise _Reject("INVALID_ARGUMENT", "default entry must have an empty match")
-            if e.table in _FIXED_DEFAULT_TABLES:
+            if e.table in _CONST_DEFAULT_TABLES:
                 raise _Reject("INVALID_ARGUMENT", f"default action of {e.table} is const")
             self._defaults[e.table] = e
             return
@@ -368,19 +389,14 @@ class PipelineModel:
     def _rebuild(self, table: str) -> None:
         """Recompute the per-packet lookup structure of ``table`` from its stored entries."""
         entries = self._tables[table].values()
-        default = self._defaults[table]
+        default = self._defaults.get(table)
         if table == n.IPV4_LPM:
-            by_len: dict[int, dict[int, int]] = {}
-            for e in entries:
-                m = e.match[n.F_DST_ADDR]
-                port = e.params["port"] if e.action == n.ACT_SET_EGRESS else -1
-                by_len.setdefault(m.prefix_len, {})[m.value] = port
-            self._lpm_by_len = [
-                (plen, ((1 << 32) - 1) ^ ((1 << (32 - plen)) - 1), by_len[plen])
-                for plen in sorted(by_len, reverse=True)
-            ]
+            self._lpm_by_len = _lpm_index(entries, n.F_DST_ADDR)
             self._lpm_default = default.params["port"] if default.action == n.ACT_SET_EGRESS else -1
             self._lpm_cache = {}
+        elif table == n.GRANT_ROUTE:
+            self._back_by_len = _lpm_index(entries, n.F_SRC_ADDR)
+            self._back_cache = {}
         elif table == n.RECEIVER_PORT:
             self._receiver_ports = frozenset(e.match[n.F_EGRESS_PORT] for e in entries)
         elif table == n.SLACK_CLASS:
@@ -394,11 +410,6 @@ class PipelineModel:
                 e.match[n.F_FLOW_ID]: (e.params["rate_kbps"], e.params["epoch"],
                                        e.params["lease_us"], e.params["meter_slot"])
                 for e in entries}
-            if default.action == n.ACT_SET_GRANT:
-                p = default.params
-                self._grant_default_hit = (p["rate_kbps"], p["epoch"], p["lease_us"], p["meter_slot"])
-            else:
-                self._grant_default_hit = None
         elif table == n.CLOCK_OFFSET:
             self._offset = default.params["offset_ns"]
         elif table == n.DEFAULT_GRANT:
@@ -421,10 +432,11 @@ class PipelineModel:
         """The current default action of ``table`` (an ``is_default`` entry).
 
         Raises:
-            InvalidInput: unknown table.
+            InvalidInput: unknown table, or one whose default is const.
         """
         if table not in self._defaults:
-            raise InvalidInput("table", f"must be one of {sorted(self._defaults)}, got {table!r}")
+            raise InvalidInput("table", f"must be one of {sorted(self._defaults)} "
+                               f"(others have const defaults), got {table!r}")
         return self._defaults[table]
 
     def meter_config(self, index: int) -> MeterConfig | None:
@@ -468,13 +480,15 @@ class PipelineModel:
     def _route(self, dst: int) -> int:
         port = self._lpm_cache.get(dst)
         if port is None:
-            port = self._lpm_default
-            for _plen, mask, prefixes in self._lpm_by_len:
-                hit = prefixes.get(dst & mask)
-                if hit is not None:
-                    port = hit
-                    break
+            port = _lpm_lookup(self._lpm_by_len, dst, self._lpm_default)
             self._lpm_cache[dst] = port
+        return port
+
+    def _route_back(self, src: int) -> int:
+        port = self._back_cache.get(src)
+        if port is None:
+            port = _lpm_lookup(self._back_by_len, src, -1)
+            self._back_cache[src] = port
         return port
 
     def ingress(self, pkt: Packet, in_port: int) -> list[tuple[int, Packet]]:
@@ -482,21 +496,24 @@ class PipelineModel:
 
         Returns the ``(egress_port, packet)`` pairs to enqueue, each with ``priority`` set;
         ``[]`` when dropped (IPv4 LPM miss or drop action). Mutates ``pkt`` (priority, qclass,
-        colour; a REQUEST at the receiver's ToR becomes the GRANT).
+        colour; a REQUEST at the receiver's ToR becomes the GRANT); a stale-epoch DATA adds a
+        new GRANT packet.
         """
+        t = pkt.safs_type
+        safs_ok = False
+        if t != 0:
+            if pkt.safs_truncated:
+                self._malformed[1][Malformed.TRUNCATED] += 1
+            elif pkt.safs_version != SAFS_VERSION:
+                self._malformed[1][Malformed.BAD_VERSION] += 1
+            elif t not in _KNOWN_TYPES:
+                self._malformed[1][Malformed.BAD_TYPE] += 1
+            else:
+                safs_ok = True
         port = self._route(pkt.dst)
         if port < 0:
             return []
-        t = pkt.safs_type
-        if t == 0:
-            pkt.priority = QUEUE_BEST_EFFORT
-            return [(port, pkt)]
-        if pkt.safs_truncated or pkt.safs_version != SAFS_VERSION or t not in _KNOWN_TYPES:
-            idx = (Malformed.TRUNCATED if pkt.safs_truncated
-                   else Malformed.BAD_VERSION if pkt.safs_version != SAFS_VERSION
-                   else Malformed.BAD_TYPE)
-            self._malformed[0][idx] += pkt.size
-            self._malformed[1][idx] += 1
+        if not safs_ok:
             pkt.priority = QUEUE_BEST_EFFORT
             return [(port, pkt)]
         at_receiver = port in self._receiver_ports
@@ -514,8 +531,7 @@ class PipelineModel:
                 pkt.priority = qclass
                 return [(port, pkt)]
             grant = self._grants.get(pkt.flow_id)
-            installed = grant if grant is not None else self._grant_default_hit
-            slot = installed[3] if installed is not None else self._default_grant[3]
+            slot = grant[3] if grant is not None else self._default_grant[3]
             fb = self._flow_bytes
             fb[0][slot] += pkt.size
             fb[1][slot] += 1
@@ -523,36 +539,36 @@ class PipelineModel:
             color = _GREEN if meter is None else meter.color(pkt.size, self._clock())
             pkt.color = color
             pkt.priority = qclass if color == _GREEN else QUEUE_OVER_RATE
-            if installed is not None and epoch_newer(installed[1], pkt.epoch):
-                g = Packet(pkt.dst, pkt.src, PROTO_UDP, pkt.dport, pkt.sport, CONTROL_PACKET_BYTES)
-                g.safs_version = SAFS_VERSION
-                g.safs_type = _GRANT
-                g.flags = pkt.flags
-                g.flow_id = pkt.flow_id
-                g.remaining = pkt.remaining
-                g.ts = now
-                g.rate_kbps, g.epoch, g.lease_us = installed[0], installed[1], installed[2]
-                g.priority = QUEUE_CONTROL
-                gport = self._route(g.dst)
+            if grant is not None and epoch_newer(grant[1], pkt.epoch):
+                gport = self._route_back(pkt.src)
                 if gport >= 0:
+                    g = Packet(pkt.dst, pkt.src, PROTO_UDP, pkt.dport, SAFS_UDP_PORT, CONTROL_PACKET_BYTES)
+                    g.safs_version = SAFS_VERSION
+                    g.safs_type = _GRANT
+                    g.flags = pkt.flags
+                    g.flow_id = pkt.flow_id
+                    g.remaining = pkt.remaining
+                    g.ts = now
+                    g.rate_kbps, g.epoch, g.lease_us = grant[0], grant[1], grant[2]
+                    g.qclass = g.priority = QUEUE_CONTROL
+                    g.color = _UNMETERED
                     return [(port, pkt), (gport, g)]
             return [(port, pkt)]
+        pkt.qclass = pkt.priority = QUEUE_CONTROL
+        pkt.color = _UNMETERED
         if t == _REQUEST and at_receiver:
+            gport = self._route_back(pkt.src)
+            if gport < 0:  # no route back: forwarded to the host as a plain REQUEST
+                return [(port, pkt)]
             grant = self._grants.get(pkt.flow_id)
             if grant is None:
                 self._digests.append(RequestDigest(pkt.flow_id, pkt.src, pkt.dst, pkt.remaining, pkt.ts))
-                grant = self._grant_default_hit or self._default_grant
+                grant = self._default_grant
             pkt.src, pkt.dst = pkt.dst, pkt.src
-            pkt.sport, pkt.dport = pkt.dport, pkt.sport
             pkt.safs_type = _GRANT
             pkt.rate_kbps, pkt.epoch, pkt.lease_us = grant[0], grant[1], grant[2]
             pkt.ts = (self._clock() + self._offset) & TIME_MASK
-            pkt.priority = QUEUE_CONTROL
-            port = self._route(pkt.dst)
-            if port < 0:
-                return []
-            return [(port, pkt)]
-        pkt.priority = QUEUE_CONTROL
+            return [(gport, pkt)]
         return [(port, pkt)]
 
     def egress(self, pkt: Packet, egress_port: int, enq_qdepth: int) -> None:
@@ -564,9 +580,7 @@ class PipelineModel:
         ecn = pkt.ecn
         if (ecn == ECN_ECT0 or ecn == ECN_ECT1) and enq_qdepth > self._ecn_threshold:
             pkt.ecn = ECN_CE
-            em = self._ecn_marked
-            em[0][egress_port] += pkt.size
-            em[1][egress_port] += 1
+            self._ecn_marked[1][egress_port] += 1
         if (pkt.safs_type != 0 and pkt.safs_version == SAFS_VERSION and not pkt.safs_truncated
                 and pkt.safs_type in _KNOWN_TYPES):
             pkt.qdepth = enq_qdepth if enq_qdepth < QDEPTH_MAX else QDEPTH_MAX
@@ -576,10 +590,26 @@ class PipelineModel:
         bucket = (enq_qdepth + 1).bit_length() - 1 if enq_qdepth > 0 else 0
         if bucket >= n.QDEPTH_BUCKETS:
             bucket = n.QDEPTH_BUCKETS - 1
-        h = self._qhist
-        i = egress_port * n.QDEPTH_BUCKETS + bucket
-        h[0][i] += pkt.size
-        h[1][i] += 1
+        self._qhist[1][egress_port * n.QDEPTH_BUCKETS + bucket] += 1
+
+
+def _lpm_index(entries, field: str) -> list[tuple[int, dict[int, int]]]:
+    """(mask, {prefix: port or -1 for drop}) per prefix length, longest first."""
+    by_len: dict[int, dict[int, int]] = {}
+    for e in entries:
+        m = e.match[field]
+        port = e.params["port"] if "port" in e.params else -1
+        by_len.setdefault(m.prefix_len, {})[m.value] = port
+    return [(((1 << 32) - 1) ^ ((1 << (32 - plen)) - 1), by_len[plen])
+            for plen in sorted(by_len, reverse=True)]
+
+
+def _lpm_lookup(index: list[tuple[int, dict[int, int]]], addr: int, miss: int) -> int:
+    for mask, prefixes in index:
+        hit = prefixes.get(addr & mask)
+        if hit is not None:
+            return hit
+    return miss
 
 
 def qdepth_bucket(enq_qdepth: int) -> int:
