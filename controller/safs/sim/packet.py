@@ -11,6 +11,16 @@ from __future__ import annotations
 PROTO_TCP = 6
 PROTO_UDP = 17
 
+# Header bytes counted in ``Packet.size`` (the sim counts the Ethernet header, not preamble,
+# FCS or inter-frame gap; the pipeline model's GRANT size uses the same convention).
+ETH_HEADER_BYTES = 14
+IPV4_HEADER_BYTES = 20
+UDP_HEADER_BYTES = 8
+TCP_HEADER_BYTES = 20  # no options (the sim echoes send times without a timestamp option)
+
+# TCP flag bits (RFC 793, RFC 3168).
+TCP_FIN, TCP_SYN, TCP_ACK, TCP_ECE, TCP_CWR = 0x01, 0x02, 0x10, 0x40, 0x80
+
 
 class Packet:
     """A packet in flight.
