@@ -280,6 +280,8 @@ class Allocator:
         self._resend_ppm = round(config.resend_fraction * PPM)
         self._recv_usable = self._usable_map("receiver_capacity_bps", receiver_capacity_bps)
         self._send_usable = self._usable_map("sender_uplink_bps", sender_uplink_bps)
+        self._recv_capacity = {name: receiver_capacity_bps[name] for name in self._recv_usable}
+        self._send_capacity = {name: sender_uplink_bps[name] for name in self._send_usable}
         self._flows: dict[int, AllocFlow] = {}
         self._by_receiver: dict[str, set[int]] = {name: set() for name in self._recv_usable}
         self._by_sender: dict[str, set[int]] = {name: set() for name in self._send_usable}
@@ -302,6 +304,14 @@ class Allocator:
     def config(self) -> AllocatorConfig:
         """The configuration in force."""
         return self._cfg
+
+    def receiver_capacity_bps(self) -> dict[str, int]:
+        """Receiver link capacities as configured (before headroom), bit/s, by host name."""
+        return dict(self._recv_capacity)
+
+    def sender_uplink_bps(self) -> dict[str, int]:
+        """Sender uplink capacities as configured (before headroom), bit/s, by host name."""
+        return dict(self._send_capacity)
 
     def receiver_usable_bps(self, receiver: str) -> int:
         """Usable capacity (capacity minus headroom) of a receiver link, bit/s."""
