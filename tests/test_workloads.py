@@ -1,0 +1,318 @@
+"""Workloads: ZB-H1 schedule properties, closed-loop runs on the ideal network, AFD batching
+and TPOT, background sources, flow traces, build_workload."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from safs.errors import InvalidInput
+from safs.topology import load_topology
+from safs.workloads import build_workload
+from safs.workloads.afd import MODEL_LAYERS, AfdDecode, load_trace
+from safs.workloads.api import FlowSpec
+from safs.workloads.background import BulkFlows, PoissonArrivals
+from safs.workloads.distributions import load_distribution
+from safs.workloads.ideal import IdealNetwork, transfer_ns
+from safs.workloads.trace import TraceWorkload, load_trace_file
+from safs.workloads.zerobubble import (
+    Op, ZeroBubbleTraining, makespan, op_inputs, schedule_times, zb_h1_formula_ns, zb_h1_order,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+TOPO = ROOT / "topologies"
+
+
+@pytest.fixture(scope="module")
+def afd_topo():
+    return load_topology(TOPO / "afd-16a2f.yaml")
+
+
+@pytest.fixture(scope="module")
+def zb_topo():
+    return load_topology(TOPO / "zerobubble-pp.yaml")
+
+
+# ---- ZB-H1 schedule (pure) -------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 8), st.integers(1, 24))
+def test_zb_h1_each_stage_runs_m_f_b_w_in_dependency_order(p, m):
+    order = zb_h1_order(p, m)
+    assert len(order) == p
+    for s, ops in enumerate(order):
+        for kind in "FBW":
+            assert [op.mb for op in ops if op.kind == kind] == list(range(m))
+        pos = {op: i for i, op in enumerate(ops)}
+        for i in range(m):
+            assert pos[Op("F", i)] < pos[Op("B", i)] < pos[Op("W", i)]
+        # Same in-flight bound as 1F1B: at most min(p-s, m) micro-batches between F and B.
+        inflight = peak = 0
+        for op in ops:
+            inflight += 1 if op.kind == "F" else (-1 if op.kind == "B" else 0)
+            peak = max(peak, inflight)
+        assert peak == min(p - s, m)
+        # W deferred: stage s runs its first W after its (s+1)-th B (or after all B when m <= s).
+        bs_before_first_w = sum(1 for op in ops[:pos[Op("W", 0)]] if op.kind == "B")
+        assert bs_before_first_w == min(s + 1, m) if m - min(p - s - 1, m) > s else bs_before_first_w >= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 6), st.integers(1, 16), st.integers(1, 40), st.integers(1, 40), st.integers(1, 40),
+       st.integers(0, 10))
+def test_timing_respects_dependencies(p, m, tf, tb, tw, comm):
+    order = zb_h1_order(p, m)
+    times = schedule_times(order, tf, tb, tw, comm)
+    for (s, op), (start, end) in times.items():
+        assert end - start == {"F": tf, "B": tb, "W": tw}[op.kind]
+        for src in op_inputs(p, s, op):
+            assert start >= times[src][1] + comm
+    for s, ops in enumerate(order):  # one op at a time per stage, in order
+        spans = [times[(s, op)] for op in ops]
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 8), st.integers(0, 16), st.integers(1, 50), st.integers(1, 50), st.data())
+def test_makespan_matches_paper_bubble_formula(p, extra, tf, tb, data):
+    # Qi et al. Table 2: ZB-H1 bubble (p-1)(T_F+T_B-T_W); holds for m >= p and T_W <= T_F, T_B.
+    m = p + extra
+    tw = data.draw(st.integers(1, min(tf, tb)))
+    times = schedule_times(zb_h1_order(p, m), tf, tb, tw)
+    assert makespan(times) == zb_h1_formula_ns(p, m, tf, tb, tw)
+
+
+def test_zb_h1_bubble_is_a_third_of_1f1b_for_equal_costs():
+    p, m, t = 4, 12, 10
+    bubble = makespan(schedule_times(zb_h1_order(p, m), t, t, t)) - m * 3 * t
+    assert bubble * 3 == (p - 1) * 3 * t  # 1F1B bubble (p-1)(F+B+W) = 3(p-1)T
+
+
+def test_zerobubble_closed_loop_on_ideal_network_equals_ideal_timing(zb_topo):
+    w = ZeroBubbleTraining({"stages": 4, "microbatches": 6, "iterations": 2}, zb_topo)
+    net = IdealNetwork(zb_topo)
+    net.run(w)
+    m = w.metrics()
+    assert w.done() and m["iterations_done"] == 2
+    assert m["iteration_time_ms"] == pytest.approx(m["iteration_time_ideal_ms"])
+    assert m["iteration_time_ratio"] == pytest.approx(1.0)
+    flows = net.flows
+    assert len(flows) == 2 * 2 * 3 * 6  # iterations x (act+grad) x boundaries x micro-batches
+    assert all(f.spec.size_bytes == w.boundary_bytes for f in flows)
+    # Bytes from the Table 3 config: s*b*h*2 (BF16), scaled.
+    assert w.boundary_bytes == round(1024 * 6 * 2304 * 2 * w.scale)
+
+
+def test_zerobubble_slower_network_stretches_iterations(zb_topo):
+    fast = ZeroBubbleTraining({"microbatches": 4, "iterations": 1}, None)
+    IdealNetwork(rate_bps=100_000_000_000).run(fast)
+    slow = ZeroBubbleTraining({"microbatches": 4, "iterations": 1}, None)
+    IdealNetwork(rate_bps=1_000_000_000).run(slow)
+    assert slow.iteration_times_ns[0] > fast.iteration_times_ns[0]
+
+
+@pytest.mark.parametrize("params,field", [({"stages": 1}, "stages"), ({"microbatches": 0}, "microbatches"),
+                                          ({"model": "7B"}, "model"), ({"scale": 0}, "scale"),
+                                          ({"bogus": 1}, "bogus"), ({"stages": 8}, "stages")])
+def test_zerobubble_bad_params(zb_topo, params, field):
+    with pytest.raises(InvalidInput) as exc:
+        ZeroBubbleTraining(params, zb_topo)
+    assert field in exc.value.field
+
+
+# ---- AFD ---------------------------------------------------------------------------------
+
+def test_azure_trace_loads():
+    reqs = load_trace(ROOT / "controller/safs/data/llm-inference/AzureLLMInferenceTrace_conv.csv")
+    assert len(reqs) == 19366 and reqs[0].arrival_ns == 0
+    assert all(a.arrival_ns <= b.arrival_ns for a, b in zip(reqs, reqs[1:]))
+    assert all(r.generated_tokens >= 1 for r in reqs)
+
+
+def test_afd_ideal_tpot_matches_stepmesh_budget(afd_topo):
+    w = AfdDecode({"decode_steps": 6}, afd_topo)
+    net = IdealNetwork(afd_topo)
+    net.run(w)
+    m = w.metrics()
+    assert m["tpot_samples"] == 5
+    # 61 layers x 3 micro-batches x 273 us = 50 ms (StepMesh) plus transfer time.
+    assert 49.9 <= m["tpot_p50_ms"] <= 55
+    assert m["tpot_p50_ms"] == pytest.approx(m["tpot_ideal_ms"], rel=1e-6)
+    a2f = [f for f in net.flows if f.spec.label.startswith("A2F")]
+    f2a = [f for f in net.flows if f.spec.label.startswith("F2A")]
+    assert len(a2f) == len(f2a) == 6 * 2 * 3 * 16 * 2
+    # F2A carries BF16, A2F FP8: twice the bytes for the same tokens.
+    assert sum(f.spec.size_bytes for f in f2a) == 2 * sum(f.spec.size_bytes for f in a2f)
+
+
+def test_afd_batch_follows_load(afd_topo):
+    light = AfdDecode({"decode_steps": 3, "time_compression": 0.5, "max_batch": 10_000}, None)
+    IdealNetwork().run(light)
+    heavy = AfdDecode({"decode_steps": 3, "time_compression": 50.0, "max_batch": 10_000}, None)
+    IdealNetwork().run(heavy)
+    capped = AfdDecode({"decode_steps": 3, "time_compression": 50.0, "max_batch": 64}, None)
+    IdealNetwork().run(capped)
+    assert light.batch_sizes[0] < heavy.batch_sizes[0]
+    assert max(capped.batch_sizes) <= 64
+
+
+def test_afd_contention_raises_tpot(afd_topo):
+    base = AfdDecode({"decode_steps": 4, "compute_scale": 0.05}, None)
+    IdealNetwork(rate_bps=100_000_000_000).run(base)
+    slow = AfdDecode({"decode_steps": 4, "compute_scale": 0.05}, None)
+    IdealNetwork(rate_bps=10_000_000_000).run(slow)
+    assert slow.metrics()["tpot_p50_ms"] > base.metrics()["tpot_p50_ms"]
+
+
+def test_afd_tpot_scales_with_layers():
+    w = AfdDecode({"decode_steps": 3, "layers_simulated": 4, "compute_scale": 1.0}, None)
+    IdealNetwork(rate_bps=10**15).run(w)  # ~no transfer time
+    ends = w.step_end_ns
+    assert w.tpot_samples_ns()[0] == (ends[1] - ends[0]) * MODEL_LAYERS // 4
+
+
+@pytest.mark.parametrize("params,field", [({"n_attn": 0}, "n_attn"), ({"layers_simulated": 62}, "layers_simulated"),
+                                          ({"time_compression": 0}, "time_compression"), ({"foo": 1}, "foo"),
+                                          ({"decode_steps": 1}, "decode_steps")])
+def test_afd_bad_params(params, field):
+    with pytest.raises(InvalidInput) as exc:
+        AfdDecode(params, None)
+    assert field in exc.value.field
+
+
+def test_afd_missing_hosts():
+    topo = load_topology(TOPO / "zerobubble-pp.yaml")
+    with pytest.raises(InvalidInput, match="no host 'a0'"):
+        AfdDecode({}, topo)
+
+
+def test_azure_trace_bad_rows(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,0\n")
+    with pytest.raises(InvalidInput) as exc:
+        load_trace(f)
+    assert exc.value.field == "line 2, column GeneratedTokens"
+    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,10,3\n")
+    with pytest.raises(InvalidInput, match="TIMESTAMP"):
+        load_trace(f)
+
+
+# ---- background --------------------------------------------------------------------------
+
+def test_bulk_flows_pair_round_robin_and_restart():
+    bulk = BulkFlows(3, ["bg0", "bg1"], ["f0", "f1"], size_bytes=1_000_000)
+    assert bulk.pairs == [("bg0", "f0"), ("bg1", "f1"), ("bg0", "f0")]
+    net = IdealNetwork(rate_bps=8_000_000_000)  # 1 ms per flow
+    bulk.start(net)
+    net.run(until_ns=3_500_000)
+    assert bulk.started == 3 * 4  # initial + 3 restarts each by 3.5 ms
+    assert all(f.spec.flow_class == "background" and f.spec.no_bubble_ts_ns is None for f in net.flows)
+
+
+@pytest.mark.parametrize("load", [0, -0.1, 1.5, True])
+def test_poisson_load_must_be_in_0_1(load):
+    dist = load_distribution("hpcc_WebSearch_distribution.txt")
+    with pytest.raises(InvalidInput) as exc:
+        PoissonArrivals(load, ["bg0"], {"f0": 10**11}, dist, random.Random(1))
+    assert exc.value.field == "background.load"
+
+
+def test_poisson_offered_load_matches_target():
+    dist = load_distribution("homa_Google_SearchRPC.txt")
+    src = PoissonArrivals(0.4, ["bg0", "bg1"], {"f0": 10**10}, dist, random.Random(5))
+    net = IdealNetwork()
+    src.start(net)
+    horizon = 200_000_000  # 200 ms
+    net.run(until_ns=horizon)
+    offered_bps = sum(f.spec.size_bytes for f in net.flows) * 8 / (horizon / 1e9)
+    assert offered_bps == pytest.approx(0.4 * 10**10, rel=0.15)
+
+
+def test_build_workload_with_background(zb_topo):
+    w = build_workload("zerobubble", {"microbatches": 4, "iterations": 1}, zb_topo, seed=3, background_flows=2,
+                       load=0.2)
+    net = IdealNetwork(zb_topo)
+    net.run(w)
+    assert w.done()
+    bg = [f for f in net.flows if f.spec.flow_class == "background"]
+    assert any(f.spec.label.startswith("bulk") for f in bg) and any(f.spec.label.startswith("poisson") for f in bg)
+    assert all(f.spec.sender.startswith("bg") and f.spec.receiver.startswith("stage") for f in bg)
+    assert "iteration_time_ms" in w.metrics()
+    with pytest.raises(InvalidInput):
+        build_workload("nope", {}, zb_topo)
+    with pytest.raises(InvalidInput):
+        build_workload("zerobubble", {}, zb_topo, load=1.5)
+
+
+# ---- traces ------------------------------------------------------------------------------
+
+EXAMPLE = ROOT / "controller/safs/data/traces/example-incast.csv"
+
+
+def test_example_trace_runs_and_reports_misses():
+    topo = load_topology(TOPO / "leaf-spine.yaml")
+    w = build_workload("trace", {"path": str(EXAMPLE)}, topo)
+    net = IdealNetwork(topo)
+    net.run(w)
+    assert w.done() and w.metrics()["trace_flows_done"] == 5
+    starts = sorted(f.start_ns for f in net.flows)
+    assert starts == [0, 100_000, 100_000, 100_000, 500_000]
+
+
+def test_trace_csv_and_json_agree(tmp_path):
+    flows = load_trace_file(EXAMPLE)
+    rows = [{"start_ns": t, "sender": s.sender, "receiver": s.receiver, "bytes": s.size_bytes,
+             "no_bubble_ts_ns": s.no_bubble_ts_ns, "label": s.label, "class": s.flow_class} for t, s in flows]
+    j = tmp_path / "t.json"
+    j.write_text(json.dumps(rows))
+    assert load_trace_file(j) == flows
+
+
+HEADER = "start_ns,sender,receiver,bytes,no_bubble_ts_ns,label,class\n"
+BAD_TRACES = [
+    ("x,h1,h0,10,5,l,pipeline\n", "line 2, column start_ns"),
+    ("0,h1,h0,0,5,l,pipeline\n", "line 2, column bytes"),
+    ("0,h1,h0,10,,l,pipeline\n", "line 2, column no_bubble_ts_ns"),
+    ("0,h1,h0,10,-3,l,pipeline\n", "line 2, column no_bubble_ts_ns"),
+    ("0,h1,h1,10,5,l,pipeline\n", "line 2, column receiver"),
+    ("0,h1,h0,10,5,l,urgent\n", "line 2, column class"),
+    ("0,h1,zz,10,5,l,pipeline\n", "line 2, column receiver"),
+    ("0,h1,h0,10,5,l,pipeline\n0,h1,h0,10\n", "line 3"),
+]
+
+
+@pytest.mark.parametrize("body,field", BAD_TRACES)
+def test_bad_trace_rows_name_line_and_column(tmp_path, body, field):
+    f = tmp_path / "bad.csv"
+    f.write_text(HEADER + body)
+    with pytest.raises(InvalidInput) as exc:
+        load_trace_file(f, hosts={"h0", "h1"})
+    assert exc.value.field == field and exc.value.source == str(f)
+
+
+def test_bad_trace_header_and_json(tmp_path):
+    f = tmp_path / "bad.csv"
+    f.write_text("start,sender\n1,2\n")
+    with pytest.raises(InvalidInput, match="header lacks"):
+        load_trace_file(f)
+    j = tmp_path / "bad.json"
+    j.write_text("{not json")
+    with pytest.raises(InvalidInput, match="JSON"):
+        load_trace_file(j)
+
+
+def test_flowspec_validation():
+    with pytest.raises(InvalidInput):
+        FlowSpec("a", "a", 10, 5, "x")
+    with pytest.raises(InvalidInput):
+        FlowSpec("a", "b", 0, 5, "x")
+    with pytest.raises(InvalidInput):
+        FlowSpec("a", "b", 10, None, "x", "pipeline")
+    assert FlowSpec("a", "b", 10, None, "x", "background").no_bubble_ts_ns is None
+    assert transfer_ns(1250, 10**10) == 1000
