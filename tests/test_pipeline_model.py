@@ -444,3 +444,30 @@ def test_read_counter_and_entries_bad_names() -> None:
     assert e2.value.field == "index"
     with pytest.raises(InvalidInput):
         sw.entries("nope")
+
+
+@settings(max_examples=200, deadline=None)
+@given(ranges=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 60), st.integers(0, 60),
+                                 st.integers(2, 6)), max_size=6),
+       keys=st.lists(st.integers(0, 70), min_size=1, max_size=20))
+def test_slack_partition_matches_priority_scan(ranges, keys) -> None:
+    """The per-packet bisect gives what a P4Runtime range table gives: the highest-priority
+    entry containing the key (priorities made distinct, as P4Runtime requires for overlaps)."""
+    sw = PipelineModel("s", Clock(0))
+    entries, seen = [], set()
+    for prio, a, b, q in ranges:
+        lo, hi = min(a, b), max(a, b)
+        if (lo, hi) in seen:
+            continue
+        seen.add((lo, hi))
+        entries.append((prio * 100 + len(entries), lo, hi, q))
+    sw.write([ins(entry(n.SLACK_CLASS, {n.F_SLACK_KEY: Range(lo, hi)}, n.ACT_SET_SLACK_CLASS,
+                        priority=prio, qclass=q)) for prio, lo, hi, q in entries]
+             + [mod(default(n.IPV4_LPM, n.ACT_SET_EGRESS, port=1, dst_mac=0))])
+    for key in keys:
+        hits = [(prio, q) for prio, lo, hi, q in entries if lo <= key <= hi]
+        want = max(hits)[1] if hits else 2
+        p = safs_pkt(MsgType.DATA)
+        p.ts = wrap(key ^ (1 << 47))  # now = 0, so the slack key is exactly `key`
+        sw.ingress(p, 0)
+        assert p.qclass == want

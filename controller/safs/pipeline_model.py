@@ -44,6 +44,7 @@ Counters: ``flow_bytes`` and ``port_tx_bytes`` count bytes and packets; ``malfor
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -240,8 +241,10 @@ class PipelineModel:
         self._back_by_len: list[tuple[int, dict[int, int]]] = []  # grant_route, same shape
         self._back_cache: dict[int, int] = {}  # src -> port, -1 = no route
         self._receiver_ports: frozenset[int] = frozenset()
-        self._slack_ranges: tuple[tuple[int, int, int], ...] = ()  # (low, high, qclass), best first
-        self._slack_default = QUEUE_SLACK_LEAST_URGENT
+        # slack_class resolved into a partition of the 48-bit key space: class of the key in
+        # [_slack_bounds[i-1], _slack_bounds[i]) is _slack_classes[i] (one bisect per packet).
+        self._slack_bounds: list[int] = []
+        self._slack_classes: list[int] = [QUEUE_SLACK_LEAST_URGENT]
         self._grants: dict[int, tuple[int, int, int, int]] = {}  # flow -> (kbps, epoch, lease_us, slot)
         self._default_grant = (0, 0, 0, n.DEFAULT_METER_SLOT)  # (kbps, epoch 0, lease_us, slot)
         self._offset = 0
@@ -400,11 +403,9 @@ class PipelineModel:
         elif table == n.RECEIVER_PORT:
             self._receiver_ports = frozenset(e.match[n.F_EGRESS_PORT] for e in entries)
         elif table == n.SLACK_CLASS:
-            ordered = sorted(entries, key=lambda e: -e.priority)
-            self._slack_ranges = tuple(
-                (e.match[n.F_SLACK_KEY].low, e.match[n.F_SLACK_KEY].high, e.params["qclass"])
-                for e in ordered)
-            self._slack_default = default.params["qclass"]
+            self._slack_bounds, self._slack_classes = _range_partition(
+                [(e.priority, e.match[n.F_SLACK_KEY].low, e.match[n.F_SLACK_KEY].high, e.params["qclass"])
+                 for e in entries], default.params["qclass"])
         elif table == n.FLOW_GRANT:
             self._grants = {
                 e.match[n.F_FLOW_ID]: (e.params["rate_kbps"], e.params["epoch"],
@@ -518,13 +519,9 @@ class PipelineModel:
             return [(port, pkt)]
         at_receiver = port in self._receiver_ports
         if t == _DATA:
-            now = (self._clock() + self._offset) & TIME_MASK
-            key = ((pkt.ts - now) & TIME_MASK) ^ HALF
-            qclass = self._slack_default
-            for low, high, q in self._slack_ranges:
-                if low <= key <= high:
-                    qclass = q
-                    break
+            local = self._clock()
+            now = (local + self._offset) & TIME_MASK
+            qclass = self._slack_classes[bisect_right(self._slack_bounds, ((pkt.ts - now) & TIME_MASK) ^ HALF)]
             pkt.qclass = qclass
             if not at_receiver:
                 pkt.color = _UNMETERED
@@ -536,10 +533,10 @@ class PipelineModel:
             fb[0][slot] += pkt.size
             fb[1][slot] += 1
             meter = self._meters.get(slot)
-            color = _GREEN if meter is None else meter.color(pkt.size, self._clock())
+            color = _GREEN if meter is None else meter.color(pkt.size, local)
             pkt.color = color
             pkt.priority = qclass if color == _GREEN else QUEUE_OVER_RATE
-            if grant is not None and epoch_newer(grant[1], pkt.epoch):
+            if grant is not None and pkt.epoch != grant[1] and epoch_newer(grant[1], pkt.epoch):
                 gport = self._route_back(pkt.src)
                 if gport >= 0:
                     g = Packet(pkt.dst, pkt.src, PROTO_UDP, pkt.dport, SAFS_UDP_PORT, CONTROL_PACKET_BYTES)
@@ -591,6 +588,24 @@ class PipelineModel:
         if bucket >= n.QDEPTH_BUCKETS:
             bucket = n.QDEPTH_BUCKETS - 1
         self._qhist[1][egress_port * n.QDEPTH_BUCKETS + bucket] += 1
+
+
+def _range_partition(ranges: list[tuple[int, int, int, int]], default: int) -> tuple[list[int], list[int]]:
+    """Resolve possibly overlapping ``(priority, low, high, value)`` ranges (higher priority
+    wins, as in P4Runtime; equal priorities: the first listed) into ``(bounds, values)`` with
+    ``values[bisect_right(bounds, key)]`` the value for ``key`` (``default`` where none match)."""
+    cuts = sorted({0} | {lo for _, lo, _, _ in ranges} | {hi + 1 for _, _, hi, _ in ranges})
+    ordered = sorted(ranges, key=lambda r: -r[0])
+    bounds: list[int] = []
+    values: list[int] = []
+    for start in cuts:
+        value = next((v for _, lo, hi, v in ordered if lo <= start <= hi), default)
+        if values and values[-1] == value:
+            continue
+        if values:
+            bounds.append(start)
+        values.append(value)
+    return bounds, values
 
 
 def _lpm_index(entries, field: str) -> list[tuple[int, dict[int, int]]]:
