@@ -68,12 +68,12 @@ from safs.protocol import (
     MsgType,
     epoch_newer,
 )
-from safs.sim.packet import PROTO_UDP, Packet
+from safs.sim.packet import ETH_HEADER_BYTES, IPV4_HEADER_BYTES, PROTO_UDP, UDP_HEADER_BYTES, Packet
 from safs.target import CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
 from safs.timebase import HALF, TIME_MASK
 
-# Wire size of a GRANT the switch generates: Ethernet 14 + IPv4 20 + UDP 8 + SAFS header.
-CONTROL_PACKET_BYTES = 14 + 20 + 8 + HEADER_LEN
+# Wire size of a GRANT the switch generates (the P4 clone is truncated to the same length).
+CONTROL_PACKET_BYTES = ETH_HEADER_BYTES + IPV4_HEADER_BYTES + UDP_HEADER_BYTES + HEADER_LEN
 
 ECN_THRESHOLD_BITS = 19
 ECN_THRESHOLD_OFF = (1 << ECN_THRESHOLD_BITS) - 1
