@@ -6,7 +6,8 @@ Model (docs/simulator.md):
   ``rate_bps``: a packet of ``size`` bytes occupies it for ``ceil(size * 8e9 / rate_bps)`` ns and
   arrives at the peer ``delay_ns`` after its last bit left (store and forward).
 - A switch port has 8 strict-priority FIFO queues (BMv2 >= 1.15.1: the highest non-empty
-  priority value is served first) sharing ``buffer_bytes``; a packet that does not fit is tail
+  priority value is served first) sharing ``buffer_bytes``; a packet that does not fit (or,
+  with dynamic thresholds, would push its queue above ``dt_alpha`` x free bytes) is tail
   dropped and counted per (port, class). A host NIC is one FIFO with an unbounded buffer (host
   memory; the transports limit what they queue).
 - A switch runs its pipeline's ``ingress(pkt, in_port)`` on arrival (zero pipeline latency)
@@ -71,6 +72,10 @@ class Port:
         strict: 8 strict-priority queues chosen by ``pkt.priority`` (switch port) or one FIFO
             (host NIC).
         egress: the pipeline's ``egress`` hook, called at enqueue (switch ports), or None.
+        dt_alpha: dynamic-threshold admission (Choudhury and Hahne, "Dynamic queue length
+            thresholds for shared-memory packet switches", IEEE/ACM ToN 1998): a queue may
+            grow only while its bytes stay <= dt_alpha * (free buffer bytes); 0 turns it off
+            (plain shared buffer).
 
     Counters: ``tx_packets``, ``tx_bytes``, ``drops`` (list of 8, per class), ``drop_bytes``.
 
@@ -80,11 +85,12 @@ class Port:
 
     __slots__ = ("engine", "owner", "number", "rate_bps", "delay_ns", "buffer_bytes", "strict",
                  "queues", "queued_bytes", "queued_packets", "busy_until", "wake_pending",
-                 "peer", "peer_port", "egress", "tx_packets", "tx_bytes", "drops", "drop_bytes")
+                 "peer", "peer_port", "egress", "tx_packets", "tx_bytes", "drops", "drop_bytes",
+                 "class_bytes", "dt_alpha")
 
     def __init__(self, engine: Engine, owner: str, number: int, rate_bps: int, delay_ns: int,
                  buffer_bytes: int, strict: bool,
-                 egress: Callable[[Packet, int, int], None] | None = None) -> None:
+                 egress: Callable[[Packet, int, int], None] | None = None, dt_alpha: float = 0.0) -> None:
         if type(rate_bps) is not int or rate_bps <= 0:
             raise InvalidInput(f"{owner}.port{number}.rate_bps", f"must be an integer > 0 bit/s, got {rate_bps!r}")
         if type(delay_ns) is not int or delay_ns < 0:
@@ -111,6 +117,8 @@ class Port:
         self.tx_bytes = 0
         self.drops = [0] * NUM_QUEUES
         self.drop_bytes = 0
+        self.class_bytes = [0] * len(self.queues)
+        self.dt_alpha = dt_alpha
 
     def send(self, pkt: Packet) -> bool:
         """Enqueue ``pkt`` (class ``pkt.priority`` on a switch port); False when tail dropped."""
@@ -123,7 +131,8 @@ class Port:
             return True
         size = pkt.size
         prio = pkt.priority if self.strict else 0
-        if self.queued_bytes + size > self.buffer_bytes:
+        free = self.buffer_bytes - self.queued_bytes
+        if size > free or (self.dt_alpha and self.class_bytes[prio] + size > self.dt_alpha * free):
             self.drops[prio] += 1
             self.drop_bytes += size
             return False
@@ -131,6 +140,7 @@ class Port:
         if self.egress is not None:
             self.egress(pkt, self.number, len(queue))
         queue.append(pkt)
+        self.class_bytes[prio] += size
         self.queued_bytes += size
         self.queued_packets += 1
         if not self.wake_pending:
@@ -159,6 +169,7 @@ class Port:
         while not queues[i]:
             i -= 1
         pkt = queues[i].popleft()
+        self.class_bytes[i] -= pkt.size
         self.queued_bytes -= pkt.size
         self.queued_packets -= 1
         engine = self.engine
@@ -252,8 +263,9 @@ class Network:
     topology with :func:`safs.sim.network.build_network`.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, dt_alpha: float = 0.0) -> None:
         self.engine = engine
+        self.dt_alpha = dt_alpha  # dynamic-threshold alpha of every switch port (0 = off)
         self.hosts: dict[str, Host] = {}
         self.switches: dict[str, Switch] = {}
         self.host_by_ip: dict[int, Host] = {}
@@ -303,7 +315,7 @@ class Network:
         if number in node.ports:
             raise InvalidInput(f"{node.name}.port", f"port {number} already connected")
         port = Port(self.engine, node.name, number, rate_bps, delay_ns, buffer_bytes, strict=True,
-                    egress=node.pipeline.egress)
+                    egress=node.pipeline.egress, dt_alpha=self.dt_alpha)
         node.ports[number] = port
         return port
 
@@ -356,16 +368,17 @@ MAX_BOOT_SKEW_NS = 10 * NS_PER_S  # switches booted up to 10 s before the run
 
 
 def build_network(topology: Any, engine: Engine,
-                  make_pipeline: Callable[[str, Callable[[], int]], Pipeline]) -> Network:
+                  make_pipeline: Callable[[str, Callable[[], int]], Pipeline], dt_alpha: float = 0.0) -> Network:
     """Build the network of a :class:`safs.topology.Topology` on ``engine``.
 
     Hosts get their topology address; each switch gets ``make_pipeline(name, clock)`` and a
     boot time drawn from ``engine.rng`` in ``[-MAX_BOOT_SKEW_NS, 0]`` (so the controller must
     set a real clock offset); every edge becomes a link with the edge's ``rate_bps`` and
     ``delay_ns``, switch ports numbered as in the topology (host NICs are port 0) and each
-    switch port buffering ``topology.buffer_bytes(switch)`` bytes.
+    switch port buffering ``topology.buffer_bytes(switch)`` bytes, admitted by dynamic threshold
+    ``dt_alpha`` (see :class:`Port`).
     """
-    net = Network(engine)
+    net = Network(engine, dt_alpha)
     for host in topology.hosts():
         net.add_host(host, topology.host_ip(host))
     for sw in topology.switches():

@@ -20,7 +20,9 @@ Sender (../shared/BRIEF.md, "Design decisions / How grants reach senders"):
   link) and the epoch it is sent under; background-class flows set ``FLAG_BACKGROUND``.
 
 Loss recovery (defined here; not part of the P4 program): the receiver sends a DONE
-(remaining 0) once every byte has arrived, and again for any DATA arriving after that. When the
+(remaining 0) once every byte has arrived, and again for any DATA arriving after that. A
+segment still missing when the one ``reorder_segments`` (3) positions after it arrives is
+reported at once in a NACK (below), like TCP's fast retransmit. When the
 sender has sent every byte and no DONE has come after ``rto_ns``, it re-sends the last segment
 as a probe (doubling the timeout up to ``rto_max_ns``). A duplicate DATA at a receiver that is
 still missing bytes is answered with a NACK: a DONE whose remaining bytes are the bytes still
@@ -76,6 +78,11 @@ class SafsConfig:
         rto_ns: probe timeout after the last byte was sent without a DONE.
         rto_max_ns: cap of the doubling probe timeout.
         nack_max_segments: missing segments listed in one NACK.
+        reorder_segments: a segment still missing when one this many positions later
+            arrives is reported lost (TCP's duplicate-ACK threshold, RFC 5681: 3).
+        zero_rate_poll_ns: while granted rate 0 the sender has no DATA to carry the epoch, so
+            it sends a REQUEST this often to learn of a new grant (default 50 µs, half the
+            scheduler's default tick).
 
     Raises:
         InvalidInput: a field out of its range (checked in ``__post_init__``).
@@ -87,6 +94,8 @@ class SafsConfig:
     rto_ns: int = 500_000
     rto_max_ns: int = 64_000_000
     nack_max_segments: int = 128
+    reorder_segments: int = 3
+    zero_rate_poll_ns: int = 50_000
 
     def __post_init__(self) -> None:
         min_mtu = IPV4_HEADER_BYTES + UDP_HEADER_BYTES + HEADER_LEN + 1
@@ -102,6 +111,10 @@ class SafsConfig:
             raise InvalidInput("rto_max_ns", f"must be an integer >= rto_ns ({self.rto_ns}), got {self.rto_max_ns!r}")
         if type(self.nack_max_segments) is not int or self.nack_max_segments < 1:
             raise InvalidInput("nack_max_segments", f"must be an integer >= 1, got {self.nack_max_segments!r}")
+        if type(self.reorder_segments) is not int or self.reorder_segments < 1:
+            raise InvalidInput("reorder_segments", f"must be an integer >= 1, got {self.reorder_segments!r}")
+        if type(self.zero_rate_poll_ns) is not int or self.zero_rate_poll_ns <= 0:
+            raise InvalidInput("zero_rate_poll_ns", f"must be an integer > 0 ns, got {self.zero_rate_poll_ns!r}")
 
     @property
     def segment_bytes(self) -> int:
@@ -223,9 +236,7 @@ class SafsSender:
             self.stats.retransmitted_bytes += size
         rate = self.rate_bps
         if rate <= 0:  # a zero grant: wait for a new grant or the lease to run out
-            self.pacing = False
-            if self.lease_expiry_ns is not None:
-                self.engine.at(self.lease_expiry_ns, self._wake, None)
+            self._stall()
             return
         self._schedule_pace(now + (size * 8_000_000_000 + rate - 1) // rate)
 
@@ -248,9 +259,22 @@ class SafsSender:
         self.nic.send(pkt)  # type: ignore[union-attr]
         return size
 
-    def _wake(self, _: object) -> None:
-        if not self.pacing and not self.closed:
-            self._schedule_pace(self.engine.now)
+    def _stall(self) -> None:
+        """Rate 0: stop pacing; poll with REQUESTs until a grant with a rate (or lease end)."""
+        self.pace_token += 1
+        self.pacing = False
+        self.engine.after(self.cfg.zero_rate_poll_ns, self._zero_rate_poll, self.pace_token)
+
+    def _zero_rate_poll(self, token: int) -> None:
+        if token != self.pace_token or self.closed or self.pacing:
+            return
+        now = self.engine.now
+        if self.lease_expiry_ns is not None and now >= self.lease_expiry_ns:
+            self._fallback()  # default rate > 0: pace again
+            self._schedule_pace(now)
+            return
+        self._request()
+        self.engine.after(self.cfg.zero_rate_poll_ns, self._zero_rate_poll, token)
 
     def _fallback(self) -> None:
         """Lease ran out without renewal: default rate, epoch 0, ask again."""
@@ -335,10 +359,7 @@ class SafsSender:
             return
         rate = self.rate_bps
         if rate <= 0:
-            self.pace_token += 1
-            self.pacing = False
-            if self.lease_expiry_ns is not None:
-                self.engine.at(self.lease_expiry_ns, self._wake, None)
+            self._stall()
             return
         gap = (self.last_size * 8_000_000_000 + rate - 1) // rate if self.last_size else 0
         self._schedule_pace(max(now, self.last_send_ns + gap))
@@ -355,7 +376,7 @@ class SafsReceiver:
     """
 
     __slots__ = ("engine", "host", "nic", "src", "sender", "flow_id", "size", "seg", "got",
-                 "received", "finish_ns", "ts", "cfg", "stats", "on_finish", "sender_port")
+                 "received", "finish_ns", "ts", "cfg", "stats", "on_finish", "sender_port", "nack_mark")
 
     def __init__(self, engine: Engine, host: Host, src_ip: int, flow_id: int, size_bytes: int,
                  no_bubble_ts_ns: int | None, config: SafsConfig, stats: TransportStats,
@@ -376,6 +397,7 @@ class SafsReceiver:
         self.stats = stats
         self.on_finish = on_finish
         self.sender_port = 0
+        self.nack_mark = 0  # segments below this index were checked for loss
 
     def receive(self, pkt: Packet) -> None:
         """Handle a DATA packet of this flow (other types are ignored)."""
@@ -403,6 +425,14 @@ class SafsReceiver:
             self.finish_ns = now
             self.on_finish(self.flow_id, now)
             self._done(0, ())
+            return
+        limit = idx - self.cfg.reorder_segments  # segments this far back should have arrived
+        if limit >= self.nack_mark:
+            missing = [i * self.seg for i in range(self.nack_mark, limit + 1) if not got[i]]
+            self.nack_mark = limit + 1
+            if missing:
+                lost = sum(min(self.seg, self.size - o) for o in missing)
+                self._done(lost, tuple(missing[: self.cfg.nack_max_segments]))
 
     def _done(self, missing_bytes: int, missing: tuple[int, ...]) -> None:
         pkt = _control(self.src, self.sender, SAFS_UDP_PORT, self.sender_port, _DONE, self.flow_id,
