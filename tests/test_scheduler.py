@@ -343,3 +343,18 @@ def test_background_flow_gets_only_leftover() -> None:
 def test_wire_epoch_skips_zero() -> None:
     assert [wire_epoch(e) for e in (1, 2, 2**32 - 1, 2**32, 2**32 + 1)] == [1, 2, 2**32 - 1, 1, 2]
     assert wrap(2**48 + 5) == 5
+
+
+def test_reinstall_after_switch_restart_restores_tables_and_grants() -> None:
+    topo, clock, targets, sched = make()
+    sched.announce(hint(5, "a", "d", 1_000_000, 2 * MS), 0)
+    want_routes = targets["tor1"].entries(n.IPV4_LPM)
+    want_grants = grant_entries(targets["tor1"])
+    restarted = PipelineModel("tor1", clock)  # a rebooted switch: empty tables
+    sched.reinstall("tor1", 0, clock_offset_ns=77, target=restarted)
+    assert restarted.entries(n.IPV4_LPM) == want_routes
+    assert grant_entries(restarted) == want_grants
+    assert restarted.meter_config(sched.slot_of(5)) == targets["tor1"].meter_config(sched.slot_of(5))
+    assert restarted.default_action(n.CLOCK_OFFSET).params["offset_ns"] == 77
+    with pytest.raises(InvalidInput):
+        sched.reinstall("nope", 0)

@@ -253,14 +253,20 @@ class Scheduler:
         self._plan_all_grants(plans)
         self._flush(plans)
 
-    def reinstall(self, switch: str, now_ns: int, clock_offset_ns: int = 0) -> None:
+    def reinstall(self, switch: str, now_ns: int, clock_offset_ns: int = 0,
+                  target: Target | None = None) -> None:
         """Re-install everything on ``switch`` after it restarted (its tables are empty).
+
+        Args:
+            target: a new Target object for the switch (e.g. a new connection), else the old one.
 
         Raises:
             InvalidInput: no target named ``switch``. TargetError: writes refused.
         """
         if switch not in self._targets:
             raise InvalidInput("switch", f"no target named {switch!r}")
+        if target is not None:
+            self._targets[switch] = target
         self._shadow[switch] = {}
         self._shadow_meters[switch] = {}
         target = self._targets[switch]
