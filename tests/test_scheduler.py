@@ -189,7 +189,9 @@ def test_tick_estimates_remaining_from_installed_rate() -> None:
     sched.tick(t)
     assert sched.allocator.flows()[5].remaining_bytes == size - rate * t // (8 * 10**9)
     assert sched.registry.get(5).remaining_bytes == size  # the registry keeps the last report
-    sched.update(5, size - 1, t)  # a real report (more than estimated) is accepted
+    sched.update(5, size, t)  # the same report again corrects the estimate
+    assert sched.allocator.flows()[5].remaining_bytes == size
+    sched.update(5, size - 1, t)
     assert sched.allocator.flows()[5].remaining_bytes == size - 1
 
 

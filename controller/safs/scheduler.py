@@ -330,9 +330,10 @@ class Scheduler:
             InvalidInput: unknown flow, or remaining bytes out of range or grown.
             TargetError: as :meth:`announce`.
         """
-        if not self.registry.update(flow_id, remaining_bytes, now_ns):
-            return
-        self._admit(flow_id, now_ns)
+        changed = self.registry.update(flow_id, remaining_bytes, now_ns)
+        # An unchanged report still corrects a drifted tick estimate.
+        if changed or self._flows[flow_id].est_remaining != remaining_bytes:
+            self._admit(flow_id, now_ns)
 
     def complete(self, flow_id: int, now_ns: int) -> None:
         """A flow finished: delete its grant entry, free its meter slot, re-allocate the rest.
