@@ -86,6 +86,9 @@ class SimConfig:
     scheduler: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if isinstance(self.mtu_bytes, bool) or not isinstance(self.mtu_bytes, int) or not 576 <= self.mtu_bytes <= 65535:
+            # 576: the smallest MTU every IPv4 host must accept (RFC 791); 65535: IPv4 total length.
+            raise InvalidInput("sim.mtu_bytes", f"must be an integer in 576..65535, got {self.mtu_bytes!r}")
         for name, low in (("max_time_ns", 1), ("hint_latency_ns", 0), ("digest_poll_ns", 1),
                           ("safs_rto_ns", 1)):
             v = getattr(self, name)
