@@ -285,9 +285,16 @@ class Allocator:
         self._flows: dict[int, AllocFlow] = {}
         self._by_receiver: dict[str, set[int]] = {name: set() for name in self._recv_usable}
         self._by_sender: dict[str, set[int]] = {name: set() for name in self._send_usable}
+        # Host graph for component search: receiver -> {sender: flow count} and back.
+        self._peers_of_receiver: dict[str, dict[str, int]] = {name: {} for name in self._recv_usable}
+        self._peers_of_sender: dict[str, dict[str, int]] = {name: {} for name in self._send_usable}
+        # Per flow, constants of the greedy: (deadline_ns, tx time at line rate in ns,
+        # bits * 1e9 * (1 + margin) in ppm, receiver, sender, background).
+        self._consts: dict[int, tuple[int, int, int, str, str, bool]] = {}
         self._computed: dict[int, int] = {}
         self._demand: dict[int, int] = {}
         self._installed: dict[int, Grant] = {}
+        self._installed_rate: dict[int, int] = {}  # mirror of _installed[fid].rate_bps (speed)
 
     def _usable_map(self, field: str, capacities: Mapping[str, int]) -> dict[str, int]:
         usable: dict[str, int] = {}
@@ -366,9 +373,7 @@ class Allocator:
                 self._unindex(old)
                 receivers.add(old.receiver)
                 senders.add(old.sender)
-            self._flows[flow.flow_id] = flow
-            self._by_receiver[flow.receiver].add(flow.flow_id)
-            self._by_sender[flow.sender].add(flow.flow_id)
+            self._index(flow)
             receivers.add(flow.receiver)
             senders.add(flow.sender)
         return self._reallocate(*self._component(receivers, senders), now_ns)
@@ -386,9 +391,9 @@ class Allocator:
         self._check_now(now_ns)
         if isinstance(flow_id, bool) or not isinstance(flow_id, int) or flow_id not in self._flows:
             raise InvalidInput("flow_id", f"unknown flow id {flow_id!r}")
-        old = self._flows.pop(flow_id)
+        old = self._flows[flow_id]
         self._unindex(old)
-        for table in (self._computed, self._demand, self._installed):
+        for table in (self._computed, self._demand, self._installed, self._installed_rate):
             table.pop(flow_id, None)
         return self._reallocate(*self._component({old.receiver}, {old.sender}), now_ns)
 
@@ -461,36 +466,54 @@ class Allocator:
 
     # ----------------------------------------------------------------- internals
 
+    def _index(self, flow: AllocFlow) -> None:
+        fid = flow.flow_id
+        self._flows[fid] = flow
+        self._by_receiver[flow.receiver].add(fid)
+        self._by_sender[flow.sender].add(fid)
+        peers = self._peers_of_receiver[flow.receiver]
+        peers[flow.sender] = peers.get(flow.sender, 0) + 1
+        peers = self._peers_of_sender[flow.sender]
+        peers[flow.receiver] = peers.get(flow.receiver, 0) + 1
+        tx_ns = -(-flow.remaining_bytes * 8 * NS_PER_S // self._cfg.line_rate_bps)
+        self._consts[fid] = (flow.deadline_ns, tx_ns, flow.remaining_bytes * self._margin_scale,
+                             flow.receiver, flow.sender, flow.background)
+
     def _unindex(self, flow: AllocFlow) -> None:
-        self._by_receiver[flow.receiver].discard(flow.flow_id)
-        self._by_sender[flow.sender].discard(flow.flow_id)
+        fid = flow.flow_id
+        del self._flows[fid], self._consts[fid]
+        self._by_receiver[flow.receiver].discard(fid)
+        self._by_sender[flow.sender].discard(fid)
+        for peers, other in ((self._peers_of_receiver[flow.receiver], flow.sender),
+                             (self._peers_of_sender[flow.sender], flow.receiver)):
+            if peers[other] == 1:
+                del peers[other]
+            else:
+                peers[other] -= 1
 
     def _component(self, receivers: set[str], senders: set[str]) -> tuple[set[int], set[str], set[str]]:
-        """Flows, receivers and senders connected (through shared resources) to the given ones."""
-        flow_ids: set[int] = set()
+        """Flows, receivers and senders connected (through shared resources) to the given ones.
+
+        Searches the host graph (one edge per sender-receiver pair with flows), then collects
+        the flows of the receivers found: cost is hosts + flows of the component.
+        """
         seen_r: set[str] = set()
         seen_s: set[str] = set()
         todo_r, todo_s = list(receivers), list(senders)
-        flows = self._flows
         while todo_r or todo_s:
             while todo_r:
                 r = todo_r.pop()
-                if r in seen_r:
-                    continue
-                seen_r.add(r)
-                for fid in self._by_receiver[r]:
-                    if fid not in flow_ids:
-                        flow_ids.add(fid)
-                        todo_s.append(flows[fid].sender)
+                if r not in seen_r:
+                    seen_r.add(r)
+                    todo_s.extend(self._peers_of_receiver[r])
             while todo_s:
                 s = todo_s.pop()
-                if s in seen_s:
-                    continue
-                seen_s.add(s)
-                for fid in self._by_sender[s]:
-                    if fid not in flow_ids:
-                        flow_ids.add(fid)
-                        todo_r.append(flows[fid].receiver)
+                if s not in seen_s:
+                    seen_s.add(s)
+                    todo_r.extend(self._peers_of_sender[s])
+        flow_ids: set[int] = set()
+        for r in seen_r:
+            flow_ids |= self._by_receiver[r]
         return flow_ids, seen_r, seen_s
 
     def _allocate(
@@ -501,59 +524,65 @@ class Allocator:
         Returns:
             (computed rate, demand) per flow id, bit/s.
         """
-        line_rate = self._cfg.line_rate_bps
         by_deadline = self._cfg.urgency == "deadline"
+        consts = self._consts
+        mod = TIME_MASK + 1
         order = []
         for fid in flow_ids:
-            f = self._flows[fid]
-            left_ns = diff(f.deadline_ns, now_ns)
-            tx_ns = -(-f.remaining_bytes * 8 * NS_PER_S // line_rate)
-            latest_start = left_ns - tx_ns
+            c = consts[fid]
+            left_ns = (c[0] - now_ns) & TIME_MASK  # timebase.diff, inlined for speed
+            if left_ns >= HALF:
+                left_ns -= mod
             if by_deadline:
-                order.append((left_ns, latest_start, fid, f))
+                order.append((left_ns, left_ns - c[1], fid, left_ns, c))
             else:
-                order.append((latest_start, left_ns, fid, f))
+                order.append((left_ns - c[1], left_ns, fid, left_ns, c))
         order.sort()
 
         recv_usable, send_usable = self._recv_usable, self._send_usable
         res_r = {r: recv_usable[r] for r in receivers}
         res_s = {s: send_usable[s] for s in senders}
-        scale = self._margin_scale
         rate: dict[int, int] = {}
         demand: dict[int, int] = {}
         pipeline = []
         background = []
         # Phase 1: pipeline flows get their no-bubble rate demand, most urgent first.
-        for key0, key1, fid, f in order:
-            left_ns = key0 if by_deadline else key1
-            if f.background:
-                background.append(f)
+        for _, _, fid, left_ns, c in order:
+            _, _, scaled, r, s, is_background = c
+            if is_background:
+                background.append((fid, r, s))
                 demand[fid] = 0
                 continue
-            pipeline.append(f)
-            r, s = f.receiver, f.sender
+            pipeline.append((fid, r, s))
             if left_ns <= 0:  # late: demand the most the path can carry
-                want = min(recv_usable[r], send_usable[s])
+                ur, us = recv_usable[r], send_usable[s]
+                want = ur if ur < us else us
             else:
-                want = -(-f.remaining_bytes * scale // (left_ns * PPM))
+                want = -(-scaled // (left_ns * PPM))
             demand[fid] = want
-            give = min(want, res_r[r], res_s[s])
+            give = res_r[r]
+            if res_s[s] < give:
+                give = res_s[s]
+            if want < give:
+                give = want
             rate[fid] = give
             res_r[r] -= give
             res_s[s] -= give
         # Phase 2: background SAFS flows get what pipeline flows do not need.
-        for f in background:
-            r, s = f.receiver, f.sender
-            give = min(res_r[r], res_s[s])
-            rate[f.flow_id] = give
+        for fid, r, s in background:
+            give = res_r[r]
+            if res_s[s] < give:
+                give = res_s[s]
+            rate[fid] = give
             res_r[r] -= give
             res_s[s] -= give
         # Phase 3: leftover to pipeline flows, most urgent first (work conservation).
-        for f in pipeline:
-            r, s = f.receiver, f.sender
-            give = min(res_r[r], res_s[s])
+        for fid, r, s in pipeline:
+            give = res_r[r]
+            if res_s[s] < give:
+                give = res_s[s]
             if give:
-                rate[f.flow_id] += give
+                rate[fid] += give
                 res_r[r] -= give
                 res_s[s] -= give
         return rate, demand
@@ -563,48 +592,50 @@ class Allocator:
         rate, demand = self._allocate(flow_ids, receivers, senders, now_ns)
         self._computed.update(rate)
         self._demand.update(demand)
-        return self._install(sorted(flow_ids), rate, demand, receivers, senders)
+        return self._install(flow_ids, rate, demand, receivers, senders)
 
     def _install(
         self,
-        flow_ids: list[int],
+        flow_ids: set[int],
         rate: dict[int, int],
         demand: dict[int, int],
         receivers: set[str],
         senders: set[str],
     ) -> dict[int, Grant]:
-        """Apply the re-send rule (module docstring, (a)-(d)); return changed grants."""
-        installed = self._installed
+        """Apply the re-send rule (module docstring, (a)-(d)); return changed grants by flow id."""
+        installed_rate = self._installed_rate
         resend_ppm = self._resend_ppm
+        flows, consts = self._flows, self._consts
         target: dict[int, int] = {}
+        sum_r = dict.fromkeys(receivers, 0)
+        sum_s = dict.fromkeys(senders, 0)
         for fid in flow_ids:
             new = rate[fid]
-            grant = installed.get(fid)
-            if grant is None:
-                target[fid] = new
-                continue
-            old = grant.rate_bps
-            if abs(new - old) * PPM > resend_ppm * old or (new > old and old < demand[fid]):
-                target[fid] = new
-            else:
-                target[fid] = old
+            old = installed_rate.get(fid)
+            if old is None or (abs(new - old) * PPM > resend_ppm * old) or (new > old and old < demand[fid]):
+                old = new
+            target[fid] = old
+            c = consts[fid]
+            sum_r[c[3]] += old
+            sum_s[c[4]] += old
         # (d) a decrease needed to stay within capacity. Lowering only ever reduces sums, so
         # one pass over receivers, then senders, leaves every resource within usable capacity.
-        for names, usable, index in (
-            (receivers, self._recv_usable, self._by_receiver),
-            (senders, self._send_usable, self._by_sender),
-        ):
-            for name in sorted(names):
-                members = index[name]
-                if sum(target[fid] for fid in members) > usable[name]:
-                    for fid in members:
+        for sums, usable, index in ((sum_r, self._recv_usable, self._by_receiver),
+                                    (sum_s, self._send_usable, self._by_sender)):
+            for name, total in sums.items():
+                if total > usable[name]:
+                    for fid in index[name]:
                         if target[fid] > rate[fid]:
+                            f = flows[fid]
+                            sum_r[f.receiver] -= target[fid] - rate[fid]
+                            sum_s[f.sender] -= target[fid] - rate[fid]
                             target[fid] = rate[fid]
         lease = self._cfg.lease_ns
+        installed = self._installed
         changed: dict[int, Grant] = {}
-        for fid in flow_ids:
+        for fid in sorted(fid for fid in flow_ids if installed_rate.get(fid) != target[fid]):
             grant = installed.get(fid)
-            if grant is None or grant.rate_bps != target[fid] or grant.lease_ns != lease:
-                epoch = 1 if grant is None else grant.epoch + 1
-                installed[fid] = changed[fid] = Grant(fid, target[fid], epoch, lease)
+            epoch = 1 if grant is None else grant.epoch + 1
+            installed[fid] = changed[fid] = Grant(fid, target[fid], epoch, lease)
+            installed_rate[fid] = target[fid]
         return changed
