@@ -72,7 +72,7 @@ from numbers import Real
 
 from safs import protocol
 from safs.errors import InvalidInput, SafsError
-from safs.timebase import HALF, TIME_MASK, diff, slack_to_key
+from safs.timebase import HALF, TIME_MASK, slack_to_key
 
 NS_PER_S = 1_000_000_000
 PPM = 1_000_000  # fractions (headroom, margin, re-send) are resolved to parts per million
