@@ -54,7 +54,7 @@ def multi_link(draw: st.DrawFn) -> tuple[list[FluidFlow], dict[str, int], dict[s
 
 def run_case(flows: list[FluidFlow], receivers: dict[str, int], senders: dict[str, int]) -> tuple[int, float, int, dict, dict]:
     """(our max lateness, LP optimum, our schedule length, usable receivers, usable senders)."""
-    config = AllocatorConfig(line_rate_bps=40 * G)
+    config = AllocatorConfig(line_rate_bps=40 * G, urgency_quantum_ns=1)  # exact EDF order
     alloc = Allocator(config, receivers, senders)
     usable_r = {k: alloc.receiver_usable_bps(k) for k in receivers}
     usable_s = {k: alloc.sender_usable_bps(k) for k in senders}

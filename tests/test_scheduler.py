@@ -10,10 +10,10 @@ from safs.allocator import AllocatorConfig
 from safs.errors import InvalidInput, TargetError
 from safs.hints import FlowClass, FlowHint
 from safs.pipeline_model import PipelineModel
-from safs.protocol import SAFS_UDP_PORT, MsgType, lease_ns_to_us, rate_bps_to_kbps
+from safs.protocol import SAFS_UDP_PORT, WIRE_OVERHEAD_BYTES, MsgType, lease_ns_to_us, rate_bps_to_kbps
 from safs.scheduler import Scheduler, SchedulerConfig, node_mac, wire_epoch
-from safs.sim.packet import PROTO_TCP, PROTO_UDP, Packet
 from safs.target import RequestDigest
+from safs.sim.packet import PROTO_TCP, PROTO_UDP, Packet
 from safs.topology import build_topology
 from safs.timebase import wrap
 
@@ -40,11 +40,16 @@ class Clock:
         return self.t
 
 
+# Most tests exercise the install path, so they allocate at announce; the default mode
+# (allocate at the first REQUEST) has its own tests below.
+AT_ANNOUNCE = SchedulerConfig(admit_on_request=False)
+
+
 def make(config: SchedulerConfig | None = None):
     topo = build_topology(yaml.safe_load(TOPO_YAML), "inline")
     clock = Clock()
     targets = {sw: PipelineModel(sw, clock) for sw in topo.switches()}
-    sched = Scheduler(topo, targets, config or SchedulerConfig())
+    sched = Scheduler(topo, targets, config or AT_ANNOUNCE)
     sched.setup(0)
     return topo, clock, targets, sched
 
@@ -180,16 +185,28 @@ def test_complete_deletes_entry_frees_slot_and_reuses_it() -> None:
         sched.complete(5, 30)  # already completed
 
 
-def test_tick_estimates_remaining_from_installed_rate() -> None:
+def test_tick_estimates_remaining_from_the_flow_byte_counter() -> None:
+    """Progress comes from what the receiver's ToR counted, not from the granted rate: a flow
+    announced ahead of its data keeps its size until DATA really passes."""
     topo, clock, targets, sched = make()
     size = 100_000_000
     sched.announce(hint(5, "a", "d", size, 500 * MS), 0)
-    rate = sched.allocator.grants()[5].rate_bps
-    t = 10 * MS
+    sched.tick(10 * MS)  # nothing sent yet
+    assert sched.allocator.flows()[5].remaining_bytes == size
+    payload, packets = 8_000, 3
+    for _ in range(packets):
+        data = Packet(topo.host_ip("a"), topo.host_ip("d"), PROTO_UDP, 40000, SAFS_UDP_PORT,
+                      payload + WIRE_OVERHEAD_BYTES, payload)
+        data.safs_version, data.safs_type, data.flow_id, data.epoch = 1, int(MsgType.DATA), 5, 1
+        data.remaining = size
+        targets["tor1"].ingress(data, topo.port_of("tor1", "tor0"))
+    t = 20 * MS
     sched.tick(t)
-    assert sched.allocator.flows()[5].remaining_bytes == size - rate * t // (8 * 10**9)
+    assert sched.allocator.flows()[5].remaining_bytes == size - packets * payload
     assert sched.registry.get(5).remaining_bytes == size  # the registry keeps the last report
-    sched.update(5, size, t)  # the same report again corrects the estimate
+    sched.update(5, size, t)  # the same report again resets the estimate and its baseline
+    assert sched.allocator.flows()[5].remaining_bytes == size
+    sched.tick(t + 1)
     assert sched.allocator.flows()[5].remaining_bytes == size
     sched.update(5, size - 1, t)
     assert sched.allocator.flows()[5].remaining_bytes == size - 1
@@ -213,7 +230,7 @@ def test_tick_repairs_a_target_that_refused_writes() -> None:
 
     fresh = {sw: PipelineModel(sw, clock) for sw in topo.switches()}
     flaky = Flaky(fresh["tor1"])
-    sched2 = Scheduler(topo, {"tor0": fresh["tor0"], "tor1": flaky}, SchedulerConfig())
+    sched2 = Scheduler(topo, {"tor0": fresh["tor0"], "tor1": flaky}, AT_ANNOUNCE)
     flaky.fail = False
     sched2.setup(0)
     flaky.fail = True
@@ -231,7 +248,7 @@ def test_controller_restart_reconciles_with_installed_state() -> None:
     sched.announce(hint(5, "a", "d", 1_000_000, 2 * MS), 0)
     sched.announce(hint(6, "b", "d", 1_000_000, 2 * MS), 0)
     # a new controller with an empty shadow against switches that hold entries
-    sched2 = Scheduler(topo, targets, SchedulerConfig())
+    sched2 = Scheduler(topo, targets, AT_ANNOUNCE)
     sched2.setup(0)  # INSERTs of existing entries fall back to MODIFY
     assert sched2.stats.write_failures == 0
     sched2.announce(hint(5, "a", "d", 1_000_000, 2 * MS), 0)
@@ -311,7 +328,7 @@ def test_bad_hint_raises_and_loses_nothing(bad: FlowHint, field: str) -> None:
 
 
 def test_no_free_meter_slot_refuses_new_flow_keeps_old() -> None:
-    topo, clock, targets, sched = make(SchedulerConfig(meter_slots=2))
+    topo, clock, targets, sched = make(SchedulerConfig(meter_slots=2, admit_on_request=False))
     sched.announce(hint(5, "a", "d", 1_000_000, 2 * MS), 0)
     with pytest.raises(InvalidInput) as err:
         sched.announce(hint(6, "b", "d", 1_000_000, 2 * MS), 0)
@@ -334,7 +351,7 @@ def test_bad_config(kwargs: dict, field: str) -> None:
 
 
 def test_background_flow_gets_only_leftover() -> None:
-    topo, clock, targets, sched = make(SchedulerConfig(allocator=AllocatorConfig(safety_margin=0.0)))
+    topo, clock, targets, sched = make(SchedulerConfig(allocator=AllocatorConfig(safety_margin=0.0), admit_on_request=False))
     sched.announce(hint(5, "a", "d", 1_000_000, 2 * MS, FlowClass.BACKGROUND), 0)
     sched.announce(hint(6, "b", "d", 1_000_000, 1 * MS), 0)  # 8 Gbit/s demand of 9.5 usable
     g = sched.allocator.grants()
@@ -360,3 +377,20 @@ def test_reinstall_after_switch_restart_restores_tables_and_grants() -> None:
     assert restarted.default_action(n.CLOCK_OFFSET).params["offset_ns"] == 77
     with pytest.raises(InvalidInput):
         sched.reinstall("nope", 0)
+
+
+def test_default_mode_allocates_at_the_first_request_not_at_announce() -> None:
+    """A hint announced ahead holds no rate; its REQUEST's digest admits it with the hint's
+    semantics; a flow that finishes before any REQUEST leaves nothing behind."""
+    topo, clock, targets, sched = make(SchedulerConfig())
+    sched.announce(hint(5, "a", "d", 1_000_000, 2 * MS), 0)
+    sched.announce(hint(6, "b", "d", 1_000_000, 3 * MS), 0)
+    assert sched.allocator.flows() == {} and grant_entries(targets["tor1"]) == {}
+    digest = RequestDigest(5, topo.host_ip("a"), topo.host_ip("d"), 1_000_000, 2 * MS)
+    assert sched.on_digest("tor1", digest, 10) is True
+    assert set(sched.allocator.flows()) == {5}
+    assert sched.registry.get(5).label == "test/5"  # the hint's semantics, not "digest"
+    assert set(grant_entries(targets["tor1"])) == {5}
+    assert sched.on_digest("tor1", digest, 20) is False  # a repeated REQUEST changes nothing
+    sched.complete(6, 30)  # never sent a REQUEST
+    assert 6 not in sched.registry and set(sched.allocator.flows()) == {5}

@@ -142,7 +142,10 @@ def test_safs_sends_at_default_rate_then_at_granted_rate_and_completes() -> None
     # Paced at the grant: wire rate within 2 % of 5 Gbit/s over the middle of the transfer.
     mid = rate_between(rec.arrivals, 1_000_000, rec.finish_ns - 1_000_000)
     assert 0.98 * 5 * G <= mid <= 1.02 * 5 * G
-    wire_bytes = 4_000_000 + DATA_OVERHEAD_BYTES * (-(-4_000_000 // cfg.segment_bytes))
+    # The unscheduled bytes leave at line rate (100 Gbit/s); the rest is paced at the grant.
+    seg = cfg.segment_bytes
+    unscheduled = -(-cfg.unscheduled_bytes // seg) * seg
+    wire_bytes = (4_000_000 - unscheduled) + DATA_OVERHEAD_BYTES * (-(-(4_000_000 - unscheduled) // seg))
     ideal = wire_bytes * 8 * G // (5 * G)
     gap = (cfg.mtu_bytes + 14) * 8 * G // (5 * G)  # the last packet needs no pacing gap after it
     assert ideal - gap <= rec.finish_ns <= ideal * 1.05

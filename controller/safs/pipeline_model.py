@@ -54,7 +54,6 @@ from safs.protocol import (
     ECN_CE,
     ECN_ECT0,
     ECN_ECT1,
-    HEADER_LEN,
     QDEPTH_MAX,
     QUEUE_BEST_EFFORT,
     QUEUE_CONTROL,
@@ -63,17 +62,18 @@ from safs.protocol import (
     NS_PER_S,
     SAFS_UDP_PORT,
     SAFS_VERSION,
+    WIRE_OVERHEAD_BYTES,
     Color,
     Malformed,
     MsgType,
     epoch_newer,
 )
-from safs.sim.packet import ETH_HEADER_BYTES, IPV4_HEADER_BYTES, PROTO_UDP, UDP_HEADER_BYTES, Packet
+from safs.sim.packet import PROTO_UDP, Packet
 from safs.target import CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
 from safs.timebase import HALF, TIME_MASK
 
 # Wire size of a GRANT the switch generates (the P4 clone is truncated to the same length).
-CONTROL_PACKET_BYTES = ETH_HEADER_BYTES + IPV4_HEADER_BYTES + UDP_HEADER_BYTES + HEADER_LEN
+CONTROL_PACKET_BYTES = WIRE_OVERHEAD_BYTES
 
 ECN_THRESHOLD_BITS = 19
 ECN_THRESHOLD_OFF = (1 << ECN_THRESHOLD_BITS) - 1

@@ -31,6 +31,9 @@ from safs.timebase import wrap
 SAFS_UDP_PORT = 0x5AF5  # 23285
 SAFS_VERSION = 1
 HEADER_LEN = 36  # bytes
+# Bytes on the wire around a SAFS header: Ethernet 14 + IPv4 20 + UDP 8 + SAFS 36 = 78; a DATA
+# packet is this plus its payload, a control message (REQUEST/GRANT/DONE) exactly this.
+WIRE_OVERHEAD_BYTES = 14 + 20 + 8 + HEADER_LEN
 
 FLOW_ID_MIN, FLOW_ID_MAX = 1, (1 << 32) - 1
 REMAINING_BYTES_MAX = (1 << 48) - 1

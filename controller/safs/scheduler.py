@@ -20,16 +20,20 @@ Meter sizing (per flow slot and for the default slot 0), rates from the grant ``
 
 * ``cir = rate / 8`` bytes/s (the committed rate is the granted rate; BRIEF "Meters");
 * ``pir = cir * (1 + yellow_fraction)`` bytes/s: packets between the two rates are yellow;
-* ``cburst = max(2 * max_frame_bytes, cir * burst_ns / 1e9)`` bytes, and ``pburst`` the same
-  with ``pir``: at least two full frames so a paced sender at exactly the granted rate is not
-  demoted by timing jitter, and ``burst_ns`` of traffic at the rate so line-rate bursts of a
-  paced sender (one RTT of window) stay green.
+* ``cburst = max(2 * max_frame_bytes, cir * burst_ns / 1e9, unscheduled_bytes)`` bytes, and
+  ``pburst`` the same with ``pir``: at least two full frames so a paced sender at exactly the
+  granted rate is not demoted by timing jitter, ``burst_ns`` of traffic at the rate so
+  line-rate bursts of a paced sender stay green, and the unscheduled bytes a sender may send at
+  line rate before its grant arrives (so they keep their slack class).
 
-Remaining bytes between reports (:meth:`Scheduler.tick`): a flow's remaining bytes are
-estimated as ``last reported - integral of its installed rate since the report`` (clamped to
-at least 1 byte); the next :meth:`Scheduler.update` replaces the estimate with the reported
-value. Estimates are given to the allocator only, never to the hint registry (whose remaining
-bytes may only shrink, so an over-estimate of progress must not lock a real report out).
+Remaining bytes between reports (:meth:`Scheduler.tick`): the receiver's ToR counts each
+flow's DATA in ``flow_bytes[slot]`` (BRIEF: the switch counts bytes), so a flow's remaining
+bytes are estimated as ``last reported - payload counted since the report`` (payload = counted
+bytes - packets * 78 header bytes, clamped to at least 1 byte). A flow announced ahead of its
+data therefore keeps its full size until it really sends. The next :meth:`Scheduler.update`
+replaces the estimate with the reported value. Estimates go to the allocator only, never to
+the hint registry (whose remaining bytes may only shrink, so an over-estimate of progress
+must not lock a real report out).
 
 Control traffic is counted in :attr:`Scheduler.stats`: table and meter updates written, write
 batches, and an estimate of their encoded size in bytes (``*_UPDATE_BYTES`` below), for the
@@ -46,8 +50,8 @@ from safs import p4names as n
 from safs.allocator import AllocFlow, Allocator, AllocatorConfig, Grant
 from safs.errors import InvalidInput, TargetError
 from safs.hints import FlowClass, FlowHint, HintRegistry
-from safs.protocol import EPOCH_MAX, lease_ns_to_us, rate_bps_to_kbps
-from safs.target import Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Target, Update
+from safs.protocol import EPOCH_MAX, WIRE_OVERHEAD_BYTES, lease_ns_to_us, rate_bps_to_kbps
+from safs.target import CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Target, Update
 from safs.timebase import TIME_MASK, diff, wrap
 
 NS_PER_S = 1_000_000_000
@@ -82,6 +86,14 @@ class SchedulerConfig:
         meter_slots: meter slots usable per switch including slot 0, 2..FLOW_METER_SIZE.
         tick_ns: suggested period of :meth:`Scheduler.tick` for drivers (the simulator), ns.
             Default 100 µs.
+        admit_on_request: allocate a flow from its first REQUEST (the receiver's ToR digests
+            REQUESTs of flows without a grant entry) rather than from its hint. Default True:
+            applications announce transfers ahead of their data (BRIEF: hints carry the
+            no-bubble timestamp), and rate granted to a flow that is not sending yet would be
+            wasted. False allocates at announce (tests of the install path use it).
+        unscheduled_bytes: bytes a sender may send at line rate at flow start before its grant
+            arrives (the transports' setting; sizes meter bursts). Default 32 KiB: about one RTT
+            of line rate at 100 Gbit/s on a two-tier fabric (Homa's RTTbytes rule).
     """
 
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
@@ -93,6 +105,8 @@ class SchedulerConfig:
     yellow_fraction: float = 0.1
     meter_slots: int = n.FLOW_METER_SIZE
     tick_ns: int = 100_000
+    unscheduled_bytes: int = 32_768
+    admit_on_request: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.allocator, AllocatorConfig):
@@ -107,12 +121,15 @@ class SchedulerConfig:
             raise InvalidInput("config.yellow_fraction", f"must be a number in [0, 10], got {self.yellow_fraction!r}")
         _check_int("config.meter_slots", self.meter_slots, 2, n.FLOW_METER_SIZE)
         _check_int("config.tick_ns", self.tick_ns, 1, 2**47)
+        _check_int("config.unscheduled_bytes", self.unscheduled_bytes, 0, 2**32)
+        if not isinstance(self.admit_on_request, bool):
+            raise InvalidInput("config.admit_on_request", f"must be true or false, got {self.admit_on_request!r}")
 
     def meter_for(self, slot: int, rate_bps: int) -> MeterConfig:
         """Meter config of ``flow_meter[slot]`` for a grant of ``rate_bps`` (module docstring)."""
         cir = rate_bps // 8
         pir = cir + int(cir * self.yellow_fraction)
-        floor = 2 * self.max_frame_bytes
+        floor = max(2 * self.max_frame_bytes, self.unscheduled_bytes)
         cburst = max(floor, cir * self.meter_burst_ns // NS_PER_S)
         pburst = max(floor, pir * self.meter_burst_ns // NS_PER_S)
         return MeterConfig(n.FLOW_METER, slot, cir=cir, cburst=cburst, pir=pir, pburst=pburst)
@@ -177,8 +194,9 @@ class SchedulerStats:
 class _FlowState:
     tor: str
     slot: int
+    reported: int  # remaining bytes at the last report (hint, update or digest)
     est_remaining: int  # bytes (allocator's view)
-    est_at_ns: int  # 48-bit fabric time of est_remaining
+    base: CounterValue  # flow_bytes[slot] at the last report
 
 
 class Scheduler:
@@ -309,18 +327,25 @@ class Scheduler:
     # ------------------------------------------------------------------ hint intake
 
     def announce(self, hint: FlowHint, now_ns: int) -> None:
-        """Admit or refresh a flow from an application hint and install what changed.
+        """Record or refresh a flow from an application hint and install what changed.
+
+        With ``admit_on_request`` (the default) a new flow is only recorded: it gets rate when
+        its sender's first REQUEST reaches the receiver's ToR (the digest, :meth:`on_digest`),
+        so flows announced ahead of their data hold no capacity they cannot use yet.
 
         Raises:
             InvalidInput: bad hint (field named by :class:`HintRegistry`), or no free meter slot
                 at the receiver's ToR (field ``hint.receiver``). Nothing admitted is changed.
             TargetError: a target refused writes (the hint is admitted; retried on tick).
         """
-        if (isinstance(hint, FlowHint) and hint.flow_id not in self.registry
+        request_mode = self.config.admit_on_request
+        if (not request_mode and isinstance(hint, FlowHint) and hint.flow_id not in self.registry
                 and isinstance(hint.receiver, str) and self._topo.is_host(hint.receiver)):
             self._require_slot(self._topo.tor_of(hint.receiver), "hint.receiver")
         if not self.registry.announce(hint, now_ns):
             return
+        if request_mode and hint.flow_id not in self._flows:
+            return  # recorded; allocated when its first REQUEST is digested
         self._admit(hint.flow_id, now_ns)
 
     def update(self, flow_id: int, remaining_bytes: int, now_ns: int) -> None:
@@ -331,8 +356,11 @@ class Scheduler:
             TargetError: as :meth:`announce`.
         """
         changed = self.registry.update(flow_id, remaining_bytes, now_ns)
+        state = self._flows.get(flow_id)
+        if state is None:
+            return  # recorded, not yet allocated (admit_on_request)
         # An unchanged report still corrects a drifted tick estimate.
-        if changed or self._flows[flow_id].est_remaining != remaining_bytes:
+        if changed or state.est_remaining != remaining_bytes:
             self._admit(flow_id, now_ns)
 
     def complete(self, flow_id: int, now_ns: int) -> None:
@@ -342,7 +370,9 @@ class Scheduler:
             InvalidInput: unknown flow. TargetError: as :meth:`announce`.
         """
         self.registry.complete(flow_id)
-        state = self._flows.pop(flow_id)
+        state = self._flows.pop(flow_id, None)
+        if state is None:
+            return  # finished before its first REQUEST was digested: nothing installed
         changed = self.allocator.remove(flow_id, wrap(now_ns))
         heapq.heappush(self._free_slots[state.tor], state.slot)
         plans: dict[str, list[Update]] = {}
@@ -365,15 +395,16 @@ class Scheduler:
             raise InvalidInput("switch", f"no target named {switch!r}")
         if not isinstance(digest, RequestDigest):
             raise InvalidInput("digest", f"must be a RequestDigest, got {type(digest).__name__}")
-        if digest.flow_id not in self.registry and digest.dst_addr in self._ip_to_host:
+        if digest.flow_id not in self._flows and digest.dst_addr in self._ip_to_host:
             self._require_slot(self._topo.tor_of(self._ip_to_host[digest.dst_addr]), "digest.dst_addr")
         changed = self.registry.merge_digest(digest.flow_id, digest.src_addr, digest.dst_addr,
                                              digest.remaining_bytes, digest.no_bubble_ts_ns, now_ns,
                                              FlowClass.PIPELINE)
-        if changed:
+        if changed or digest.flow_id not in self._flows:  # a recorded hint's first REQUEST
             self.stats.digests_merged += 1
             self._admit(digest.flow_id, now_ns)
-        return changed
+            return True
+        return False
 
     def poll(self, now_ns: int) -> int:
         """Poll every target's digests and merge them (:meth:`on_digest`). A digest that is
@@ -398,20 +429,15 @@ class Scheduler:
             TargetError: a target refused writes.
         """
         now = wrap(now_ns)
-        grants = self.allocator.grants()
         flows = self.allocator.flows()
         for fid, state in self._flows.items():
-            elapsed = diff(now, state.est_at_ns)
-            if elapsed <= 0:
-                continue
-            # Only whole bytes are subtracted; the remainder's time is kept for the next tick.
-            sent = grants[fid].rate_bps * elapsed // (8 * NS_PER_S) if fid in grants else 0
-            if sent <= 0:
-                continue
-            state.est_at_ns = now
-            state.est_remaining = max(1, state.est_remaining - sent)
-            if state.est_remaining != flows[fid].remaining_bytes:
-                flows[fid] = replace(flows[fid], remaining_bytes=state.est_remaining)
+            counted = self._flow_counter(state)
+            payload = (counted.byte_count - state.base.byte_count
+                       - (counted.packet_count - state.base.packet_count) * WIRE_OVERHEAD_BYTES)
+            est = max(1, state.reported - max(0, payload))
+            if est != state.est_remaining:
+                state.est_remaining = est
+                flows[fid] = replace(flows[fid], remaining_bytes=est)
         # One reallocation of every flow at `now` (upsert_many recomputes all touched components).
         changed = self.allocator.upsert_many(flows.values(), now) if flows else {}
         self.stats.grant_changes += len(changed)
@@ -451,6 +477,11 @@ class Scheduler:
             raise InvalidInput(field_name, f"the receiver's ToR {tor!r} has no free meter slot "
                                f"({self.config.meter_slots - 1} flows in use); retry after a flow completes")
 
+    def _flow_counter(self, state: _FlowState) -> CounterValue:
+        """``flow_bytes[slot]`` at the flow's ToR (zero where the ToR has no target)."""
+        target = self._targets.get(state.tor)
+        return target.read_counter(n.FLOW_BYTES, state.slot) if target is not None else CounterValue(0, 0)
+
     def _admit(self, flow_id: int, now_ns: int) -> None:
         """Push the registry's hint for ``flow_id`` into the allocator and install changes."""
         hint = self.registry.get(flow_id)
@@ -459,9 +490,10 @@ class Scheduler:
         if state is None:
             tor = self._topo.tor_of(hint.receiver)
             slot = heapq.heappop(self._free_slots[tor])
-            state = self._flows[flow_id] = _FlowState(tor, slot, hint.remaining_bytes, now)
-        state.est_remaining = hint.remaining_bytes
-        state.est_at_ns = now
+            state = self._flows[flow_id] = _FlowState(tor, slot, hint.remaining_bytes, hint.remaining_bytes,
+                                                      CounterValue(0, 0))
+        state.reported = state.est_remaining = hint.remaining_bytes
+        state.base = self._flow_counter(state)
         flow = AllocFlow(flow_id, hint.sender, hint.receiver, hint.remaining_bytes,
                          hint.no_bubble_ts_ns & TIME_MASK, hint.flow_class == FlowClass.BACKGROUND)
         try:

@@ -37,6 +37,7 @@ import networkx as nx
 import yaml
 
 from safs.errors import InvalidInput
+from safs.protocol import WIRE_OVERHEAD_BYTES
 
 DEFAULT_RATE_BPS = 100_000_000_000  # 100 Gbit/s
 DEFAULT_DELAY_NS = 500  # ~100 m of fibre at 5 ns/m
@@ -45,6 +46,9 @@ DEFAULT_BUFFER_BYTES = 1 << 20  # 1 MiB per egress port
 _RATE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtT]?)(?:bps|bit/s|b/s)\s*$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+NS_PER_S = 1_000_000_000
+_DATA_HEADERS_IN_MTU = WIRE_OVERHEAD_BYTES - 14  # IPv4 + UDP + SAFS: the part inside the IP MTU
 
 HOST = "host"
 SWITCH = "switch"
@@ -111,6 +115,7 @@ class Topology:
     source: str = ""
     _ip_to_host: dict[int, str] = field(default_factory=dict, repr=False)
     _next_hop: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+    _path_cost: dict[tuple[str, str], tuple[int, int, list[int]]] = field(default_factory=dict, repr=False)
 
     def hosts(self) -> list[str]:
         """Host names in file order."""
@@ -221,6 +226,38 @@ class Topology:
         """LPM routes for ``switch``: ``(prefix_int, prefix_len, port)``, one /32 per host, by IP."""
         return [(self.host_ip(h), 32, self.next_hop_port(switch, h))
                 for h in sorted(self.hosts(), key=self.host_ip)]
+
+    def min_transfer_ns(self, src_host: str, dst_host: str, size_bytes: int, mtu_bytes: int = 9000) -> int:
+        """Uncontended transfer time of ``size_bytes`` of payload from ``src_host`` to ``dst_host``, ns.
+
+        The packet-level lower bound the simulator can reach: payload in MTU-sized SAFS DATA
+        packets (78 bytes of Ethernet/IPv4/UDP/SAFS headers each, docs/protocol.md) serialised
+        at the slower access link, plus every link's propagation delay, plus one frame's
+        store-and-forward serialisation per switch on the path. Used for ideal (no-contention)
+        references and as the floor of no-bubble timestamps (a transfer cannot beat it).
+
+        Raises:
+            InvalidInput: unknown host, size < 1 or MTU too small for one payload byte.
+        """
+        if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 1:
+            raise InvalidInput("size_bytes", f"must be an integer >= 1, got {size_bytes!r}")
+        payload = mtu_bytes - _DATA_HEADERS_IN_MTU
+        if payload < 1:
+            raise InvalidInput("mtu_bytes", f"must exceed {_DATA_HEADERS_IN_MTU} bytes of headers, got {mtu_bytes}")
+        key = (src_host, dst_host)
+        if key not in self._path_cost:
+            path = self.path(src_host, dst_host)
+            delay = sum(self.link(a, b)["delay_ns"] for a, b in zip(path, path[1:]))
+            rate = min(self.host_link_bps(src_host), self.host_link_bps(dst_host))
+            # A switch forwards a frame once it has received it whole, onto the next link.
+            hop_rates = [self.link(a, b)["rate_bps"] for a, b in zip(path[1:-1], path[2:])]
+            self._path_cost[key] = (rate, delay, hop_rates)
+        rate, delay, hop_rates = self._path_cost[key]
+        packets = -(-size_bytes // payload)
+        wire = size_bytes + packets * WIRE_OVERHEAD_BYTES
+        frame = min(size_bytes, payload) + WIRE_OVERHEAD_BYTES
+        store_forward = sum(-(-frame * 8 * NS_PER_S // r) for r in hop_rates)
+        return -(-wire * 8 * NS_PER_S // rate) + delay + store_forward
 
     def buffer_bytes(self, switch: str) -> int:
         """Egress buffer per port of ``switch`` in bytes."""

@@ -129,9 +129,11 @@ class SimConfig:
             raise InvalidInput(exc.field, exc.message, source) from None
 
     def safs_config(self) -> SafsConfig:
-        """The SAFS transport settings (default rate = the scheduler's default grant rate)."""
-        return SafsConfig(mtu_bytes=self.mtu_bytes, default_rate_bps=self.scheduler_config(None).default_rate_bps,
-                          renew_fraction=self.renew_fraction, rto_ns=self.safs_rto_ns)
+        """The SAFS transport settings (default rate and unscheduled bytes from the scheduler's)."""
+        sched = self.scheduler_config(None)
+        return SafsConfig(mtu_bytes=self.mtu_bytes, default_rate_bps=sched.default_rate_bps,
+                          renew_fraction=self.renew_fraction, rto_ns=self.safs_rto_ns,
+                          unscheduled_bytes=sched.unscheduled_bytes)
 
     def dctcp_config(self) -> DctcpConfig:
         """The DCTCP settings."""
@@ -273,12 +275,20 @@ class Simulation:
         """Run ``fn()`` at ``t_ns`` (>= now). Raises InvalidInput for a time in the past."""
         self.engine.at(t_ns, self._run_callback, fn)
 
-    def start_flow(self, spec: Any, on_done: Callable[[int], None]) -> int:
-        """Start ``spec`` (a FlowSpec) now; returns its flow id; ``on_done(finish_ns)`` later.
+    def start_flow(self, spec: Any, on_done: Callable[[int], None], send_at_ns: int | None = None) -> int:
+        """Announce ``spec`` (a FlowSpec) now and start sending at ``send_at_ns`` (None: now).
+
+        Under ``safs`` the hint reaches the scheduler ``hint_latency_ns`` after the announce,
+        so a flow announced ahead finds its grant installed. Returns the flow id;
+        ``on_done(finish_ns)`` later; the flow's FCT counts from ``send_at_ns``.
 
         Raises:
-            InvalidInput: sender or receiver not a host of the topology.
+            InvalidInput: sender or receiver not a host of the topology; ``send_at_ns`` in the past.
         """
+        now = self.engine.now
+        start = now if send_at_ns is None else send_at_ns
+        if isinstance(start, bool) or not isinstance(start, int) or start < now:
+            raise InvalidInput("send_at_ns", f"must be an integer ns >= now ({now}), got {send_at_ns!r}")
         hosts = self.network.hosts
         for fname in ("sender", "receiver"):
             if getattr(spec, fname) not in hosts:
@@ -287,7 +297,7 @@ class Simulation:
         self._next_id += 1
         src, dst = hosts[spec.sender], hosts[spec.receiver]
         use_safs = self.policy == "safs" and spec.flow_class == "pipeline"
-        flow = _Flow(fid, spec, self.engine.now, on_done, use_safs)
+        flow = _Flow(fid, spec, start, on_done, use_safs)
         self.flows[fid] = flow
         self.order.append(flow)
         if use_safs:
@@ -303,7 +313,10 @@ class Simulation:
         dst.receivers[fid] = rx
         src.senders[fid] = tx
         self.senders[fid] = tx
-        tx.start()
+        if start == now:
+            tx.start()
+        else:
+            self.engine.at(start, _start_sender, tx)
         return fid
 
     # ---- internals -----------------------------------------------------------------------
@@ -404,6 +417,10 @@ class Simulation:
             sim_time_ns=self.engine.now,
             transport=self.stats,
         )
+
+
+def _start_sender(sender: Any) -> None:
+    sender.start()
 
 
 def _noop(_: int) -> None:

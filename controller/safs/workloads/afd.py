@@ -62,7 +62,16 @@ F2A_BYTES_PER_ELEM = 2  # BF16, StepMesh Table 1 (F2A row)
 MODEL_LAYERS = 61  # Step-3 layers; StepMesh Introduction.md ("Step-3 has 61 layers")
 STAGE_COMPUTE_NS = 273_000  # A_{x,y} <= 273 us, A ~= F; StepMesh Introduction.md
 MICROBATCHES = 3  # "3-stage AFD pipeline"; StepMesh Introduction.md
+# Active requests across the 16 attention instances: 32 per instance, about 11 tokens per
+# micro-batch. StepMesh Table 1's "128 x 7168" is a per-instance tensor of up to 128 tokens; we
+# run at a quarter of it so that the FFN links (100 Gbit/s here) carry the A2F incast at about
+# 36% and the F2A fan-out at about 72% of a 273 us stage: loaded, not saturated (docs/workloads.md).
+DEFAULT_MAX_BATCH = 512
 NS_PER_S = 1_000_000_000
+
+
+def _ignore_end(key: object, end_ns: int) -> None:
+    """Ops announce their transfers when they begin; nothing happens at their end."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +173,7 @@ class AfdDecode:
         self.layers = _param(params, "layers_simulated", 2, 1, MODEL_LAYERS, True)
         self.steps = _param(params, "decode_steps", 12, 2, 10_000, True)
         self.m = _param(params, "microbatches", MICROBATCHES, 1, 16, True)
-        self.max_batch = _param(params, "max_batch", 128, 1, 100_000, True)
+        self.max_batch = _param(params, "max_batch", DEFAULT_MAX_BATCH, 1, 100_000, True)
         self.compression = float(_param(params, "time_compression", 20.0, 1e-6, 1e9, False))
         self.offset_ns = round(float(params.get("trace_offset_s", 0.0)) * NS_PER_S)
         self.warmup_steps = _param(params, "warmup_steps", 200, 0, 1_000_000, True)
@@ -232,10 +241,10 @@ class AfdDecode:
         self._virtual_t0 = self._virtual_ns
         self._step_tokens: dict[int, list[list[int]]] = {}  # step -> [host][mb] tokens
         self._tokens_done: dict[int, int] = {}  # step -> micro-batches whose token is out
-        self._attn_inst = [SerialInstance(a, api, lambda key, end, i=i: self._attn_end(i, key)) for i, a in
-                           enumerate(self.attn)]
-        self._ffn_inst = [SerialInstance(f, api, lambda key, end, j=j: self._ffn_end(j, key)) for j, f in
-                          enumerate(self.ffn)]
+        self._attn_inst = [SerialInstance(a, api, _ignore_end, lambda key, end, i=i: self._attn_begin(i, key, end))
+                           for i, a in enumerate(self.attn)]
+        self._ffn_inst = [SerialInstance(f, api, _ignore_end, lambda key, end, j=j: self._ffn_begin(j, key, end))
+                          for j, f in enumerate(self.ffn)]
         self._arrived: dict[tuple[int, int], int] = {}  # (g, k) F2A flows arrived at all hosts
         for inst in self._attn_inst:
             for k in range(self.m):
@@ -259,7 +268,11 @@ class AfdDecode:
             nxt = (lg, lk + 1) if lk + 1 < self.m else (lg + 1, 0)
             inst.add(nxt, self.compute_ns, needs)
 
-    def _attn_end(self, i: int, key: tuple[int, int]) -> None:
+    def _transfer_ns(self, src: str, dst: str, size: int) -> int:
+        return self.topology.min_transfer_ns(src, dst, size) if self.topology is not None else 0
+
+    def _attn_begin(self, i: int, key: tuple[int, int], end: int) -> None:
+        """A(g, k) starts on attention host i: announce its A2F transfers, sent at ``end``."""
         g, k = key
         step = g // self.layers
         if step >= self.steps:
@@ -268,21 +281,22 @@ class AfdDecode:
         size = max(1, round(size * self.bytes_scale))
         for j, inst in enumerate(self._ffn_inst):
             self._ensure(inst, g, k, self.n_attn)
-            deadline = inst.ready_time((g, k))
+            deadline = inst.no_bubble_ts((g, k), end, self._transfer_ns(self.attn[i], self.ffn[j], size))
             spec = FlowSpec(self.attn[i], self.ffn[j], size, deadline, f"A2F l{g} mb{k} {self.attn[i]}->{self.ffn[j]}",
                             "pipeline")
-            self._api.start_flow(spec, lambda _t, inst=inst: inst.deliver((g, k)))
+            self._api.start_flow(spec, lambda _t, inst=inst: inst.deliver((g, k)), send_at_ns=end)
 
-    def _ffn_end(self, j: int, key: tuple[int, int]) -> None:
+    def _ffn_begin(self, j: int, key: tuple[int, int], end: int) -> None:
+        """F(g, k) starts on FFN host j: announce its F2A transfers, sent at ``end``."""
         g, k = key
         tokens = self._tokens(g // self.layers)
         for i, inst in enumerate(self._attn_inst):
             self._ensure(inst, g + 1, k, self.n_ffn)
-            deadline = inst.ready_time((g + 1, k))
             size = max(1, round(tokens[i][k] * HIDDEN_SIZE * F2A_BYTES_PER_ELEM * self.bytes_scale))
+            deadline = inst.no_bubble_ts((g + 1, k), end, self._transfer_ns(self.ffn[j], self.attn[i], size))
             spec = FlowSpec(self.ffn[j], self.attn[i], size, deadline, f"F2A l{g} mb{k} {self.ffn[j]}->{self.attn[i]}",
                             "pipeline")
-            self._api.start_flow(spec, lambda t, inst=inst: self._f2a_done(inst, g, k, t))
+            self._api.start_flow(spec, lambda t, inst=inst: self._f2a_done(inst, g, k, t), send_at_ns=end)
 
     def _f2a_done(self, inst: SerialInstance, g: int, k: int, t: int) -> None:
         inst.deliver((g + 1, k))

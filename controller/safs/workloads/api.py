@@ -69,8 +69,14 @@ class WorkloadAPI(Protocol):
         """Run ``fn()`` at absolute time ``t_ns`` (>= now)."""
         ...
 
-    def start_flow(self, spec: FlowSpec, on_done: Callable[[int], None]) -> int:
-        """Start a flow now; returns its flow id; ``on_done(finish_ns)`` when the last byte arrives."""
+    def start_flow(self, spec: FlowSpec, on_done: Callable[[int], None], send_at_ns: int | None = None) -> int:
+        """Announce a flow now and send its first byte at ``send_at_ns`` (>= now; None = now).
+
+        Announcing ahead is how SAFS applications work: the producer knows, when its compute
+        starts, which transfer it will make when the compute ends, so the hint (and the grant)
+        can be in place before the data moves. Returns the flow id; ``on_done(finish_ns)`` is
+        called when the last byte arrives. FCT counts from ``send_at_ns``.
+        """
         ...
 
 

@@ -1,4 +1,5 @@
-"""A contention-free network: every flow takes ``size*8/rate + path delay``.
+"""A contention-free network: every flow takes its uncontended packet-level transfer time
+(:meth:`safs.topology.Topology.min_transfer_ns`; without a topology ``size*8/rate + delay``).
 
 Used by tests and by the runner to compute no-contention references (ideal TPOT, ideal
 iteration time). It has its own event heap; nothing is shared between flows.
@@ -60,7 +61,6 @@ class IdealNetwork:
         self._now = 0
         self._seq = 0
         self._heap: list[tuple[int, int, Callable[[], None]]] = []
-        self._path_cache: dict[tuple[str, str], tuple[int, int]] = {}
 
     def now(self) -> int:
         return self._now
@@ -71,23 +71,18 @@ class IdealNetwork:
         self._seq += 1
         heapq.heappush(self._heap, (t_ns, self._seq, fn))
 
-    def path_rate_delay(self, sender: str, receiver: str) -> tuple[int, int]:
-        """``(rate_bps, delay_ns)`` a flow from ``sender`` to ``receiver`` gets."""
+    def transfer_ns(self, sender: str, receiver: str, size_bytes: int) -> int:
+        """Time a flow of ``size_bytes`` from ``sender`` to ``receiver`` takes here, ns."""
         if self.topology is None:
-            return self.rate_bps, self.delay_ns
-        key = (sender, receiver)
-        if key not in self._path_cache:
-            topo = self.topology
-            path = topo.path(sender, receiver)
-            delay = sum(topo.link(a, b)["delay_ns"] for a, b in zip(path, path[1:]))
-            rate = min(topo.host_link_bps(sender), topo.host_link_bps(receiver))
-            self._path_cache[key] = (rate, delay)
-        return self._path_cache[key]
+            return transfer_ns(size_bytes, self.rate_bps) + self.delay_ns
+        return self.topology.min_transfer_ns(sender, receiver, size_bytes)
 
-    def start_flow(self, spec: FlowSpec, on_done: Callable[[int], None]) -> int:
-        rate, delay = self.path_rate_delay(spec.sender, spec.receiver)
-        finish = self._now + transfer_ns(spec.size_bytes, rate) + delay
-        flow = IdealFlow(len(self.flows) + 1, spec, self._now, finish)
+    def start_flow(self, spec: FlowSpec, on_done: Callable[[int], None], send_at_ns: int | None = None) -> int:
+        start = self._now if send_at_ns is None else send_at_ns
+        if start < self._now:
+            raise InvalidInput("send_at_ns", f"must be >= now ({self._now} ns), got {start}")
+        finish = start + self.transfer_ns(spec.sender, spec.receiver, spec.size_bytes)
+        flow = IdealFlow(len(self.flows) + 1, spec, start, finish)
         self.flows.append(flow)
         self.call_at(finish, lambda: on_done(finish))
         return flow.flow_id

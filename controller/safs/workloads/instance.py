@@ -2,7 +2,8 @@
 
 An op starts when the previous op on the instance has ended and all its inputs (flows) have
 arrived. The instance also answers the workloads' no-bubble question: *when could op ``key``
-start if its data were already there?* -- :meth:`SerialInstance.ready_time`.
+start if its data were already there?* -- :meth:`SerialInstance.ready_time` -- and gives the
+no-bubble timestamp of a transfer feeding an op (:meth:`SerialInstance.no_bubble_ts`).
 """
 
 from __future__ import annotations
@@ -31,16 +32,23 @@ class SerialInstance:
         name: host name (for messages).
         api: the network / clock.
         on_end: called as ``on_end(key, end_ns)`` when an op ends.
+        on_begin: called as ``on_begin(key, end_ns)`` when an op starts: the producer then
+            knows which transfers it will make at ``end_ns`` and announces them ahead.
+        paused: start no op until :meth:`resume` (lets a workload add every instance's ops
+            before the first ``on_begin`` looks at a consumer's ops).
     """
 
-    def __init__(self, name: str, api: WorkloadAPI, on_end: Callable[[Hashable, int], None]) -> None:
+    def __init__(self, name: str, api: WorkloadAPI, on_end: Callable[[Hashable, int], None],
+                 on_begin: Callable[[Hashable, int], None] | None = None, paused: bool = False) -> None:
         self.name = name
         self.api = api
         self.on_end = on_end
+        self.on_begin = on_begin
         self.ops: list[_Op] = []
         self.index: dict[Hashable, int] = {}
         self.next = 0  # index of the first op not yet started
         self.busy = False
+        self.paused = paused
 
     def add(self, key: Hashable, duration_ns: int, needs: int) -> None:
         """Append op ``key`` (duration ns >= 0, ``needs`` inputs >= 0) to the order."""
@@ -80,8 +88,22 @@ class SerialInstance:
             t = max(t, now) + self.ops[k].duration_ns
         return max(t, now)
 
+    def no_bubble_ts(self, key: Hashable, send_at_ns: int, transfer_ns: int) -> int:
+        """No-bubble timestamp of a transfer feeding op ``key``, sent at ``send_at_ns``.
+
+        It is when the op could otherwise start (:meth:`ready_time`), but never earlier than
+        the transfer's uncontended arrival (``send_at_ns + transfer_ns``): a consumer that is
+        already idle cannot be saved by the network, only not delayed further.
+        """
+        return max(self.ready_time(key), send_at_ns + transfer_ns)
+
+    def resume(self) -> None:
+        """Start running ops (see ``paused``)."""
+        self.paused = False
+        self._try_start()
+
     def _try_start(self) -> None:
-        if self.busy or self.next >= len(self.ops):
+        if self.paused or self.busy or self.next >= len(self.ops):
             return
         op = self.ops[self.next]
         if op.arrived < op.needs:
@@ -91,6 +113,8 @@ class SerialInstance:
         op.start_ns = self.api.now()
         end = op.start_ns + op.duration_ns
         self.api.call_at(end, lambda: self._finish(op, end))
+        if self.on_begin is not None:
+            self.on_begin(op.key, end)
 
     def _finish(self, op: _Op, end: int) -> None:
         op.end_ns = end

@@ -253,14 +253,8 @@ class ZeroBubbleTraining:
         """Ideal transfer time of one boundary transfer (slowest stage pair), ns."""
         if self.topology is None:
             return 0
-        worst = 0
-        for a, b in zip(self.hosts, self.hosts[1:]):
-            for src, dst in ((a, b), (b, a)):
-                path = self.topology.path(src, dst)
-                delay = sum(self.topology.link(x, y)["delay_ns"] for x, y in zip(path, path[1:]))
-                rate = min(self.topology.host_link_bps(src), self.topology.host_link_bps(dst))
-                worst = max(worst, transfer_ns(self.boundary_bytes, rate) + delay)
-        return worst
+        return max(self.topology.min_transfer_ns(src, dst, self.boundary_bytes)
+                   for a, b in zip(self.hosts, self.hosts[1:]) for src, dst in ((a, b), (b, a)))
 
     def ideal_iteration_ns(self) -> int:
         """Makespan of one iteration in the ideal timing with line-rate transfers."""
@@ -282,31 +276,38 @@ class ZeroBubbleTraining:
         self._ops_left = self.p * 3 * self.m
         self._stages = []
         for s in range(self.p):
-            inst = SerialInstance(self.hosts[s], api, lambda key, end, s=s: self._op_end(s, key, end))
+            inst = SerialInstance(self.hosts[s], api, lambda key, end, s=s: self._op_end(s, key, end),
+                                  lambda key, end, s=s: self._op_begin(s, key, end), paused=True)
             self._stages.append(inst)
         dur = {"F": self.t_f, "B": self.t_b, "W": self.t_w}
         for s, ops in enumerate(self.order):
             for op in ops:
                 self._stages[s].add(op, dur[op.kind], len(op_inputs(self.p, s, op)))
+        for inst in self._stages:
+            inst.resume()
+
+    def _op_begin(self, s: int, op: Op, end: int) -> None:
+        """An op starts: announce the boundary transfer it will send when it ends."""
+        if op.kind == "F" and s < self.p - 1:
+            self._send(s, s + 1, Op("F", op.mb), "act", end)
+        elif op.kind == "B" and s > 0:
+            self._send(s, s - 1, Op("B", op.mb), "grad", end)
 
     def _op_end(self, s: int, op: Op, end: int) -> None:
-        api = self._api
-        if op.kind == "F" and s < self.p - 1:
-            self._send(s, s + 1, Op("F", op.mb), "act")
-        elif op.kind == "B" and s > 0:
-            self._send(s, s - 1, Op("B", op.mb), "grad")
         self._ops_left -= 1
         if self._ops_left == 0:
             self.iteration_times_ns.append(end - self._it_start)
             if self._it + 1 < self.iterations:
                 self._start_iteration(self._it + 1)
 
-    def _send(self, src: int, dst: int, consumer: Op, what: str) -> None:
+    def _send(self, src: int, dst: int, consumer: Op, what: str, send_at_ns: int) -> None:
         inst = self._stages[dst]
-        deadline = inst.ready_time(consumer)
+        transfer = (self.topology.min_transfer_ns(self.hosts[src], self.hosts[dst], self.boundary_bytes)
+                    if self.topology is not None else 0)
+        deadline = inst.no_bubble_ts(consumer, send_at_ns, transfer)
         spec = FlowSpec(self.hosts[src], self.hosts[dst], self.boundary_bytes, deadline,
                         f"{what} it{self._it} mb{consumer.mb} stage{src}->stage{dst}", "pipeline")
-        self._api.start_flow(spec, lambda _t: inst.deliver(consumer))
+        self._api.start_flow(spec, lambda _t: inst.deliver(consumer), send_at_ns=send_at_ns)
 
     def done(self) -> bool:
         return len(self.iteration_times_ns) >= self.iterations

@@ -20,16 +20,18 @@ Sender (../shared/BRIEF.md, "Design decisions / How grants reach senders"):
   link) and the epoch it is sent under; background-class flows set ``FLAG_BACKGROUND``.
 
 Loss recovery (defined here; not part of the P4 program): the receiver sends a DONE
-(remaining 0) once every byte has arrived, and again for any DATA arriving after that. A
-segment still missing when the one ``reorder_segments`` (3) positions after it arrives is
-reported at once in a NACK (below), like TCP's fast retransmit. When the
-sender has sent every byte and no DONE has come after ``rto_ns``, it re-sends the last segment
-as a probe (doubling the timeout up to ``rto_max_ns``). A duplicate DATA at a receiver that is
-still missing bytes is answered with a NACK: a DONE whose remaining bytes are the bytes still
-missing and whose payload lists up to ``nack_max_segments`` missing segment offsets (6 bytes
-each, counted in its size; in the simulator the list rides in ``Packet.conn``). The sender
-queues those segments for paced retransmission. So a lost segment costs about one timeout plus
-one RTT; a lost DONE is repaired by the next probe.
+(remaining 0) once every byte has arrived, and again for any DATA arriving after that. SAFS
+reorders by design (a packet over its grant waits in queue 1 while later ones pass in their
+slack class), so a hole is not taken as a loss at once: a segment still missing
+``reorder_window_ns`` (200 µs) after a segment ``reorder_segments`` (3) positions beyond it
+arrived is reported in a NACK (below), RACK-style (RFC 8985, time-based loss detection). When
+the sender has sent every byte and no DONE has come after ``rto_ns``, it re-sends the last
+segment as a probe (doubling the timeout up to ``rto_max_ns``). A duplicate DATA at a receiver
+that is still missing bytes is answered with a NACK: a DONE whose remaining bytes are the bytes
+still missing and whose payload lists up to ``nack_max_segments`` missing segment offsets (6
+bytes each, counted in its size; in the simulator the list rides in ``Packet.conn``). The
+sender queues those segments for paced retransmission. So a lost segment costs about one
+reorder window or timeout plus one RTT; a lost DONE is repaired by the next probe.
 """
 
 from __future__ import annotations
@@ -39,13 +41,13 @@ from heapq import heappush
 from typing import Callable
 
 from safs.errors import InvalidInput
-from safs.pipeline_model import CONTROL_PACKET_BYTES
 from safs.protocol import (
     EPOCH_NONE,
     FLAG_BACKGROUND,
     HEADER_LEN,
     SAFS_UDP_PORT,
     SAFS_VERSION,
+    WIRE_OVERHEAD_BYTES,
     MsgType,
     epoch_newer,
     latest_start_ns,
@@ -56,7 +58,12 @@ from safs.sim.packet import ETH_HEADER_BYTES, IPV4_HEADER_BYTES, PROTO_UDP, UDP_
 from safs.sim.transports import TransportStats
 from safs.timebase import wrap
 
-DATA_OVERHEAD_BYTES = ETH_HEADER_BYTES + IPV4_HEADER_BYTES + UDP_HEADER_BYTES + HEADER_LEN  # 78
+DATA_OVERHEAD_BYTES = WIRE_OVERHEAD_BYTES  # 78: headers around a DATA payload
+NS_PER_S = 1_000_000_000
+# A grant whose DATA packets are more than this many poll intervals apart counts as stalled:
+# the sender polls with REQUESTs instead of waiting for an in-band push (40 µs at the default
+# 10 µs poll: rates below 1.8 Gbit/s with 9000-byte packets).
+SLOW_GAP_POLLS = 4
 NACK_ENTRY_BYTES = 6  # one 48-bit segment offset per missing segment
 NO_DEADLINE_NS = 1 << 46  # a flow without a no-bubble ts gets one ~19.5 h ahead (least urgent)
 
@@ -79,9 +86,17 @@ class SafsConfig:
         rto_max_ns: cap of the doubling probe timeout.
         nack_max_segments: missing segments listed in one NACK.
         reorder_segments: a segment still missing when one this many positions later
-            arrives is reported lost (TCP's duplicate-ACK threshold, RFC 5681: 3).
+            arrives is suspected lost (TCP's duplicate-ACK threshold, RFC 5681: 3) ...
+        reorder_window_ns: ... and reported lost if it is still missing this long after
+            (default 200 µs: two re-allocation ticks; queue-1 packets may wait behind urgent
+            classes that long without being lost).
+        unscheduled_bytes: the first bytes of a flow go at line rate without waiting for a
+            grant (Homa's "unscheduled bytes", Montazeri et al., SIGCOMM 2018, sized there to one
+            RTT of line rate); the rest follows the grant. Default 32 KiB (about 2.6 us at
+            100 Gbit/s); should equal the scheduler's ``unscheduled_bytes`` (meter bursts).
         grant_poll_ns: while the sender holds no grant of its own (epoch 0: default rate)
-            or a grant of rate 0, it re-sends a REQUEST this often (default 10 µs). At rate 0
+            or a grant so slow that its DATA packets are more than ``SLOW_GAP_POLLS`` times
+            this far apart (rate 0 included), it re-sends a REQUEST this often (default 10 µs). At rate 0
             there is no DATA to carry the epoch, and at the default rate DATA is sparse (one
             9 KB packet per 72 µs at 1 Gbit/s), so without this poll the in-band push would
             reach the sender late.
@@ -97,7 +112,9 @@ class SafsConfig:
     rto_max_ns: int = 64_000_000
     nack_max_segments: int = 128
     reorder_segments: int = 3
+    reorder_window_ns: int = 200_000
     grant_poll_ns: int = 10_000
+    unscheduled_bytes: int = 32_768
 
     def __post_init__(self) -> None:
         min_mtu = IPV4_HEADER_BYTES + UDP_HEADER_BYTES + HEADER_LEN + 1
@@ -113,8 +130,12 @@ class SafsConfig:
             raise InvalidInput("rto_max_ns", f"must be an integer >= rto_ns ({self.rto_ns}), got {self.rto_max_ns!r}")
         if type(self.nack_max_segments) is not int or self.nack_max_segments < 1:
             raise InvalidInput("nack_max_segments", f"must be an integer >= 1, got {self.nack_max_segments!r}")
+        if type(self.reorder_window_ns) is not int or self.reorder_window_ns < 0:
+            raise InvalidInput("reorder_window_ns", f"must be an integer >= 0 ns, got {self.reorder_window_ns!r}")
         if type(self.reorder_segments) is not int or self.reorder_segments < 1:
             raise InvalidInput("reorder_segments", f"must be an integer >= 1, got {self.reorder_segments!r}")
+        if type(self.unscheduled_bytes) is not int or self.unscheduled_bytes < 0:
+            raise InvalidInput("unscheduled_bytes", f"must be an integer >= 0, got {self.unscheduled_bytes!r}")
         if type(self.grant_poll_ns) is not int or self.grant_poll_ns <= 0:
             raise InvalidInput("grant_poll_ns", f"must be an integer > 0 ns, got {self.grant_poll_ns!r}")
 
@@ -126,7 +147,7 @@ class SafsConfig:
 
 def _control(src: int, dst: int, sport: int, dport: int, msg: int, flow_id: int, remaining: int,
              ts: int, extra_bytes: int = 0) -> Packet:
-    pkt = Packet(src, dst, PROTO_UDP, sport, dport, CONTROL_PACKET_BYTES + extra_bytes)
+    pkt = Packet(src, dst, PROTO_UDP, sport, dport, WIRE_OVERHEAD_BYTES + extra_bytes)
     pkt.safs_version = SAFS_VERSION
     pkt.safs_type = msg
     pkt.flow_id = flow_id
@@ -239,7 +260,8 @@ class SafsSender:
         size = self._send_data(offset, now)
         if resent:
             self.stats.retransmitted_bytes += size
-        rate = self.rate_bps
+        # Unscheduled bytes leave at line rate (the NIC serialises them back to back).
+        rate = self.line_rate if self.next_offset < self.cfg.unscheduled_bytes and not resent else self.rate_bps
         if rate <= 0:  # a zero grant: wait for a new grant or the lease to run out
             self._stall()
             return
@@ -284,11 +306,17 @@ class SafsSender:
             self._fallback()  # sends a REQUEST; default rate > 0
             if not self.pacing:
                 self._schedule_pace(now)
-        elif self.epoch == EPOCH_NONE or self.rate_bps <= 0:
+        elif self.epoch == EPOCH_NONE or self._slow():
             self._request()
         else:
-            return  # a real grant with a rate: in-band pushes and renewals take over
+            return  # a grant fast enough that DATA carries its epoch: in-band pushes take over
         self._start_poll()
+
+    def _slow(self) -> bool:
+        """The rate leaves more than ``SLOW_GAP_POLLS`` poll intervals between DATA packets (or
+        is 0), so an in-band push of a newer grant would wait that long: keep asking instead."""
+        rate = self.rate_bps
+        return rate <= 0 or self.cfg.segment_bytes * 8 * NS_PER_S > SLOW_GAP_POLLS * self.cfg.grant_poll_ns * rate
 
     def _fallback(self) -> None:
         """Lease ran out without renewal: default rate, epoch 0, ask again."""
@@ -365,6 +393,8 @@ class SafsSender:
         if rate != self.rate_bps:
             self.rate_bps = rate
             self._repace(now)
+            if self._slow():
+                self._start_poll()
         elif not self.pacing and rate > 0 and (self.retx or self.next_offset < self.size):
             self._repace(now)
 
@@ -443,11 +473,20 @@ class SafsReceiver:
             return
         limit = idx - self.cfg.reorder_segments  # segments this far back should have arrived
         if limit >= self.nack_mark:
-            missing = [i * self.seg for i in range(self.nack_mark, limit + 1) if not got[i]]
+            holes = tuple(i for i in range(self.nack_mark, limit + 1) if not got[i])
             self.nack_mark = limit + 1
-            if missing:
-                lost = sum(min(self.seg, self.size - o) for o in missing)
-                self._done(lost, tuple(missing[: self.cfg.nack_max_segments]))
+            if holes:
+                self.engine.after(self.cfg.reorder_window_ns, self._report_holes, holes)
+
+    def _report_holes(self, holes: tuple[int, ...]) -> None:
+        """NACK the suspected segments that are still missing after the reorder window."""
+        got = self.got
+        if got is None:
+            return
+        missing = [i * self.seg for i in holes if not got[i]]
+        if missing:
+            lost = sum(min(self.seg, self.size - o) for o in missing)
+            self._done(lost, tuple(missing[: self.cfg.nack_max_segments]))
 
     def _done(self, missing_bytes: int, missing: tuple[int, ...]) -> None:
         pkt = _control(self.src, self.sender, SAFS_UDP_PORT, self.sender_port, _DONE, self.flow_id,
