@@ -62,17 +62,14 @@ def summary_table(name: str, records: list[dict[str, Any]]) -> Table:
     """One row per (policy, swept parameters): means over seeds and repetitions; misses summed."""
     has_tpot = any("tpot_p99_ms" in r for r in records)
     has_iter = any("iteration_time_ms" in r for r in records)
-    table = Table(title=f"{name}: target {records[0]['target'] if records else '?'}")
+    table = Table(title=f"{name} (target {records[0]['target'] if records else '?'}; means over runs)")
     for col in ("policy", "bg flows", "load", "runs"):
         table.add_column(col)
     if has_tpot:
-        table.add_column("TPOT p50 ms", justify="right")
-        table.add_column("TPOT p99 ms", justify="right")
-        table.add_column("TPOT samples", justify="right")
+        table.add_column("TPOT p50 / p99 ms (samples)", justify="right")
     if has_iter:
-        table.add_column("iter ms", justify="right")
-        table.add_column("iter / ideal", justify="right")
-    for col in ("pipe misses", "pipe FCT mean ms", "pipe FCT p99 ms", "bg FCT mean ms", "bg FCT p99 ms", "ctrl B / data B"):
+        table.add_column("iteration ms (/ ideal)", justify="right")
+    for col in ("pipeline misses", "pipeline FCT mean / p99 ms", "bg FCT mean / p99 ms", "ctrl B / data B"):
         table.add_column(col, justify="right")
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in records:
@@ -80,15 +77,16 @@ def summary_table(name: str, records: list[dict[str, Any]]) -> Table:
     for (bulk, load, policy), rows in groups.items():
         cells = [policy, str(bulk), _fmt(load), str(len(rows))]
         if has_tpot:
-            cells += [_fmt(_mean(rows, "tpot_p50_ms")), _fmt(_mean(rows, "tpot_p99_ms")),
-                      str(sum(int(r.get("tpot_samples", 0)) for r in rows))]
+            samples = sum(int(r.get("tpot_samples") or 0) for r in rows)
+            cells.append(f"{_fmt(_mean(rows, 'tpot_p50_ms'))} / {_fmt(_mean(rows, 'tpot_p99_ms'))} ({samples})")
         if has_iter:
-            cells += [_fmt(_mean(rows, "iteration_time_ms")), _fmt(_mean(rows, "iteration_time_ratio"))]
+            cells.append(f"{_fmt(_mean(rows, 'iteration_time_ms'))} ({_fmt(_mean(rows, 'iteration_time_ratio'))})")
         misses = sum(int(r["pipeline_deadline_misses"]) for r in rows)
         flows = sum(int(r["pipeline_flows"]) for r in rows)
-        cells += [f"{misses}/{flows}", _fmt(_mean(rows, "pipeline_fct_mean_ms")), _fmt(_mean(rows, "pipeline_fct_p99_ms")),
-                  _fmt(_mean(rows, "background_fct_mean_ms")), _fmt(_mean(rows, "background_fct_p99_ms")),
-                  _fmt(_mean(rows, "control_bytes_per_data_byte"))]
+        cells += [f"{misses}/{flows}",
+                  f"{_fmt(_mean(rows, 'pipeline_fct_mean_ms'))} / {_fmt(_mean(rows, 'pipeline_fct_p99_ms'))}",
+                  f"{_fmt(_mean(rows, 'background_fct_mean_ms'))} / {_fmt(_mean(rows, 'background_fct_p99_ms'))}",
+                  _fmt(_mean(rows, "control_bytes_per_data_byte"), 2)]
         table.add_row(*cells)
     return table
 
@@ -119,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``safs`` console script; returns the exit status."""
     args = _build_parser().parse_args(argv)
     console = Console()
+    if not console.is_terminal:  # files and pipes: wide enough that no column is cut
+        console = Console(width=160)
     try:
         if args.command == "run":
             return _cmd_run(args, console)
