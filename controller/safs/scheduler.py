@@ -348,6 +348,25 @@ class Scheduler:
             return  # recorded; allocated when its first REQUEST is digested
         self._admit(hint.flow_id, now_ns)
 
+    def activate(self, flow_id: int, now_ns: int) -> bool:
+        """The application says a recorded flow's data is about to start: allocate it now.
+
+        With ``admit_on_request`` a hint announced ahead only records the flow; an application
+        that also knows when its sender starts (the producer's compute ends) lets the controller
+        install the grant just before the first REQUEST arrives, instead of after its digest.
+        Returns True if the flow was admitted now (False: already admitted).
+
+        Raises:
+            InvalidInput: unknown flow (field ``flow_id``) or no free meter slot at the
+                receiver's ToR (field ``hint.receiver``). TargetError: as :meth:`announce`.
+        """
+        hint = self.registry.get(flow_id)
+        if flow_id in self._flows:
+            return False
+        self._require_slot(self._topo.tor_of(hint.receiver), "hint.receiver")
+        self._admit(flow_id, now_ns)
+        return True
+
     def update(self, flow_id: int, remaining_bytes: int, now_ns: int) -> None:
         """Report a flow's remaining bytes (may only shrink) and install what changed.
 

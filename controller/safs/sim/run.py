@@ -52,6 +52,10 @@ class SimConfig:
             simulation costs per packet; 9000-byte frames are standard in AI/RoCE fabrics and cut
             events 6x against 1500 (docs/simulator.md).
         max_time_ns: simulated-time horizon (default 1 s).
+        activation_lead_ns: a flow announced ahead is activated (:meth:`Scheduler.activate`:
+            the application told the controller when its data starts) this long before its
+            first byte, or at the announce if that is later; default 5 µs, enough for the
+            grant entry to be in place when the first REQUEST reaches the receiver's ToR.
         hint_latency_ns: application -> scheduler hint API latency (announce and complete),
             default 20 µs (a local gRPC call plus controller processing).
         tick_ns: period of ``Scheduler.tick`` (default: the scheduler config's ``tick_ns``).
@@ -78,6 +82,7 @@ class SimConfig:
     mtu_bytes: int = 9000
     max_time_ns: int = 1_000_000_000
     hint_latency_ns: int = 20_000
+    activation_lead_ns: int = 5_000
     tick_ns: int | None = None
     digest_poll_ns: int = 10_000
     renew_fraction: float = 0.75
@@ -90,7 +95,7 @@ class SimConfig:
         if isinstance(self.mtu_bytes, bool) or not isinstance(self.mtu_bytes, int) or not 576 <= self.mtu_bytes <= 65535:
             # 576: the smallest MTU every IPv4 host must accept (RFC 791); 65535: IPv4 total length.
             raise InvalidInput("sim.mtu_bytes", f"must be an integer in 576..65535, got {self.mtu_bytes!r}")
-        for name, low in (("max_time_ns", 1), ("hint_latency_ns", 0), ("digest_poll_ns", 1),
+        for name, low in (("max_time_ns", 1), ("hint_latency_ns", 0), ("activation_lead_ns", 0), ("digest_poll_ns", 1),
                           ("safs_rto_ns", 1)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
@@ -305,7 +310,9 @@ class Simulation:
                               self.safs_cfg, self.stats, self._on_finish)
             tx: Any = SafsSender(self.engine, src, dst.ip, fid, spec.size_bytes, spec.no_bubble_ts_ns,
                                  False, self.safs_cfg, self.stats, self._on_closed)
-            self.engine.after(self.config.hint_latency_ns, self._announce, flow)
+            announce_at = now + self.config.hint_latency_ns
+            self.engine.at(announce_at, self._announce, flow)
+            self.engine.at(max(announce_at, start - self.config.activation_lead_ns), self._activate, flow)
         else:
             rx = DctcpReceiver(self.engine, dst, src.ip, fid, spec.size_bytes, self.stats, self._on_finish)
             tx = DctcpSender(self.engine, src, dst.ip, fid, spec.size_bytes, self.dctcp_cfg, self.stats,
@@ -355,6 +362,14 @@ class Simulation:
             self.scheduler.announce(hint, self.engine.now)
         except SafsError:
             self.scheduler_rejects += 1  # e.g. no free meter slot: the flow keeps the default grant
+
+    def _activate(self, flow: _Flow) -> None:
+        if flow.finish_ns is not None or flow.flow_id not in self.scheduler.registry:
+            return
+        try:
+            self.scheduler.activate(flow.flow_id, self.engine.now)
+        except SafsError:
+            self.scheduler_rejects += 1  # no free meter slot: the REQUEST's digest retries
 
     def _complete(self, flow_id: int) -> None:
         if flow_id in self.scheduler.registry:
