@@ -204,8 +204,9 @@ def safs_grant(src_ip: str | int, dst_ip: str | int, flow_id: int, rate_kbps: in
 
 
 def safs_done(src_ip: str | int, dst_ip: str | int, flow_id: int, no_bubble_ts_ns: int = 0, *,
-              flags: int = 0, **kw) -> Packet:
-    """A DONE from the sender after its last DATA packet (``remaining_bytes`` = 0)."""
-    hdr = SAFS(type=MsgType.DONE, flags=flags, flow_id=flow_id, remaining_bytes=0,
+              missing_bytes: int = 0, flags: int = 0, **kw) -> Packet:
+    """A DONE from the receiver to the sender: ``missing_bytes`` 0 = every byte arrived;
+    more is a NACK (docs/protocol.md, grant rule 6)."""
+    hdr = SAFS(type=MsgType.DONE, flags=flags, flow_id=flow_id, remaining_bytes=missing_bytes,
                timestamp_ns=no_bubble_ts_ns)
     return pkt_add_safs(src_ip, dst_ip, hdr, **kw)

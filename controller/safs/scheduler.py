@@ -440,9 +440,9 @@ class Scheduler:
         return merged
 
     def tick(self, now_ns: int) -> None:
-        """Re-allocate as time passes: estimate each flow's remaining bytes from its installed
-        rate since the last report (module docstring), recompute all grants, and write what
-        differs from the installed state (this also retries earlier failed writes).
+        """Re-allocate as time passes: estimate each flow's remaining bytes from the payload its
+        receiver's ToR counted since the last report (module docstring), recompute all grants,
+        and write what differs from the installed state (this also retries earlier failed writes).
 
         Raises:
             TargetError: a target refused writes.

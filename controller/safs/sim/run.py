@@ -4,10 +4,12 @@ Policies (lower-case):
 
 - ``"safs"``: pipeline flows use the SAFS transport. The in-process
   :class:`safs.scheduler.Scheduler` drives every switch's :class:`PipelineModel`: it gets each
-  flow's hint (``announce``) ``hint_latency_ns`` after the flow starts (the hint API's
-  latency), its completion (``complete``) the same latency after the last byte arrived, polls
-  REQUEST digests every ``digest_poll_ns`` and re-allocates (``tick``) every ``tick_ns``; all
-  of these are simulator events.
+  flow's hint (``announce``) ``hint_latency_ns`` after the workload announced it (the hint
+  API's latency), activates it ``activation_lead_ns`` before its data starts
+  (:meth:`Scheduler.activate`), learns of flows it was not told about from REQUEST digests
+  (polled every ``digest_poll_ns``), gets each completion (``complete``) ``hint_latency_ns``
+  after the last byte arrived and re-allocates (``tick``) every ``tick_ns``; all of these are
+  simulator events.
 - ``"dctcp"``: pipeline flows are DCTCP. Switches and pipeline model are the same (routes,
   ECN threshold installed by the same ``Scheduler.setup``); the SAFS tables stay idle.
 
@@ -283,8 +285,9 @@ class Simulation:
     def start_flow(self, spec: Any, on_done: Callable[[int], None], send_at_ns: int | None = None) -> int:
         """Announce ``spec`` (a FlowSpec) now and start sending at ``send_at_ns`` (None: now).
 
-        Under ``safs`` the hint reaches the scheduler ``hint_latency_ns`` after the announce,
-        so a flow announced ahead finds its grant installed. Returns the flow id;
+        Under ``safs`` the hint reaches the scheduler ``hint_latency_ns`` after the announce and
+        the flow is activated ``activation_lead_ns`` before its data, so a flow announced ahead
+        finds its grant installed when its first REQUEST arrives. Returns the flow id;
         ``on_done(finish_ns)`` later; the flow's FCT counts from ``send_at_ns``.
 
         Raises:

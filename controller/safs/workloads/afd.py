@@ -31,8 +31,10 @@ simulated time times 61 / L, i.e. as if all 61 layers had run. Before the simula
 steady state.
 
 No-bubble timestamp: A2F(g, k) -> FFN f: the time f could start F(g, k) if the data were
-there = the (predicted) end of f's previous op, not earlier than now
-(:meth:`SerialInstance.ready_time`). F2A(g, k) -> attention a: likewise for A(g+1, k).
+there = the (predicted) end of f's previous op, but not before the transfer's uncontended
+arrival (:meth:`SerialInstance.no_bubble_ts`); F2A(g, k) -> attention a: likewise for
+A(g+1, k). Transfers are announced when the producing op begins and sent when it ends
+(``send_at_ns``), as an AFD runtime knows its next transfer when it launches the op.
 
 TPOT: step n ends when the last F2A of its last simulated layer has arrived for every
 micro-batch (T_n). TPOT_n = (T_n - T_{n-1}) * 61 / L for n >= 1 (the first step, which

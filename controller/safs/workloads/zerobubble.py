@@ -202,12 +202,14 @@ class ZeroBubbleTraining:
         (0, 1]: fraction of the A100 BF16 peak achieved).
 
     No-bubble timestamp of a transfer: the time the consumer stage could start the consuming
-    op if the data were there (:meth:`SerialInstance.ready_time`: end of the consumer's
-    previous op, not earlier than now); without contention this is the op's start in the
-    ideal timing. Iterations are separated by a barrier (the optimizer step, taken as 0 ns).
+    op if the data were there (end of the consumer's previous op), but not before the
+    transfer's uncontended arrival (:meth:`SerialInstance.no_bubble_ts`); without contention
+    this is the op's start in the ideal timing. A transfer is announced when its producing op
+    begins and sent when it ends. Iterations are separated by a barrier (the optimizer step,
+    taken as 0 ns).
 
     Metrics: iteration_time_ms (mean over iterations), iteration_time_ideal_ms (the ideal
-    timing with every transfer at line rate plus path delay, :func:`schedule_times`),
+    timing with every transfer at its uncontended packet-level time, :func:`schedule_times`),
     iteration_time_ratio, iterations_done.
 
     Raises:
