@@ -19,16 +19,26 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from safs import __version__
-from safs.errors import SafsError
-from safs.runner import TARGETS, expand, run_scenario, write_results
+from safs.errors import InvalidInput, SafsError
+from safs.runner import TARGETS, check, expand, prepare_out_dir, run_scenario, write_results
 from safs.scenario import load_scenario
 
 
 def _int_list(text: str) -> list[int]:
     try:
-        return [int(x) for x in text.split(",") if x]
+        values = [int(x) for x in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        values = []
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 0, got {text!r}")
+    return values
+
+
+def _name_list(text: str) -> list[str]:
+    names = text.split(",")
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return names
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -40,7 +50,7 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, default=Path("results"), help="directory for results.json/csv (default: results)")
     run.add_argument("--target", default="sim", choices=TARGETS, help="where to run (default: sim)")
     run.add_argument("--seeds", type=_int_list, help="override the scenario's seeds, e.g. 1,2,3")
-    run.add_argument("--policies", type=lambda s: [p for p in s.split(",") if p], help="override the policies, e.g. safs,dctcp")
+    run.add_argument("--policies", type=_name_list, help="override the policies, e.g. safs,dctcp")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -62,30 +72,34 @@ def summary_table(name: str, records: list[dict[str, Any]]) -> Table:
     """One row per (policy, swept parameters): means over seeds and repetitions; misses summed."""
     has_tpot = any("tpot_p99_ms" in r for r in records)
     has_iter = any("iteration_time_ms" in r for r in records)
-    table = Table(title=f"{name} (target {records[0]['target'] if records else '?'}; means over runs)")
-    for col in ("policy", "bg flows", "load", "runs"):
+    has_load = any(r["load"] for r in records)
+    runs = len({(r["seed"], r["repetition"]) for r in records})
+    target = records[0]["target"] if records else "?"
+    table = Table(title=f"{name} (target {target}; {runs} run(s) per row, means; misses summed)")
+    for col in ("policy", "bg"):
         table.add_column(col)
+    if has_load:
+        table.add_column("load")
     if has_tpot:
-        table.add_column("TPOT p50 / p99 ms (samples)", justify="right")
+        table.add_column("TPOT ms p50/p99", justify="right")
     if has_iter:
-        table.add_column("iteration ms (/ ideal)", justify="right")
-    for col in ("pipeline misses", "pipeline FCT mean / p99 ms", "bg FCT mean / p99 ms", "ctrl B / data B"):
+        table.add_column("iter ms (/ideal)", justify="right")
+    for col in ("misses", "pipe FCT ms mean/p99", "bg FCT ms mean/p99", "ctrl/data B"):
         table.add_column(col, justify="right")
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["background_flows"], r["load"], r["policy"]), []).append(r)
     for (bulk, load, policy), rows in groups.items():
-        cells = [policy, str(bulk), _fmt(load), str(len(rows))]
+        cells = [policy, str(bulk)] + ([_fmt(load)] if has_load else [])
         if has_tpot:
-            samples = sum(int(r.get("tpot_samples") or 0) for r in rows)
-            cells.append(f"{_fmt(_mean(rows, 'tpot_p50_ms'))} / {_fmt(_mean(rows, 'tpot_p99_ms'))} ({samples})")
+            cells.append(f"{_fmt(_mean(rows, 'tpot_p50_ms'))}/{_fmt(_mean(rows, 'tpot_p99_ms'))}")
         if has_iter:
             cells.append(f"{_fmt(_mean(rows, 'iteration_time_ms'))} ({_fmt(_mean(rows, 'iteration_time_ratio'))})")
         misses = sum(int(r["pipeline_deadline_misses"]) for r in rows)
         flows = sum(int(r["pipeline_flows"]) for r in rows)
         cells += [f"{misses}/{flows}",
-                  f"{_fmt(_mean(rows, 'pipeline_fct_mean_ms'))} / {_fmt(_mean(rows, 'pipeline_fct_p99_ms'))}",
-                  f"{_fmt(_mean(rows, 'background_fct_mean_ms'))} / {_fmt(_mean(rows, 'background_fct_p99_ms'))}",
+                  f"{_fmt(_mean(rows, 'pipeline_fct_mean_ms'))}/{_fmt(_mean(rows, 'pipeline_fct_p99_ms'))}",
+                  f"{_fmt(_mean(rows, 'background_fct_mean_ms'))}/{_fmt(_mean(rows, 'background_fct_p99_ms'))}",
                   _fmt(_mean(rows, "control_bytes_per_data_byte"), 2)]
         table.add_row(*cells)
     return table
@@ -96,8 +110,17 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     if args.seeds:
         overrides["seeds"] = args.seeds
     if args.policies:
+        from safs.sim.run import POLICIES
+
+        for policy in args.policies:
+            if policy not in POLICIES:
+                raise InvalidInput("--policies", f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
         overrides["policies"] = args.policies
-    scenarios = [load_scenario(p, overrides) for p in args.scenarios]  # validate all before running any
+    # Everything is checked before the first run, so a typo in the last file costs nothing.
+    scenarios = [load_scenario(p, overrides) for p in args.scenarios]
+    for scenario in scenarios:
+        check(scenario, args.target)
+    prepare_out_dir(args.out)
     all_records: list[dict[str, Any]] = []
     total = sum(len(list(expand(s))) for s in scenarios)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -107,9 +130,11 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
             progress.update(task, description=f"{scenario.name}")
             records = run_scenario(scenario, args.target, progress=lambda spec: progress.advance(task))
             all_records.extend(records)
+            write_results(all_records, args.out)  # after each scenario: nothing finished is lost
             progress.console.print(summary_table(scenario.name, records))
-    json_path, _ = write_results(all_records, args.out)
-    console.print(f"wrote {len(all_records)} records to {json_path}")
+    n = len(all_records)
+    console.print(f"wrote {n} record{'s' if n != 1 else ''} to {args.out / 'results.json'} (and results.csv); "
+                  "columns: docs/results.md")
     return 0
 
 

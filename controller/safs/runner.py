@@ -46,24 +46,67 @@ def expand(scenario: Scenario) -> Iterator[RunSpec]:
         yield RunSpec(policy=policy, seed=seed, repetition=rep, background_flows=bulk, load=load)
 
 
-def run_one_sim(scenario: Scenario, spec: RunSpec) -> dict[str, Any]:
-    """Simulate one run and return its record (keys documented in docs/results.md)."""
-    from safs.sim.run import SimConfig, simulate
+def _build(scenario: Scenario, spec: RunSpec) -> tuple[Any, Any, Any]:
+    """Topology, workload and simulator config of one run.
+
+    Raises:
+        InvalidInput: any bad input; the error names the scenario file when the failing piece
+            (workload parameters, simulator settings) came from it.
+    """
+    from safs.sim.run import SimConfig
     from safs.topology import load_topology
     from safs.workloads import build_workload
 
     topology = load_topology(scenario.topology_path())
+    try:
+        workload = build_workload(
+            scenario.workload.kind, scenario.workload.params, topology, seed=_run_seed(spec),
+            background_flows=spec.background_flows, load=spec.load,
+            distribution=scenario.background.distribution, source=scenario.source,
+        )
+        config = SimConfig.from_mapping(scenario.sim, scheduler=scenario.scheduler,
+                                        max_time_ns=int(scenario.max_time_ms * 1_000_000))
+    except InvalidInput as exc:
+        if exc.source:
+            raise
+        raise InvalidInput(exc.field, exc.message, source=scenario.source) from None
+    return topology, workload, config
+
+
+def _run_seed(spec: RunSpec) -> int:
     # Each repetition gets its own random stream; the seed stays the reported identity.
-    run_seed = spec.seed * 1000 + spec.repetition
-    workload = build_workload(
-        scenario.workload.kind, scenario.workload.params, topology, seed=run_seed,
-        background_flows=spec.background_flows, load=spec.load,
-        distribution=scenario.background.distribution, source=str(scenario.path),
-    )
-    config = SimConfig.from_mapping(scenario.sim, scheduler=scenario.scheduler,
-                                    max_time_ns=int(scenario.max_time_ms * 1_000_000), source=str(scenario.path))
+    return spec.seed * 1000 + spec.repetition
+
+
+def check(scenario: Scenario, target: str = "sim") -> None:
+    """Validate everything every run of ``scenario`` needs, without simulating.
+
+    Raises:
+        InvalidInput: unknown target or policy (the message lists the valid ones), or a bad
+            topology, workload parameter, background setting or simulator setting.
+    """
+    if target not in TARGETS:
+        raise InvalidInput("--target", f"unknown target {target!r}; valid: {', '.join(TARGETS)}")
+    from safs.sim.run import POLICIES
+
+    for policy in scenario.policies:
+        if policy not in POLICIES:
+            raise InvalidInput("policies", f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}",
+                               source=scenario.source)
+    seen = set()
+    for spec in expand(scenario):
+        if (spec.background_flows, spec.load) not in seen:  # workloads differ only by these
+            seen.add((spec.background_flows, spec.load))
+            _build(scenario, spec)
+
+
+def run_one_sim(scenario: Scenario, spec: RunSpec) -> dict[str, Any]:
+    """Simulate one run and return its record (keys documented in docs/results.md)."""
+    from safs.sim.run import simulate
+
+    topology, workload, config = _build(scenario, spec)
     started = time.perf_counter()
-    result = simulate(topology, workload, spec.policy, run_seed, config)
+    result = simulate(topology, workload, spec.policy, _run_seed(spec), config)
     wall = time.perf_counter() - started
     record: dict[str, Any] = {
         "scenario": scenario.name, "target": "sim", "policy": spec.policy, "seed": spec.seed,
@@ -86,16 +129,9 @@ def run_scenario(scenario: Scenario, target: str = "sim",
     """Run every combination of a scenario on ``target`` (only ``sim`` for now).
 
     Raises:
-        InvalidInput: unknown target or policy (the message lists the valid ones).
+        InvalidInput: as :func:`check`, which runs first.
     """
-    if target not in TARGETS:
-        raise InvalidInput("--target", f"unknown target {target!r}; valid: {', '.join(TARGETS)}")
-    from safs.sim.run import POLICIES
-
-    for policy in scenario.policies:
-        if policy not in POLICIES:
-            raise InvalidInput("policies", f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}",
-                               source=str(scenario.path))
+    check(scenario, target)
     records = []
     for spec in expand(scenario):
         records.append(run_one_sim(scenario, spec))
@@ -110,16 +146,38 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def prepare_out_dir(out_dir: Path) -> None:
+    """Create ``out_dir`` (and parents) now, so a bad ``--out`` fails before any run.
+
+    Raises:
+        InvalidInput: the directory cannot be created or written (field ``--out``).
+    """
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".safs-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise InvalidInput("--out", f"cannot write results to {out_dir}: {exc.strerror}") from None
+
+
 def write_results(records: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
-    """Write ``results.json`` and ``results.csv`` into ``out_dir`` (created if missing)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write ``results.json`` and ``results.csv`` into ``out_dir`` (created if missing).
+
+    Raises:
+        InvalidInput: the files cannot be written (field ``--out``).
+    """
+    prepare_out_dir(out_dir)
     clean = [{k: _jsonable(v) for k, v in r.items()} for r in records]
     json_path = out_dir / "results.json"
-    json_path.write_text(json.dumps(clean, indent=1, sort_keys=False) + "\n")
     csv_path = out_dir / "results.csv"
     keys = list(dict.fromkeys(k for r in clean for k in r))
-    with csv_path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(clean)
+    try:
+        json_path.write_text(json.dumps(clean, indent=1) + "\n")
+        with csv_path.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(clean)
+    except OSError as exc:
+        raise InvalidInput("--out", f"cannot write results to {out_dir}: {exc.strerror}") from None
     return json_path, csv_path

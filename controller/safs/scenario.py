@@ -28,16 +28,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from safs.errors import InvalidInput
+from safs.files import load_yaml
 
 WORKLOAD_KINDS = ("afd", "zerobubble", "trace")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: a YAML string is not silently taken as a number, nor true as a seed
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class WorkloadSpec(_Strict):
@@ -83,7 +84,18 @@ class Scenario(_Strict):
     max_time_ms: float = Field(default=1000.0, gt=0, le=600_000)
     sim: dict[str, Any] = Field(default_factory=dict)
     scheduler: dict[str, Any] = Field(default_factory=dict)
-    path: Path | None = None
+    _path: Path | None = PrivateAttr(None)  # the resolved file (relative paths start there)
+    _source: str = PrivateAttr("")  # the file name as the user gave it, for messages
+
+    @property
+    def path(self) -> Path | None:
+        """The scenario file, resolved (None for a scenario built in memory)."""
+        return self._path
+
+    @property
+    def source(self) -> str:
+        """The scenario file name as given, for error messages."""
+        return self._source
 
     def topology_path(self) -> Path:
         """The topology file, resolved relative to the scenario file."""
@@ -107,12 +119,7 @@ def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> 
             the file, the key path and what was expected. Only the first error is reported.
     """
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise InvalidInput("scenario", f"cannot read file: {exc.strerror}", source=str(path)) from None
-    except yaml.YAMLError as exc:
-        raise InvalidInput("scenario", f"not valid YAML: {exc}", source=str(path)) from None
+    raw = load_yaml(path, "scenario")
     if not isinstance(raw, dict):
         raise InvalidInput("<top level>", "expected a mapping of scenario keys", source=str(path))
     raw.update(overrides or {})
@@ -122,8 +129,14 @@ def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> 
         err = exc.errors()[0]
         got = err.get("input")
         got_text = "" if isinstance(got, dict) else f" (got {got!r})"
-        raise InvalidInput(_format_loc(err["loc"]), f"{err['msg']}{got_text}", source=str(path)) from None
-    scenario.path = path.resolve()
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = f"unknown key; allowed: {', '.join(sorted(Scenario.model_fields))}" if len(err["loc"]) == 1 \
+                else "unknown key"
+            got_text = ""
+        raise InvalidInput(_format_loc(err["loc"]), f"{message}{got_text}", source=str(path)) from None
+    scenario._path = path.resolve()
+    scenario._source = str(path)
     if not scenario.topology_path().is_file():
         raise InvalidInput("topology", f"no such topology file {scenario.topology_path()}", source=str(path))
     return scenario

@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-import yaml
 
 from safs.errors import InvalidInput
+from safs.files import load_yaml
 from safs.protocol import WIRE_OVERHEAD_BYTES
 
 DEFAULT_RATE_BPS = 100_000_000_000  # 100 Gbit/s
@@ -364,10 +364,4 @@ def load_topology(path: str | Path) -> Topology:
         InvalidInput: unreadable file, bad YAML or a malformed entry; ``source`` is the path.
     """
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise InvalidInput("topology", f"cannot read file: {exc.strerror}", source=str(path)) from None
-    except yaml.YAMLError as exc:
-        raise InvalidInput("topology", f"not valid YAML: {exc}", source=str(path)) from None
-    return build_topology(raw, source=str(path))
+    return build_topology(load_yaml(path, "topology"), source=str(path))

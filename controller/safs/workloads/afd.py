@@ -45,6 +45,7 @@ run on :class:`~safs.workloads.ideal.IdealNetwork` (no contention).
 from __future__ import annotations
 
 import csv
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from safs.errors import InvalidInput
+from safs.files import read_text
 from safs.workloads.api import FlowSpec, WorkloadAPI
 from safs.workloads.instance import SerialInstance
 
@@ -95,7 +97,8 @@ def _timestamp_ns(text: str) -> int:
     return ((int(days) * 86400 + int(hh) * 3600 + int(mm) * 60 + int(whole)) * NS_PER_S) + frac_ns
 
 
-def load_trace(path: str | Path) -> list[Request]:
+@functools.lru_cache(maxsize=4)  # every run of a sweep reads the same trace
+def load_trace(path: str | Path) -> tuple[Request, ...]:
     """Read an Azure LLM inference trace CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``).
 
     Returns requests sorted by arrival, arrival relative to the first request (ns).
@@ -104,37 +107,33 @@ def load_trace(path: str | Path) -> list[Request]:
         InvalidInput: unreadable file, wrong header, or a bad row (naming line and column).
     """
     path = Path(path)
-    try:
-        fh = path.open(newline="")
-    except OSError as exc:
-        raise InvalidInput("trace", f"cannot read file: {exc.strerror}", source=str(path)) from None
-    with fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header != ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
-            raise InvalidInput("line 1", "expected header TIMESTAMP,ContextTokens,GeneratedTokens", source=str(path))
-        rows = []
-        for line_no, row in enumerate(reader, start=2):
-            if len(row) != 3:
-                raise InvalidInput(f"line {line_no}", f"expected 3 columns, got {len(row)}", source=str(path))
-            try:
-                t = _timestamp_ns(row[0])
-            except (ValueError, IndexError):
-                raise InvalidInput(f"line {line_no}, column TIMESTAMP",
-                                   f"expected 'YYYY-MM-DD HH:MM:SS.fffffff', got {row[0]!r}", source=str(path)) from None
-            try:
-                gen = int(row[2])
-            except ValueError:
-                gen = -1
-            if gen < 1:
-                raise InvalidInput(f"line {line_no}, column GeneratedTokens",
-                                   f"expected an integer >= 1, got {row[2]!r}", source=str(path))
-            rows.append((t, gen))
+    text = read_text(path, "trace")
+    reader = csv.reader(text.splitlines())
+    header = next(reader, None)
+    if header != ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
+        raise InvalidInput("line 1", "expected header TIMESTAMP,ContextTokens,GeneratedTokens", source=str(path))
+    rows = []
+    for line_no, row in enumerate(reader, start=2):
+        if len(row) != 3:
+            raise InvalidInput(f"line {line_no}", f"expected 3 columns, got {len(row)}", source=str(path))
+        try:
+            t = _timestamp_ns(row[0])
+        except (ValueError, IndexError):
+            raise InvalidInput(f"line {line_no}, column TIMESTAMP",
+                               f"expected 'YYYY-MM-DD HH:MM:SS.fffffff', got {row[0]!r}", source=str(path)) from None
+        try:
+            gen = int(row[2])
+        except ValueError:
+            gen = -1
+        if gen < 1:
+            raise InvalidInput(f"line {line_no}, column GeneratedTokens",
+                               f"expected an integer >= 1, got {row[2]!r}", source=str(path))
+        rows.append((t, gen))
     if not rows:
         raise InvalidInput("line 2", "trace has no requests", source=str(path))
     rows.sort()
     t0 = rows[0][0]
-    return [Request(t - t0, g) for t, g in rows]
+    return tuple(Request(t - t0, g) for t, g in rows)
 
 
 def _param(params: dict[str, Any], key: str, default: Any, lo: float, hi: float, integer: bool) -> Any:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from safs.errors import InvalidInput
+from safs.files import read_text
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "flow-sizes"
 
@@ -133,10 +134,7 @@ def load_distribution(path: str | Path, homa_packet_bytes: int = HOMA_MAX_DATA_B
     path = Path(path)
     if not path.is_absolute() and not path.exists() and (DATA_DIR / path).exists():
         path = DATA_DIR / path
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise InvalidInput("distribution", f"cannot read file: {exc.strerror}", source=str(path)) from None
+    lines = read_text(path, "distribution").splitlines()
     if homa_packet_bytes <= 0:
         raise InvalidInput("homa_packet_bytes", f"must be > 0, got {homa_packet_bytes}", source=str(path))
     rows = [(n, ln.split()) for n, ln in enumerate(lines, start=1) if ln.strip()]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from safs.errors import InvalidInput
+from safs.files import read_text
 from safs.workloads.api import FLOW_CLASSES, FlowSpec, WorkloadAPI
 
 REQUIRED = ("start_ns", "sender", "receiver", "bytes", "no_bubble_ts_ns", "label")
@@ -89,10 +90,7 @@ def load_trace_file(path: str | Path, hosts: set[str] | None = None) -> list[tup
     """
     path = Path(path)
     source = str(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InvalidInput("trace", f"cannot read file: {exc.strerror}", source) from None
+    text = read_text(path, "trace")
     if path.suffix.lower() == ".json":
         try:
             data = json.loads(text)
