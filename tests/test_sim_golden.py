@@ -1,0 +1,121 @@
+"""Golden results of the packet simulator: speed work must not change what it computes.
+
+Each case runs a small but representative simulation (AFD decode incast and ZeroBubble
+pipeline training, with persistent bulk DCTCP flows or Poisson background, under both
+policies; together they exercise drops, retransmissions, timeouts, ECN marks, grants, meters
+and digests) and compares a sha256 of a canonical JSON of everything the run reports: every
+FlowRecord, the workload metrics, the transport and scheduler counters, drops per
+(switch, port, class), ECN marks, events and simulated time.
+
+The digests below pin the behaviour of the simulator as of the commit that added this file
+(recorded from the code before the simulator speed-ups). They must be re-recorded, with the
+reason in the commit message, only when behaviour changes on purpose; an optimisation that
+changes them is a bug. Re-record with::
+
+    PYTHONPATH=controller .venv/bin/python tests/test_sim_golden.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from safs.sim.run import SimConfig, Simulation
+from safs.topology import load_topology
+from safs.workloads import build_workload
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# name -> (workload kind, params, topology file, bulk flows, Poisson load)
+CASES: dict[str, tuple[str, dict[str, int], str, int, float]] = {
+    "afd-bulk": ("afd", {"layers_simulated": 1, "decode_steps": 3}, "afd-16a2f.yaml", 2, 0.0),
+    "zerobubble-bulk": ("zerobubble", {"stages": 4, "microbatches": 4, "iterations": 1},
+                        "zerobubble-pp.yaml", 2, 0.0),
+    "afd-poisson": ("afd", {"layers_simulated": 1, "decode_steps": 2}, "afd-16a2f.yaml", 0, 0.3),
+}
+POLICIES = ("safs", "dctcp")
+
+# Pinned today's behaviour (see the module docstring before changing any of these).
+GOLDEN: dict[tuple[str, str], str] = {
+    ('afd-bulk', 'safs'):
+        '6ddea028879810b3932f563185a80b7251fc1c35674a4bde312144c66e82f060',  # events=81619, drops=264, flows=578
+    ('afd-bulk', 'dctcp'):
+        'e5f3f95dae78b4c4092e3d90c1d77e5ab117b5bd82c99ee4306c73dcdb8233fa',  # events=106703, drops=951, flows=578
+    ('afd-poisson', 'safs'):
+        'f5c83fcd5f5391ea741f451cce15803d87ef401fd71d01c46172af5c90de3fe0',  # events=40846, drops=44, flows=395
+    ('afd-poisson', 'dctcp'):
+        '492601be2afb7452d772f3a1bb55d39e33412a9f9ac2a26bf404ca31e35fde8d',  # events=50447, drops=664, flows=399
+    ('zerobubble-bulk', 'safs'):
+        'd6c8003be210eb8392f129c7bf4963e63eefba87b652348bd1dd901bcbcec45c',  # events=109440, drops=75, flows=26
+    ('zerobubble-bulk', 'dctcp'):
+        '41d2a1b3d02378dcea1f08ba2829a25725e368edd9f66bbfeaa6cfe8abc2b220',  # events=230951, drops=71, flows=26
+}
+
+
+def run_case(name: str, policy: str) -> dict[str, Any]:
+    """Simulate one case (seed 1) and return everything it reports, JSON-ready."""
+    kind, params, topo_file, bulk, load = CASES[name]
+    topology = load_topology(ROOT / "topologies" / topo_file)
+    workload = build_workload(kind, dict(params), topology, seed=1, background_flows=bulk, load=load)
+    sim = Simulation(topology, policy, 1, SimConfig.from_mapping({}))
+    res = sim.run(workload)
+    return {
+        "flows": [[f.flow_id, f.label, f.flow_class, f.sender, f.receiver, f.size_bytes, f.start_ns,
+                   f.finish_ns, f.no_bubble_ts_ns] for f in res.flows],
+        "workload_metrics": res.workload_metrics,
+        "workload_done": res.workload_done,
+        "control_bytes": res.control_bytes,
+        "control_packets": res.control_packets,
+        "scheduler_control_messages": res.scheduler_control_messages,
+        "scheduler_control_bytes": res.scheduler_control_bytes,
+        "scheduler_stats": dataclasses.asdict(sim.scheduler.stats),
+        "scheduler_rejects": sim.scheduler_rejects,
+        "data_bytes": res.data_bytes,
+        "retransmitted_bytes": res.retransmitted_bytes,
+        "drops": res.drops,
+        "drops_by_port_class": sorted([*k, v] for k, v in res.drops_by_port_class.items()),
+        "ecn_marked_packets": res.ecn_marked_packets,
+        "events": res.events,
+        "sim_time_ns": res.sim_time_ns,
+        "transport": dataclasses.asdict(res.transport),
+    }
+
+
+def digest(report: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of a :func:`run_case` report."""
+    return hashlib.sha256(json.dumps(report, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _summary(report: dict[str, Any]) -> str:
+    keys = ("events", "drops", "data_bytes", "control_bytes", "sim_time_ns", "ecn_marked_packets")
+    return ", ".join(f"{k}={report[k]}" for k in keys) + f", flows={len(report['flows'])}"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("policy", POLICIES)
+def test_simulation_matches_golden_digest(name: str, policy: str) -> None:
+    report = run_case(name, policy)
+    assert report["workload_done"], "the case must finish within the horizon to be comparable"
+    got = digest(report)
+    assert got == GOLDEN[(name, policy)], (
+        f"{name}/{policy}: simulation results changed ({_summary(report)}); digest {got}")
+
+
+def test_digest_sees_a_single_changed_flow_time() -> None:
+    # The comparison is only as good as the digest: one ns on one flow must change it.
+    report = run_case("afd-poisson", "dctcp")
+    before = digest(report)
+    report["flows"][-1][7] += 1
+    assert digest(report) != before
+
+
+if __name__ == "__main__":  # print the table to paste into GOLDEN
+    for case in sorted(CASES):
+        for pol in POLICIES:
+            rep = run_case(case, pol)
+            print(f"    ({case!r}, {pol!r}):\n        {digest(rep)!r},  # {_summary(rep)}")
