@@ -1,0 +1,417 @@
+"""Hint API over real gRPC: an in-process server on an ephemeral port, a Scheduler on an
+inline topology with PipelineModel targets, and the typed client (plus the raw stub where the
+wire-level status matters)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import grpc
+import pytest
+import yaml
+
+from safs import p4names as n
+from safs.errors import InvalidInput, TargetError
+from safs.hintapi import HintClient, HintServiceError, UnknownFlow
+from safs.hintapi import hints_pb2 as pb
+from safs.hintapi import hints_pb2_grpc as pb_grpc
+from safs.hintapi.convert import FIELD_METADATA_KEY
+from safs.hintapi.server import HintServicer, RunningHintServer, start
+from safs.hints import LABEL_MAX_LEN, FlowClass, FlowHint
+from safs.pipeline_model import PipelineModel
+from safs.protocol import lease_ns_to_us, rate_bps_to_kbps
+from safs.scheduler import Scheduler, SchedulerConfig, wire_epoch
+from safs.target import Update
+from safs.timebase import wrap
+from safs.topology import build_topology
+
+TOPO_YAML = """
+name: two-tors
+defaults: {rate: 10Gbps, delay_ns: 500}
+switches: [tor0, tor1]
+hosts:
+  a: {ip: 10.0.0.1, switch: tor0}
+  b: {ip: 10.0.0.2, switch: tor0}
+  c: {ip: 10.0.0.3, switch: tor0}
+  d: {ip: 10.0.1.1, switch: tor1}
+links:
+  - {a: tor0, b: tor1, rate: 40Gbps}
+"""
+MS = 1_000_000
+AT_ANNOUNCE = SchedulerConfig(admit_on_request=False)
+ON_REQUEST = SchedulerConfig()  # the default: allocate at the first REQUEST (or activate)
+
+
+class Clock:
+    """Fabric clock the test moves by hand (ns)."""
+
+    def __init__(self) -> None:
+        self.t = 0
+
+    def __call__(self) -> int:
+        return self.t
+
+
+class FlakyTarget(PipelineModel):
+    """A PipelineModel whose writes can be made to fail (a switch refusing updates)."""
+
+    fail = False
+
+    def write(self, updates: Sequence[Update]) -> None:
+        if self.fail:
+            raise TargetError([(i, "UNAVAILABLE", "switch down") for i in range(len(updates))])
+        super().write(updates)
+
+
+@dataclass
+class Env:
+    clock: Clock
+    targets: dict[str, FlakyTarget]
+    sched: Scheduler
+    running: RunningHintServer
+    client: HintClient
+
+    @property
+    def servicer(self) -> HintServicer:
+        return self.running.servicer
+
+    def table_grant(self, flow_id: int) -> dict | None:
+        """The flow_grant entry params of ``flow_id`` at d's ToR (tor1), or None."""
+        for e in self.targets["tor1"].entries(n.FLOW_GRANT):
+            if e.match[n.F_FLOW_ID] == flow_id:
+                return dict(e.params)
+        return None
+
+
+def _make_env(config: SchedulerConfig, activation_lead_ns: int = 0) -> Iterator[Env]:
+    topo = build_topology(yaml.safe_load(TOPO_YAML), "inline")
+    clock = Clock()
+    targets = {sw: FlakyTarget(sw, clock) for sw in topo.switches()}
+    sched = Scheduler(topo, targets, config)
+    sched.setup(0)
+    running = start(sched, "127.0.0.1:0", clock, activation_lead_ns=activation_lead_ns)
+    client = HintClient(running.target, timeout_s=10.0)
+    try:
+        yield Env(clock, targets, sched, running, client)
+    finally:
+        client.close()
+        running.stop()
+
+
+@pytest.fixture
+def env() -> Iterator[Env]:
+    yield from _make_env(AT_ANNOUNCE)
+
+
+@pytest.fixture
+def env_req() -> Iterator[Env]:
+    yield from _make_env(ON_REQUEST)
+
+
+def hint(fid: int, sender: str = "a", receiver: str = "d", size: int = 1_000_000,
+         deadline_ns: int = 2 * MS, flow_class: FlowClass = FlowClass.PIPELINE, label: str | None = None) -> FlowHint:
+    return FlowHint(fid, sender, receiver, size, deadline_ns, label if label is not None else f"test/{fid}", flow_class)
+
+
+def assert_grant_matches_table(env: Env, flow_id: int) -> None:
+    """GetGrant (over gRPC) == allocator grant, and its wire form == the flow_grant entry."""
+    grant = env.client.grant(flow_id)
+    assert grant is not None
+    assert grant == env.sched.allocator.grants()[flow_id]
+    entry = env.table_grant(flow_id)
+    assert entry is not None
+    assert entry["rate_kbps"] == rate_bps_to_kbps(grant.rate_bps)
+    assert entry["epoch"] == wire_epoch(grant.epoch)
+    assert entry["lease_us"] == lease_ns_to_us(grant.lease_ns)
+    assert entry["meter_slot"] == env.sched.slot_of(flow_id)
+
+
+# ---------------------------------------------------------------------------- every RPC
+
+def test_announce_get_grant_equals_installed_flow_grant_entry(env: Env) -> None:
+    result = env.client.announce(hint(5))
+    assert not result.activation_scheduled
+    assert_grant_matches_table(env, 5)
+    assert env.client.grant(5).rate_bps > 0
+    # a second flow into the same receiver: both grants stay consistent with the table
+    env.client.announce(hint(6, sender="b", deadline_ns=MS, flow_class=FlowClass.BACKGROUND))
+    assert env.sched.registry.get(6).flow_class is FlowClass.BACKGROUND
+    for fid in (5, 6):
+        assert_grant_matches_table(env, fid)
+
+
+def test_update_remaining_and_no_bubble_timestamp(env: Env) -> None:
+    # a background flow takes the leftover, so flow 5's rate follows its no-bubble demand
+    env.client.announce(hint(6, sender="b", size=50_000_000, deadline_ns=MS, flow_class=FlowClass.BACKGROUND))
+    env.client.announce(hint(5, size=4_000_000, deadline_ns=100 * MS))
+    epoch0 = env.client.grant(5).epoch
+    env.clock.t = MS
+    env.client.update(5, 2_000_000)
+    assert env.sched.registry.get(5).remaining_bytes == 2_000_000
+    assert env.sched.allocator.flows()[5].remaining_bytes == 2_000_000
+    assert_grant_matches_table(env, 5)
+    # a much earlier no-bubble timestamp raises the demand: the grant must change
+    rate_before = env.client.grant(5).rate_bps
+    env.client.update(5, 2_000_000, no_bubble_ts_ns=2 * MS)
+    assert env.sched.registry.get(5).no_bubble_ts_ns == 2 * MS
+    assert env.sched.allocator.flows()[5].deadline_ns == 2 * MS
+    grant = env.client.grant(5)
+    assert grant.rate_bps > rate_before and grant.epoch > epoch0
+    for fid in (5, 6):
+        assert_grant_matches_table(env, fid)
+
+
+def test_complete_removes_grant_entry_and_flow(env: Env) -> None:
+    env.client.announce(hint(5))
+    env.client.announce(hint(6, sender="b"))
+    env.client.complete(5)
+    assert 5 not in env.sched.registry and env.table_grant(5) is None
+    assert 5 not in env.sched.allocator.grants()
+    assert_grant_matches_table(env, 6)  # the other flow is untouched and consistent
+    with pytest.raises(UnknownFlow) as info:
+        env.client.grant(5)
+    assert info.value.field == "flow_id"
+
+
+def test_get_grant_none_yet_until_first_request_mode_activation(env_req: Env) -> None:
+    env = env_req
+    result = env.client.announce(hint(5))
+    assert (result.activated, result.activation_scheduled) == (False, False)
+    assert 5 in env.sched.registry
+    assert env.client.grant(5) is None and env.table_grant(5) is None
+
+
+# ---------------------------------------------------------------------------- start time
+
+def test_start_time_not_in_future_activates_at_once(env_req: Env) -> None:
+    env = env_req
+    env.clock.t = 3 * MS
+    result = env.client.announce(hint(5, deadline_ns=5 * MS), start_time_ns=3 * MS)
+    assert result.activated and not result.activation_scheduled
+    assert env.servicer.stats.activations == 1
+    assert_grant_matches_table(env, 5)
+
+
+def test_start_time_in_future_activates_when_due(env_req: Env) -> None:
+    env = env_req
+    result = env.client.announce(hint(5, deadline_ns=5 * MS), start_time_ns=2 * MS)
+    assert result.activation_scheduled and not result.activated
+    assert env.servicer.pending_activations() == {5: 2 * MS}
+    assert env.servicer.run_due(2 * MS - 1) == []
+    assert env.client.grant(5) is None
+    env.clock.t = 2 * MS
+    assert env.servicer.run_due() == [5]
+    assert env.servicer.pending_activations() == {}
+    assert_grant_matches_table(env, 5)
+
+
+def test_activation_thread_follows_the_clock(env_req: Env) -> None:
+    env = env_req
+    env.client.announce(hint(5, deadline_ns=5 * MS), start_time_ns=wrap(2 * MS))
+    env.clock.t = 2 * MS  # the thread wakes within max_wait_s and sees the clock moved
+    deadline = time.monotonic() + 10
+    while env.client.grant(5) is None:
+        assert time.monotonic() < deadline, "activation thread did not run the due activation"
+        time.sleep(0.01)
+    assert_grant_matches_table(env, 5)
+
+
+def test_activation_lead() -> None:
+    for env in _make_env(ON_REQUEST, activation_lead_ns=10_000):
+        env.client.announce(hint(5), start_time_ns=MS)
+        assert env.servicer.pending_activations() == {5: MS - 10_000}
+        # a start time closer than the lead activates at once
+        env.clock.t = 100
+        assert env.client.announce(hint(6, sender="b"), start_time_ns=5_000).activated
+
+
+def test_complete_cancels_pending_activation(env_req: Env) -> None:
+    env = env_req
+    env.client.announce(hint(5), start_time_ns=MS)
+    env.client.complete(5)
+    assert env.servicer.pending_activations() == {}
+    env.clock.t = MS
+    assert env.servicer.run_due() == []
+    assert env.table_grant(5) is None and env.servicer.stats.activation_failures == 0
+
+
+def test_activation_without_free_slot_is_counted_and_flow_kept() -> None:
+    for env in _make_env(SchedulerConfig(meter_slots=2)):  # one flow slot per ToR
+        assert env.client.announce(hint(5), start_time_ns=0).activated
+        result = env.client.announce(hint(6, sender="b"), start_time_ns=0)
+        assert not result.activated
+        assert env.servicer.stats.activation_failures == 1
+        assert 6 in env.sched.registry and env.client.grant(6) is None
+        assert_grant_matches_table(env, 5)
+
+
+# ---------------------------------------------------------------------------- errors
+
+BAD_HINTS = [
+    (hint(9, sender="nope"), "hint.sender"),
+    (hint(9, receiver="a"), "hint.receiver"),  # receiver == sender
+    (hint(9, size=0), "hint.remaining_bytes"),
+    (hint(9, size=1 << 48), "hint.remaining_bytes"),
+    (hint(0), "hint.flow_id"),
+    (hint(9, label="x" * (LABEL_MAX_LEN + 1)), "hint.label"),
+    (hint(5, label="other"), "hint.label"),  # flow 5 exists with another label
+    (hint(5, receiver="b"), "hint.receiver"),
+    (hint(5, size=2_000_000), "hint.remaining_bytes"),  # re-announce may not grow
+]
+
+
+@pytest.mark.parametrize("bad,field", BAD_HINTS)
+def test_invalid_announce_names_field_and_keeps_admitted_flow(env: Env, bad: FlowHint, field: str) -> None:
+    env.client.announce(hint(5))
+    grant_before, entry_before = env.client.grant(5), env.table_grant(5)
+    hints_before = list(env.sched.registry)
+    with pytest.raises(InvalidInput) as info:
+        env.client.announce(bad)
+    assert info.value.field == field
+    assert info.value.message  # the server's explanation travels too
+    assert list(env.sched.registry) == hints_before
+    assert env.client.grant(5) == grant_before and env.table_grant(5) == entry_before
+    assert 9 not in env.sched.registry and 0 not in env.sched.registry
+
+
+def test_invalid_argument_on_the_wire_has_details_and_field_metadata(env: Env) -> None:
+    env.client.announce(hint(5))
+    with grpc.insecure_channel(env.running.target) as channel:
+        stub = pb_grpc.HintServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Announce(pb.AnnounceRequest(flow_id=9, sender="a", receiver="d", remaining_bytes=0,
+                                             no_bubble_ts_ns=MS, label="x"), timeout=10)
+        err = info.value
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.details().startswith("hint.remaining_bytes: ")
+        assert dict(err.trailing_metadata())[FIELD_METADATA_KEY] == "hint.remaining_bytes"
+        # an enum value the proto does not define
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Announce(pb.AnnounceRequest(flow_id=9, sender="a", receiver="d", remaining_bytes=10,
+                                             no_bubble_ts_ns=MS, flow_class=7), timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert dict(info.value.trailing_metadata())[FIELD_METADATA_KEY] == "hint.flow_class"
+        # UNSPECIFIED is the pipeline class
+        stub.Announce(pb.AnnounceRequest(flow_id=10, sender="b", receiver="d", remaining_bytes=10,
+                                         no_bubble_ts_ns=MS), timeout=10)
+        assert env.sched.registry.get(10).flow_class is FlowClass.PIPELINE
+        for call, req in ((stub.Update, pb.UpdateRequest(flow_id=77, remaining_bytes=1)),
+                          (stub.Complete, pb.CompleteRequest(flow_id=77)),
+                          (stub.GetGrant, pb.GetGrantRequest(flow_id=77))):
+            with pytest.raises(grpc.RpcError) as info:
+                call(req, timeout=10)
+            assert info.value.code() == grpc.StatusCode.NOT_FOUND
+            assert "77" in info.value.details()
+    assert 5 in env.sched.registry
+
+
+def test_unknown_flow_is_not_found_for_update_complete_grant(env: Env) -> None:
+    env.client.announce(hint(5))
+    for call in (lambda: env.client.update(77, 10), lambda: env.client.complete(77),
+                 lambda: env.client.grant(77)):
+        with pytest.raises(UnknownFlow) as info:
+            call()
+        assert info.value.field == "flow_id" and "77" in info.value.message
+    env.client.complete(5)
+    with pytest.raises(UnknownFlow):
+        env.client.complete(5)  # completed flows are unknown
+    assert env.sched.registry.get  # server still serving
+    env.client.announce(hint(6))
+
+
+def test_invalid_update_changes_nothing(env: Env) -> None:
+    env.client.announce(hint(5, size=1_000_000))
+    grant_before = env.client.grant(5)
+    for args, kwargs, field in (((5, 2_000_000), {}, "hint.remaining_bytes"),
+                                ((5, 0), {}, "hint.remaining_bytes"),
+                                ((5, 1 << 48), {"no_bubble_ts_ns": MS}, "hint.remaining_bytes")):
+        with pytest.raises(InvalidInput) as info:
+            env.client.update(*args, **kwargs)
+        assert info.value.field == field
+    assert env.sched.registry.get(5).remaining_bytes == 1_000_000
+    assert env.sched.registry.get(5).no_bubble_ts_ns == 2 * MS
+    assert env.client.grant(5) == grant_before
+
+
+def test_client_rejects_values_protobuf_cannot_carry(env: Env) -> None:
+    cases = [(lambda: env.client.announce(hint(1 << 32)), "hint.flow_id"),
+             (lambda: env.client.announce(hint(5, size=-1)), "hint.remaining_bytes"),
+             (lambda: env.client.announce(hint(5, deadline_ns=-1)), "hint.no_bubble_ts_ns"),
+             (lambda: env.client.announce(hint(5, flow_class="bulk")), "hint.flow_class"),
+             (lambda: env.client.announce(hint(5), start_time_ns=-5), "start_time_ns"),
+             (lambda: env.client.update(-1, 5), "flow_id"),
+             (lambda: env.client.update(5, 5, no_bubble_ts_ns=1.5), "hint.no_bubble_ts_ns"),
+             (lambda: env.client.grant("5"), "flow_id")]
+    for call, field in cases:
+        with pytest.raises(InvalidInput) as info:
+            call()
+        assert info.value.field == field
+    assert len(env.sched.registry) == 0
+
+
+def test_switch_write_failure_is_unavailable_and_hint_kept(env: Env) -> None:
+    env.targets["tor1"].fail = True
+    with pytest.raises(HintServiceError) as info:
+        env.client.announce(hint(5))
+    assert info.value.code == "UNAVAILABLE" and "retries" in info.value.details
+    assert 5 in env.sched.registry and env.servicer.stats.write_failures == 1
+    env.targets["tor1"].fail = False
+    env.client.announce(hint(5))  # identical re-announce: safe
+    with env.servicer.lock:
+        env.sched.tick(env.clock())  # the scheduler's retry installs the grant
+    assert_grant_matches_table(env, 5)
+
+
+def test_server_down_is_hint_service_error() -> None:
+    for env in _make_env(AT_ANNOUNCE):
+        target = env.running.target
+    with HintClient(target, timeout_s=2.0) as client:
+        with pytest.raises(HintServiceError) as info:
+            client.grant(1)
+    assert info.value.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+def test_bad_server_and_client_arguments() -> None:
+    topo = build_topology(yaml.safe_load(TOPO_YAML), "inline")
+    clock = Clock()
+    sched = Scheduler(topo, {sw: PipelineModel(sw, clock) for sw in topo.switches()}, AT_ANNOUNCE)
+    with pytest.raises(InvalidInput) as info:
+        HintServicer(sched, clock, activation_lead_ns=-1)
+    assert info.value.field == "activation_lead_ns"
+    with pytest.raises(InvalidInput) as info:
+        start(sched, "no-port", clock)
+    assert info.value.field == "address"
+    with pytest.raises(InvalidInput) as info:
+        start(sched, "203.0.113.1:0", clock)  # not a local address
+    assert info.value.field == "address"
+    with pytest.raises(InvalidInput) as info:
+        HintClient("127.0.0.1:1", timeout_s=0)
+    assert info.value.field == "timeout_s"
+
+
+def test_concurrent_clients_are_serialised(env: Env) -> None:
+    errors: list[BaseException] = []
+
+    def announce_range(sender: str, first: int) -> None:
+        try:
+            with HintClient(env.running.target, timeout_s=10.0) as client:
+                for fid in range(first, first + 10):
+                    client.announce(hint(fid, sender=sender, size=100_000 + fid))
+        except BaseException as err:  # noqa: BLE001 (reported by the main thread)
+            errors.append(err)
+
+    threads = [threading.Thread(target=announce_range, args=(s, 100 * (i + 1)))
+               for i, s in enumerate(("a", "b", "c"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    fids = [fid for i in range(3) for fid in range(100 * (i + 1), 100 * (i + 1) + 10)]
+    assert sorted(h.flow_id for h in env.sched.registry) == fids
+    assert len({env.sched.slot_of(fid) for fid in fids}) == len(fids)
+    for fid in fids:
+        assert_grant_matches_table(env, fid)
