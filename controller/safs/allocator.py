@@ -113,6 +113,10 @@ def _fill(flows: list[tuple[int, str, str, int, int]], want: Mapping[int, int] |
     group is served greedily in order for what rounding or a saturated peer left. Updates
     ``rate``, ``res_r`` and ``res_s`` in place.
     """
+    # Every give is capped by its receiver's and its sender's residual, so with no residual
+    # left on every receiver (or on every sender) nothing can change: skip the passes.
+    if not any(res_r.values()) or not any(res_s.values()):
+        return
     start = 0
     while start < len(flows):
         end = start + 1

@@ -98,6 +98,12 @@ class _TableSchema:
     actions: dict[str, tuple[tuple[str, int], ...]]
     entry_actions: frozenset[str]  # actions allowed on entries (others: default only)
 
+    def __post_init__(self) -> None:
+        # Name sets the validators compare against, built once instead of per update.
+        object.__setattr__(self, "key_names", frozenset(f for f, _, _ in self.keys))
+        object.__setattr__(self, "param_names", {a: frozenset(p for p, _ in spec)
+                                                 for a, spec in self.actions.items()})
+
 
 _SCHEMAS: dict[str, _TableSchema] = {
     n.IPV4_LPM: _TableSchema(
@@ -277,14 +283,16 @@ class PipelineModel:
         failures: list[tuple[int, str, str]] = []
         touched: set[str] = set()
         for i, upd in enumerate(updates):
+            entity = upd.entity
             try:
-                if isinstance(upd.entity, MeterConfig):
-                    self._write_meter(upd.op, upd.entity)
-                elif isinstance(upd.entity, TableEntry):
-                    self._write_entry(upd.op, upd.entity)
-                    touched.add(upd.entity.table)
+                if isinstance(entity, MeterConfig):
+                    self._write_meter(upd.op, entity)
+                elif isinstance(entity, TableEntry):
+                    self._write_entry(upd.op, entity)
+                    if entity.table != n.FLOW_GRANT:  # flow_grant's index is kept up to date per write
+                        touched.add(entity.table)
                 else:
-                    raise _Reject("INVALID_ARGUMENT", f"unsupported entity {type(upd.entity).__name__}")
+                    raise _Reject("INVALID_ARGUMENT", f"unsupported entity {type(entity).__name__}")
             except _Reject as r:
                 failures.append((i, r.code, r.message))
         for table in touched:
@@ -299,8 +307,7 @@ class PipelineModel:
             raise _Reject("INVALID_ARGUMENT", f"unknown meter {cfg.meter!r}")
         if not 0 <= cfg.index < n.FLOW_METER_SIZE:
             raise _Reject("INVALID_ARGUMENT", f"meter index must be in 0..{n.FLOW_METER_SIZE - 1}, got {cfg.index}")
-        for fname in ("cir", "cburst", "pir", "pburst"):
-            v = getattr(cfg, fname)
+        for fname, v in (("cir", cfg.cir), ("cburst", cfg.cburst), ("pir", cfg.pir), ("pburst", cfg.pburst)):
             if not 0 <= v <= _METER_RATE_MAX:
                 raise _Reject("INVALID_ARGUMENT", f"meter {fname} must be in 0..2^64-1, got {v}")
         if cfg.pir < cfg.cir:
@@ -314,7 +321,7 @@ class PipelineModel:
             raise _Reject("INVALID_ARGUMENT", f"unknown table {e.table!r}")
         if e.action not in schema.actions:
             raise _Reject("INVALID_ARGUMENT", f"action {e.action!r} not in table {e.table}")
-        self._check_params(e, schema.actions[e.action])
+        self._check_params(e, schema.actions[e.action], schema.param_names[e.action])
         if e.is_default:
             if op is not Op.MODIFY:
                 raise _Reject("INVALID_ARGUMENT", f"default action of {e.table} accepts only MODIFY")
@@ -345,24 +352,32 @@ class PipelineModel:
             del table[key]
         else:
             raise _Reject("INVALID_ARGUMENT", f"unknown op {op!r}")
+        if e.table == n.FLOW_GRANT:
+            # The scheduler rewrites flow_grant entries all the time: update the per-packet
+            # index for this one entry instead of rebuilding it from the whole table (the
+            # result is the same as _rebuild's: one tuple per stored entry, by flow id).
+            fid = e.match[n.F_FLOW_ID]
+            if op is Op.DELETE:
+                del self._grants[fid]
+            else:
+                self._grants[fid] = _grant_tuple(e)
 
     @staticmethod
-    def _check_params(e: TableEntry, spec: tuple[tuple[str, int], ...]) -> None:
-        want = {p for p, _ in spec}
-        got = set(e.params)
-        if got != want:
+    def _check_params(e: TableEntry, spec: tuple[tuple[str, int], ...], want: frozenset[str]) -> None:
+        params = e.params
+        if params.keys() != want:
             raise _Reject("INVALID_ARGUMENT",
-                          f"{e.action} params must be {sorted(want)}, got {sorted(got)}")
+                          f"{e.action} params must be {sorted(want)}, got {sorted(params)}")
         for pname, bits in spec:
-            v = e.params[pname]
+            v = params[pname]
             if not isinstance(v, int) or not 0 <= v < (1 << bits):
                 raise _Reject("INVALID_ARGUMENT",
                               f"{e.action}.{pname} must be in 0..2^{bits}-1, got {v!r}")
 
     @staticmethod
     def _check_match(e: TableEntry, schema: _TableSchema) -> None:
-        want = {f for f, _, _ in schema.keys}
-        if set(e.match) != want:
+        want = schema.key_names
+        if e.match.keys() != want:
             raise _Reject("INVALID_ARGUMENT",
                           f"{e.table} match fields must be {sorted(want)}, got {sorted(e.match)}")
         has_range = False
@@ -407,10 +422,7 @@ class PipelineModel:
                 [(e.priority, e.match[n.F_SLACK_KEY].low, e.match[n.F_SLACK_KEY].high, e.params["qclass"])
                  for e in entries], default.params["qclass"])
         elif table == n.FLOW_GRANT:
-            self._grants = {
-                e.match[n.F_FLOW_ID]: (e.params["rate_kbps"], e.params["epoch"],
-                                       e.params["lease_us"], e.params["meter_slot"])
-                for e in entries}
+            self._grants = {e.match[n.F_FLOW_ID]: _grant_tuple(e) for e in entries}
         elif table == n.CLOCK_OFFSET:
             self._offset = default.params["offset_ns"]
         elif table == n.DEFAULT_GRANT:
@@ -588,6 +600,12 @@ class PipelineModel:
         if bucket >= n.QDEPTH_BUCKETS:
             bucket = n.QDEPTH_BUCKETS - 1
         self._qhist[1][egress_port * n.QDEPTH_BUCKETS + bucket] += 1
+
+
+def _grant_tuple(e: TableEntry) -> tuple[int, int, int, int]:
+    """Per-packet form of a flow_grant entry: (rate_kbps, epoch, lease_us, meter_slot)."""
+    p = e.params
+    return (p["rate_kbps"], p["epoch"], p["lease_us"], p["meter_slot"])
 
 
 def _range_partition(ranges: list[tuple[int, int, int, int]], default: int) -> tuple[list[int], list[int]]:

@@ -534,7 +534,9 @@ class Scheduler:
 
     @staticmethod
     def _grant_key(flow_id: int) -> tuple:
-        return TableEntry(n.FLOW_GRANT, {n.F_FLOW_ID: flow_id}, n.ACT_SET_GRANT).key()
+        # TableEntry(n.FLOW_GRANT, {n.F_FLOW_ID: flow_id}, ...).key(), built directly (hot path;
+        # tests/test_sim_golden.py checks the two agree).
+        return (n.FLOW_GRANT, False, ((n.F_FLOW_ID, flow_id),), 0)
 
     def _grant_entry(self, flow_id: int, grant: Grant, slot: int) -> TableEntry:
         return TableEntry(n.FLOW_GRANT, {n.F_FLOW_ID: flow_id}, n.ACT_SET_GRANT, {
@@ -543,12 +545,20 @@ class Scheduler:
 
     def _plan_grant(self, flow_id: int, grant: Grant, plans: dict[str, list[Update]]) -> None:
         state = self._flows[flow_id]
-        if state.tor not in self._targets:
+        tor = state.tor
+        if tor not in self._targets:
             return
-        plan = plans.setdefault(state.tor, [])
+        plan = plans.setdefault(tor, [])
         # Meter first, so the first packet matching a new entry meets the flow's own rate.
-        self._plan_meter(state.tor, self.config.meter_for(state.slot, grant.rate_bps), plan)
-        self._plan_entry(state.tor, self._grant_entry(flow_id, grant, state.slot), plan)
+        # (_plan_meter and _plan_entry inlined, with the entry's key built directly: this runs
+        # for every changed grant of every re-allocation.)
+        meter = self.config.meter_for(state.slot, grant.rate_bps)
+        if self._shadow_meters[tor].get(state.slot) != meter:
+            plan.append(Update(Op.MODIFY, meter))
+        entry = self._grant_entry(flow_id, grant, state.slot)
+        current = self._shadow[tor].get(self._grant_key(flow_id))
+        if current != entry:
+            plan.append(Update(Op.INSERT if current is None else Op.MODIFY, entry))
 
     def _plan_all_grants(self, plans: dict[str, list[Update]]) -> None:
         """Plan every installed grant (diffed) and delete stale flow_grant entries."""
@@ -562,7 +572,7 @@ class Scheduler:
                     plans.setdefault(sw, []).append(Update(Op.DELETE, entry))
 
     def _plan_entry(self, sw: str, entry: TableEntry, plan: list[Update]) -> None:
-        current = self._shadow[sw].get(entry.key())
+        current = self._shadow[sw].get(_entry_key(entry))
         if current == entry:
             return
         op = Op.MODIFY if entry.is_default or current is not None else Op.INSERT
@@ -614,23 +624,33 @@ class Scheduler:
             self._targets[sw].write(plan)
         except TargetError as err:
             failed = {i: (code, msg) for i, code, msg in err.failures}
-        self.stats.batches += 1
-        self.stats.control_bytes += BATCH_OVERHEAD_BYTES
+        meters = 0
         for i, upd in enumerate(plan):
             if isinstance(upd.entity, MeterConfig):
-                self.stats.meter_updates += 1
-                self.stats.control_bytes += METER_UPDATE_BYTES
-            else:
-                self.stats.table_updates += 1
-                self.stats.control_bytes += TABLE_UPDATE_BYTES
+                meters += 1
             if i not in failed:
                 self._record(sw, upd)
+        stats = self.stats
+        stats.batches += 1
+        stats.meter_updates += meters
+        stats.table_updates += len(plan) - meters
+        stats.control_bytes += (BATCH_OVERHEAD_BYTES + meters * METER_UPDATE_BYTES
+                                + (len(plan) - meters) * TABLE_UPDATE_BYTES)
         return failed
 
     def _record(self, sw: str, upd: Update) -> None:
-        if isinstance(upd.entity, MeterConfig):
-            self._shadow_meters[sw][upd.entity.index] = upd.entity
+        entity = upd.entity
+        if isinstance(entity, MeterConfig):
+            self._shadow_meters[sw][entity.index] = entity
         elif upd.op is Op.DELETE:
-            self._shadow[sw].pop(upd.entity.key(), None)
+            self._shadow[sw].pop(_entry_key(entity), None)
         else:
-            self._shadow[sw][upd.entity.key()] = upd.entity
+            self._shadow[sw][_entry_key(entity)] = entity
+
+
+def _entry_key(entry: TableEntry) -> tuple:
+    """``entry.key()``, without sorting a one-field match (the common case: grant entries)."""
+    match = entry.match
+    if len(match) == 1:
+        return (entry.table, entry.is_default, tuple(match.items()), entry.priority)
+    return entry.key()

@@ -124,12 +124,19 @@ class Port:
         """Enqueue ``pkt`` (class ``pkt.priority`` on a switch port); False when tail dropped."""
         engine = self.engine
         now = engine.now
+        size = pkt.size
         if self.queued_packets == 0 and now >= self.busy_until:
             if self.egress is not None:
                 self.egress(pkt, self.number, 0)
-            self._transmit(pkt, now)
+            # _transmit inlined (the common case on an idle port; egress may not change size).
+            rate = self.rate_bps
+            end = now + (pkt.size * 8_000_000_000 + rate - 1) // rate
+            self.busy_until = end
+            self.tx_packets += 1
+            self.tx_bytes += pkt.size
+            engine._seq += 1
+            heappush(engine._queue, (end + self.delay_ns, engine._seq, self._arrive, pkt))
             return True
-        size = pkt.size
         prio = pkt.priority if self.strict else 0
         free = self.buffer_bytes - self.queued_bytes
         if size > free or (self.dt_alpha and self.class_bytes[prio] + size > self.dt_alpha * free):
