@@ -114,6 +114,46 @@ def test_digest_sees_a_single_changed_flow_time() -> None:
     assert digest(report) != before
 
 
+def test_fast_grant_keys_equal_table_entry_keys() -> None:
+    from safs import p4names as n
+    from safs.scheduler import Scheduler, _entry_key
+    from safs.target import Lpm, TableEntry
+
+    for fid in (1, 77, 2**32 - 1):
+        entry = TableEntry(n.FLOW_GRANT, {n.F_FLOW_ID: fid}, n.ACT_SET_GRANT)
+        assert Scheduler._grant_key(fid) == entry.key() == _entry_key(entry)
+    lpm = TableEntry(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(0x0A000000, 8)}, n.ACT_DROP)
+    assert _entry_key(lpm) == lpm.key()
+
+
+def test_trusted_write_keeps_op_checks_and_public_write_still_validates() -> None:
+    from safs import p4names as n
+    from safs.errors import TargetError
+    from safs.pipeline_model import PipelineModel
+    from safs.target import MeterConfig, Op, TableEntry, Update
+
+    def grant(fid: int, kbps: int) -> TableEntry:
+        return TableEntry(n.FLOW_GRANT, {n.F_FLOW_ID: fid}, n.ACT_SET_GRANT,
+                          {"rate_kbps": kbps, "epoch": 1, "lease_us": 10, "meter_slot": 3})
+
+    meter = MeterConfig(n.FLOW_METER, 3, cir=1000, cburst=3000, pir=1100, pburst=3000)
+    checked, trusted = PipelineModel("a", lambda: 0), PipelineModel("b", lambda: 0)
+    batch = [Update(Op.MODIFY, meter), Update(Op.INSERT, grant(5, 100)), Update(Op.MODIFY, grant(5, 200))]
+    checked.write(batch)
+    trusted.write_trusted(batch)
+    assert checked.entries(n.FLOW_GRANT) == trusted.entries(n.FLOW_GRANT) == [grant(5, 200)]
+    assert checked.meter_config(3) == trusted.meter_config(3) == meter
+    assert trusted._grants == checked._grants == {5: (200, 1, 10, 3)}
+    with pytest.raises(TargetError) as err:  # op semantics still apply on the trusted path
+        trusted.write_trusted([Update(Op.INSERT, grant(5, 1)), Update(Op.DELETE, grant(6, 1))])
+    assert [code for _, code, _ in err.value.failures] == ["ALREADY_EXISTS", "NOT_FOUND"]
+    with pytest.raises(TargetError) as err:  # the public path still checks widths
+        checked.write([Update(Op.MODIFY, grant(5, 1 << 32))])
+    assert err.value.failures[0][1] == "INVALID_ARGUMENT"
+    trusted.write_trusted([Update(Op.DELETE, grant(5, 200))])
+    assert trusted.entries(n.FLOW_GRANT) == [] and trusted._grants == {}
+
+
 if __name__ == "__main__":  # print the table to paste into GOLDEN
     for case in sorted(CASES):
         for pol in POLICIES:

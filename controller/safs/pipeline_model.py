@@ -280,15 +280,45 @@ class PipelineModel:
             TargetError: listing ``(index, code, message)`` for each failed update; the others
                 stay applied.
         """
+        self._apply(updates, trusted=False)
+
+    def write_trusted(self, updates: Sequence[Update]) -> None:
+        """:meth:`write` for batches built by :class:`safs.scheduler.Scheduler`, which it uses
+        when a target offers this method (an optional extension of ``Target``).
+
+        ``flow_grant`` ``set_grant`` entries and ``flow_meter`` MODIFYs skip the schema checks
+        (names, widths, meter ranges): the scheduler builds them from p4names constants with
+        values in range by construction (``rate_bps_to_kbps`` and ``lease_ns_to_us`` clamp to
+        32 bits, ``wire_epoch`` is 1..2^32-1, meter slots are below ``SchedulerConfig.
+        meter_slots`` <= FLOW_METER_SIZE, ``pir >= cir``). They are the bulk of the control
+        traffic: every changed grant writes one of each. Op semantics (ALREADY_EXISTS,
+        NOT_FOUND) are still checked, since the scheduler's shadow may be stale, and every other
+        update is validated as in :meth:`write`. A subclass that overrides :meth:`write` must
+        override this too (the scheduler calls this one when the class has it).
+
+        Raises:
+            TargetError: as :meth:`write`.
+        """
+        self._apply(updates, trusted=True)
+
+    def _apply(self, updates: Sequence[Update], trusted: bool) -> None:
         failures: list[tuple[int, str, str]] = []
         touched: set[str] = set()
         for i, upd in enumerate(updates):
             entity = upd.entity
             try:
                 if isinstance(entity, MeterConfig):
-                    self._write_meter(upd.op, entity)
+                    if trusted and upd.op is Op.MODIFY and entity.meter == n.FLOW_METER:
+                        self._meter_cfg[entity.index] = entity
+                        self._meters[entity.index] = _Meter(entity, self._clock())
+                    else:
+                        self._write_meter(upd.op, entity)
                 elif isinstance(entity, TableEntry):
-                    self._write_entry(upd.op, entity)
+                    if trusted and entity.table == n.FLOW_GRANT and entity.action == n.ACT_SET_GRANT \
+                            and not entity.is_default:
+                        self._write_keyed(upd.op, entity)
+                    else:
+                        self._write_entry(upd.op, entity)
                     if entity.table != n.FLOW_GRANT:  # flow_grant's index is kept up to date per write
                         touched.add(entity.table)
                 else:
@@ -336,6 +366,10 @@ class PipelineModel:
         if e.action not in schema.entry_actions:
             raise _Reject("INVALID_ARGUMENT", f"action {e.action!r} is default-only in {e.table}")
         self._check_match(e, schema)
+        self._write_keyed(op, e)
+
+    def _write_keyed(self, op: Op, e: TableEntry) -> None:
+        """Apply a schema-valid, non-default entry: INSERT/MODIFY/DELETE by key."""
         table = self._tables[e.table]
         key = e.key()
         if op is Op.INSERT:
