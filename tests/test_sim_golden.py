@@ -153,6 +153,13 @@ def test_trusted_write_keeps_op_checks_and_public_write_still_validates() -> Non
     trusted.write_trusted([Update(Op.DELETE, grant(5, 200))])
     assert trusted.entries(n.FLOW_GRANT) == [] and trusted._grants == {}
 
+    class Refusing(PipelineModel):  # a subclass's own write wins over the trusted path
+        def write(self, updates) -> None:
+            raise TargetError([(0, "UNAVAILABLE", "down")])
+
+    with pytest.raises(TargetError):
+        Refusing("c", lambda: 0).write_trusted(batch)
+
 
 if __name__ == "__main__":  # print the table to paste into GOLDEN
     for case in sorted(CASES):

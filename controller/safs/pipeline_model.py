@@ -293,12 +293,15 @@ class PipelineModel:
         meter_slots`` <= FLOW_METER_SIZE, ``pir >= cir``). They are the bulk of the control
         traffic: every changed grant writes one of each. Op semantics (ALREADY_EXISTS,
         NOT_FOUND) are still checked, since the scheduler's shadow may be stale, and every other
-        update is validated as in :meth:`write`. A subclass that overrides :meth:`write` must
-        override this too (the scheduler calls this one when the class has it).
+        update is validated as in :meth:`write`. A subclass that overrides :meth:`write`
+        (e.g. to inject failures) gets its :meth:`write` called instead.
 
         Raises:
             TargetError: as :meth:`write`.
         """
+        if type(self).write is not PipelineModel.write:
+            self.write(updates)
+            return
         self._apply(updates, trusted=True)
 
     def _apply(self, updates: Sequence[Update], trusted: bool) -> None:

@@ -128,7 +128,8 @@ class Port:
         if self.queued_packets == 0 and now >= self.busy_until:
             if self.egress is not None:
                 self.egress(pkt, self.number, 0)
-            # _transmit inlined (the common case on an idle port; egress may not change size).
+            # Start serialising now: the port is busy for serialization_ns(size), then the packet
+            # arrives at the peer delay_ns later (inlined: this runs once per packet per hop).
             rate = self.rate_bps
             end = now + (pkt.size * 8_000_000_000 + rate - 1) // rate
             self.busy_until = end
@@ -156,17 +157,6 @@ class Port:
             heappush(engine._queue, (self.busy_until, engine._seq, self._on_free, None))
         return True
 
-    def _transmit(self, pkt: Packet, now: int) -> None:
-        size = pkt.size
-        rate = self.rate_bps
-        end = now + (size * 8_000_000_000 + rate - 1) // rate  # serialization_ns, inlined
-        self.busy_until = end
-        self.tx_packets += 1
-        self.tx_bytes += size
-        engine = self.engine
-        engine._seq += 1
-        heappush(engine._queue, (end + self.delay_ns, engine._seq, self._arrive, pkt))
-
     def _on_free(self, _: Any) -> None:
         self.wake_pending = False
         if self.queued_packets == 0:
@@ -176,11 +166,19 @@ class Port:
         while not queues[i]:
             i -= 1
         pkt = queues[i].popleft()
-        self.class_bytes[i] -= pkt.size
-        self.queued_bytes -= pkt.size
+        size = pkt.size
+        self.class_bytes[i] -= size
+        self.queued_bytes -= size
         self.queued_packets -= 1
         engine = self.engine
-        self._transmit(pkt, engine.now)
+        # Serialise the head packet (as in send's idle-port case).
+        rate = self.rate_bps
+        end = engine.now + (size * 8_000_000_000 + rate - 1) // rate
+        self.busy_until = end
+        self.tx_packets += 1
+        self.tx_bytes += size
+        engine._seq += 1
+        heappush(engine._queue, (end + self.delay_ns, engine._seq, self._arrive, pkt))
         if self.queued_packets:
             self.wake_pending = True
             engine._seq += 1
