@@ -29,7 +29,9 @@ from safs.timebase import TIME_MASK, before, wrap
 
 LABEL_MAX_LEN = 128  # characters
 DIGEST_LABEL = "digest"  # label of a hint created by a REQUEST digest
-RECENTLY_COMPLETED_MAX = 65536  # completed ids remembered to ignore stale digests
+RECENTLY_COMPLETED_MAX = 8192  # completed ids remembered to ignore stale digests (a REQUEST
+# still in flight when its flow completes is digested within a control round, microseconds to
+# milliseconds later; thousands of flows complete in that time at most)
 
 
 class FlowClass(str, enum.Enum):

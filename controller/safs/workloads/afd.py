@@ -324,7 +324,7 @@ class AfdDecode:
 
         twin = AfdDecode(self.params, None)
         twin.requests = self.requests
-        net = IdealNetwork(self.topology) if self.topology is not None else IdealNetwork()
+        net = IdealNetwork(self.topology, keep_flows=False) if self.topology is not None else IdealNetwork(keep_flows=False)
         net.run(twin)
         samples = twin.tpot_samples_ns()
         return float(np.percentile(samples, 50)) if samples else float("nan")

@@ -43,13 +43,15 @@ class IdealNetwork:
             sum of link delays along its route; hosts must exist in it.
         rate_bps: rate used when ``topology`` is None (bit/s, > 0).
         delay_ns: one-way delay used when ``topology`` is None (ns, >= 0).
+        keep_flows: keep every :class:`IdealFlow` in ``flows`` (False for reference runs, whose
+            memory would otherwise grow with their length).
 
     Raises:
         InvalidInput: non-positive rate or negative delay; unknown host in a flow.
     """
 
     def __init__(self, topology: Topology | None = None, rate_bps: int = 100_000_000_000,
-                 delay_ns: int = 0) -> None:
+                 delay_ns: int = 0, keep_flows: bool = True) -> None:
         if rate_bps <= 0:
             raise InvalidInput("rate_bps", f"must be > 0, got {rate_bps}")
         if delay_ns < 0:
@@ -57,7 +59,9 @@ class IdealNetwork:
         self.topology = topology
         self.rate_bps = rate_bps
         self.delay_ns = delay_ns
-        self.flows: list[IdealFlow] = []
+        self.flows: list[IdealFlow] = []  # every flow carried, when keep_flows (tests look at them)
+        self.keep_flows = keep_flows
+        self._count = 0
         self._now = 0
         self._seq = 0
         self._heap: list[tuple[int, int, Callable[[], None]]] = []
@@ -82,8 +86,10 @@ class IdealNetwork:
         if start < self._now:
             raise InvalidInput("send_at_ns", f"must be >= now ({self._now} ns), got {start}")
         finish = start + self.transfer_ns(spec.sender, spec.receiver, spec.size_bytes)
-        flow = IdealFlow(len(self.flows) + 1, spec, start, finish)
-        self.flows.append(flow)
+        self._count += 1
+        flow = IdealFlow(self._count, spec, start, finish)
+        if self.keep_flows:
+            self.flows.append(flow)
         self.call_at(finish, lambda: on_done(finish))
         return flow.flow_id
 
