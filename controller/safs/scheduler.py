@@ -367,14 +367,15 @@ class Scheduler:
         self._admit(flow_id, now_ns)
         return True
 
-    def update(self, flow_id: int, remaining_bytes: int, now_ns: int) -> None:
-        """Report a flow's remaining bytes (may only shrink) and install what changed.
+    def update(self, flow_id: int, remaining_bytes: int, now_ns: int, no_bubble_ts_ns: int | None = None) -> None:
+        """Report a flow's remaining bytes (may only shrink), and optionally a new no-bubble
+        timestamp (ns, reduced mod 2^48), and install what changed.
 
         Raises:
-            InvalidInput: unknown flow, or remaining bytes out of range or grown.
-            TargetError: as :meth:`announce`.
+            InvalidInput: unknown flow, or a field out of range (remaining bytes grown); nothing
+                changes then. TargetError: as :meth:`announce`.
         """
-        changed = self.registry.update(flow_id, remaining_bytes, now_ns)
+        changed = self.registry.update(flow_id, remaining_bytes, now_ns, no_bubble_ts_ns)
         state = self._flows.get(flow_id)
         if state is None:
             return  # recorded, not yet allocated (admit_on_request)

@@ -32,7 +32,6 @@ REQUEST digest instead.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 from concurrent import futures
@@ -102,8 +101,6 @@ class HintServicer(pb_grpc.HintServiceServicer):
         self._thread: threading.Thread | None = None
         self._closed = False
         self.stats = HintServiceStats()
-        # Scheduler.update takes no timestamp today; use the parameter once it exists.
-        self._update_takes_ts = "no_bubble_ts_ns" in inspect.signature(scheduler.update).parameters
 
     # ------------------------------------------------------------------ RPCs
 
@@ -233,17 +230,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
                     self._cond.wait(min(max(wait_ns, 0) / 1e9, self._max_wait_s))
 
     def _update(self, flow_id: int, remaining_bytes: int, ts: int | None, now_ns: int) -> None:
-        if ts is None:
-            self._sched.update(flow_id, remaining_bytes, now_ns)
-        elif self._update_takes_ts:
-            self._sched.update(flow_id, remaining_bytes, now_ns, no_bubble_ts_ns=ts)
-        else:
-            # Stopgap until Scheduler.update takes the timestamp: the registry validates and
-            # stores both fields (all or nothing), then an admitted flow is re-allocated from
-            # the registry's hint, which is what Scheduler.update does for a changed hint.
-            if self._sched.registry.update(flow_id, remaining_bytes, now_ns, ts) \
-                    and flow_id in self._sched.allocator.flows():
-                self._sched._admit(flow_id, now_ns)
+        self._sched.update(flow_id, remaining_bytes, now_ns, no_bubble_ts_ns=ts)
 
     def _require_known(self, flow_id: int, context: grpc.ServicerContext) -> None:
         if flow_id not in self._sched.registry:
