@@ -39,9 +39,9 @@ class RunSpec:
 
 def expand(scenario: Scenario) -> Iterator[RunSpec]:
     """All runs of a scenario in a fixed order (parameters, then policy, seed, repetition)."""
-    loads = scenario.background.load if isinstance(scenario.background.load, list) else [scenario.background.load]
     for bulk, load, policy, seed, rep in itertools.product(
-        scenario.background.bulk_flows, loads, scenario.policies, scenario.seeds, range(scenario.repetitions)
+        scenario.background.bulk_flows, scenario.background.load, scenario.policies, scenario.seeds,
+        range(scenario.repetitions)
     ):
         yield RunSpec(policy=policy, seed=seed, repetition=rep, background_flows=bulk, load=load)
 

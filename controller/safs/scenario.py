@@ -52,7 +52,7 @@ class BackgroundSpec(_Strict):
     """Background traffic: persistent bulk DCTCP flows (swept list) and Poisson arrivals."""
 
     bulk_flows: list[int] = Field(default_factory=lambda: [0])
-    load: list[float] | float = 0.0
+    load: list[float] = Field(default_factory=lambda: [0.0])
     distribution: str = "hpcc_WebSearch_distribution.txt"
 
     @field_validator("bulk_flows")
@@ -62,13 +62,17 @@ class BackgroundSpec(_Strict):
             raise ValueError("must be a non-empty list of integers in 0..64")
         return v
 
+    @field_validator("load", mode="before")
+    @classmethod
+    def _load_list(cls, v: Any) -> Any:
+        return [v] if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
     @field_validator("load")
     @classmethod
-    def _load_range(cls, v: list[float] | float) -> list[float]:
-        loads = v if isinstance(v, list) else [v]
-        if not loads or any(not 0.0 <= x < 1.0 for x in loads):
+    def _load_range(cls, v: list[float]) -> list[float]:
+        if not v or any(not 0.0 <= x < 1.0 for x in v):
             raise ValueError("must be a number (or list of numbers) in [0, 1)")
-        return loads
+        return v
 
 
 class Scenario(_Strict):
