@@ -60,6 +60,7 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         counters = flow_grant_counter;
     }
 
+    @hidden
     action stash_grant() {
         meta.grant_rate_kbps = meta.rate_kbps;
         meta.grant_epoch = meta.epoch;
