@@ -1,0 +1,222 @@
+"""Base class of the SAFS PTF tests (modelled on fabric-tna's ptf/tests/common/base_test.py).
+
+:class:`SafsTest` owns the P4Runtime connection to the switch under test: it arbitrates
+(election id (0, 1)), pushes the pipeline (P4Info + BMv2 JSON from p4src/build/) when the switch
+does not run it yet, looks names up in the P4Info (names from ``safs.p4names``), and records an
+inverse for every write so ``tearDown`` undoes them in reverse order (INSERT -> DELETE; a default
+action MODIFY -> MODIFY back to the default read before; meter MODIFY -> MODIFY without config,
+i.e. back to unconfigured = always green; clone session / digest INSERT -> DELETE; BMv2 queue
+rate/depth set over Thrift -> set back to the defaults).
+
+Test parameters (``--test-params``, set by ptf_tests/run.py): grpc_addr, device_id, thrift_port,
+p4info, bmv2_json.
+
+Topology used by the tests (BMv2 port = PTF port):
+
+    port 1: the sender side, hosts 10.0.1.0/24 (next hop MAC 00:00:00:00:01:01)
+    port 2: receiver host 10.0.2.1/24, marked in receiver_port (this switch is its ToR)
+    port 3: 10.0.3.0/24, also 10.0.0.0/16 (to check longest prefix wins)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import ptf
+import ptf.testutils as tu
+from p4.v1 import p4runtime_pb2
+from ptf.base_tests import BaseTest
+from scapy.layers.l2 import Ether
+
+from p4rt_client import Lpm, P4InfoIndex, P4RtClient, Range, load_p4info, update  # noqa: F401 (Range re-exported)
+from safs import p4names as n
+from safs.protocol import SAFS_UDP_PORT
+
+PORT_SENDER = 1
+PORT_RECEIVER = 2
+PORT_OTHER = 3
+
+SWITCH_MAC = "00:00:00:00:aa:aa"
+SENDER_IP = "10.0.1.1"
+SENDER_MAC = "00:00:00:00:01:01"
+RECEIVER_IP = "10.0.2.1"
+RECEIVER_MAC = "00:00:00:00:02:01"
+OTHER_IP = "10.0.3.1"
+OTHER_MAC = "00:00:00:00:03:01"
+
+PIPELINE_COOKIE = 0x5AF5
+CLONE_SESSION_BASE = 1  # p4src/include/defines.p4: clone session id = egress port + 1
+BMV2_QUEUE_RATE_DEFAULT_PPS = 0  # 0 = not rate limited (BMv2 default)
+BMV2_QUEUE_DEPTH_DEFAULT = 64  # BMv2's default queue capacity, packets
+
+
+def mac_int(mac: str) -> int:
+    return int(mac.replace(":", ""), 16)
+
+
+def ip_int(ip: str) -> int:
+    a, b, c, d = (int(x) for x in ip.split("."))
+    return (a << 24) | (b << 16) | (c << 8) | d
+
+
+class SafsTest(BaseTest):
+    """Connection, pipeline, name lookup and undo of every write; see the module docstring."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.dataplane = ptf.dataplane_instance
+        self.dataplane.flush()
+        self.timeout = float(ptf.config.get("default_timeout", 10))
+        p = tu.test_params_get()
+        self.thrift_port = int(p["thrift_port"])
+        self.client = P4RtClient(p["grpc_addr"], int(p.get("device_id", 0)))
+        self._undo: list = []
+        if not self._pipeline_installed():
+            self.client.push_pipeline(p["p4info"], p["bmv2_json"], PIPELINE_COOKIE)
+        else:  # later tests reuse it (each undid its writes)
+            self.client.index = P4InfoIndex(load_p4info(p["p4info"]))
+
+    def tearDown(self) -> None:
+        try:
+            for fn in reversed(self._undo):
+                fn()
+        finally:
+            self._undo = []
+            self.client.close()
+            super().tearDown()
+
+    # --------------------------------------------------------------- pipeline
+
+    def _pipeline_installed(self) -> bool:
+        req = p4runtime_pb2.GetForwardingPipelineConfigRequest(
+            device_id=self.client.device_id,
+            response_type=p4runtime_pb2.GetForwardingPipelineConfigRequest.COOKIE_ONLY)
+        try:
+            resp = self.client.stub.GetForwardingPipelineConfig(req, timeout=self.timeout)
+        except Exception:  # no pipeline yet: FAILED_PRECONDITION
+            return False
+        return resp.config.cookie.cookie == PIPELINE_COOKIE
+
+    # --------------------------------------------------------------- writes with undo
+
+    def insert(self, table: str, match: dict, action: str, params: dict | None = None,
+               priority: int = 0) -> None:
+        """INSERT a table entry; tearDown deletes it."""
+        te = self.client.table_entry(table, match, action, params, priority)
+        self.client.write([update("INSERT", table_entry=te)])
+        key = self.client.table_entry(table, match, priority=priority)
+        self._undo.append(lambda: self.client.write([update("DELETE", table_entry=key)]))
+
+    def modify(self, table: str, match: dict, action: str, params: dict | None = None,
+               priority: int = 0) -> None:
+        """MODIFY an entry this test inserted (its INSERT's undo deletes it)."""
+        te = self.client.table_entry(table, match, action, params, priority)
+        self.client.write([update("MODIFY", table_entry=te)])
+
+    def set_default(self, table: str, action: str, params: dict | None = None) -> None:
+        """MODIFY the default action (single-entry settings tables); tearDown restores it."""
+        before = self.client.read_default(table)
+        te = self.client.table_entry(table, {}, action, params, is_default=True)
+        self.client.write([update("MODIFY", table_entry=te)])
+        self._undo.append(lambda: self.client.write([update("MODIFY", table_entry=before)]))
+
+    def set_meter(self, meter: str, index: int, cir: int, cburst: int, pir: int, pburst: int) -> None:
+        """MODIFY ``meter[index]`` (bytes/s and bytes for a bytes meter); tearDown resets it
+        to unconfigured (MODIFY without config: every packet green)."""
+        me = p4runtime_pb2.MeterEntry(meter_id=self.client.index.meter_id(meter))
+        me.index.index = index
+        self._undo.append(lambda: self.client.write([update("MODIFY", meter_entry=me)]))
+        cfg = p4runtime_pb2.MeterEntry()
+        cfg.CopyFrom(me)
+        cfg.config.cir, cfg.config.cburst, cfg.config.pir, cfg.config.pburst = cir, cburst, pir, pburst
+        self.client.write([update("MODIFY", meter_entry=cfg)])
+
+    def add_clone_session(self, session_id: int, port: int) -> None:
+        """INSERT clone session ``session_id`` -> ``port`` (PacketReplicationEngineEntry)."""
+        pre = p4runtime_pb2.PacketReplicationEngineEntry()
+        pre.clone_session_entry.session_id = session_id
+        pre.clone_session_entry.replicas.add(egress_port=port, instance=1)
+        self.client.write([update("INSERT", packet_replication_engine_entry=pre)])
+        key = p4runtime_pb2.PacketReplicationEngineEntry()
+        key.clone_session_entry.session_id = session_id
+        self._undo.append(lambda: self.client.write(
+            [update("DELETE", packet_replication_engine_entry=key)]))
+
+    def enable_digest(self, name: str) -> int:
+        """INSERT the DigestEntry of ``name`` (one digest per list, sent at once); returns its id."""
+        de = p4runtime_pb2.DigestEntry(digest_id=self.client.index.digest_id(name))
+        de.config.max_timeout_ns = 0
+        de.config.max_list_size = 1
+        de.config.ack_timeout_ns = 1_000_000
+        self.client.write([update("INSERT", digest_entry=de)])
+        key = p4runtime_pb2.DigestEntry(digest_id=de.digest_id)
+        self._undo.append(lambda: self.client.write([update("DELETE", digest_entry=key)]))
+        return de.digest_id
+
+    def bmv2_cli(self, command: str) -> str:
+        """Run one simple_switch_CLI command over Thrift; returns its output.
+
+        Raises:
+            AssertionError: the CLI failed or printed an error.
+        """
+        out = subprocess.run(["simple_switch_CLI", "--thrift-port", str(self.thrift_port)],
+                             input=command + "\n", capture_output=True, text=True, timeout=60)
+        text = out.stdout + out.stderr
+        self.assertEqual(out.returncode, 0, text)
+        self.assertNotIn("Error", text, text)
+        return text
+
+    def set_queue_limits(self, port: int, priority: int, rate_pps: int, depth: int) -> None:
+        """BMv2 rate limit (packets/s) and capacity of one priority queue; tearDown resets them."""
+        self.bmv2_cli(f"set_queue_rate {rate_pps} {port} {priority}")
+        self.bmv2_cli(f"set_queue_depth {depth} {port} {priority}")
+        self._undo.append(lambda: (
+            self.bmv2_cli(f"set_queue_depth {BMV2_QUEUE_DEPTH_DEFAULT} {port} {priority}"),
+            self.bmv2_cli(f"set_queue_rate {BMV2_QUEUE_RATE_DEFAULT_PPS} {port} {priority}")))
+
+    # --------------------------------------------------------------- common setup
+
+    def setup_routes(self) -> None:
+        """ipv4_lpm routes to the three ports, grant_route back to the sender side, port 2 a
+        receiver port (this switch is the receiver's ToR)."""
+        self.insert(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(ip_int("10.0.1.0"), 24)}, n.ACT_SET_EGRESS,
+                    {"port": PORT_SENDER, "dst_mac": mac_int(SENDER_MAC)})
+        self.insert(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(ip_int("10.0.2.0"), 24)}, n.ACT_SET_EGRESS,
+                    {"port": PORT_RECEIVER, "dst_mac": mac_int(RECEIVER_MAC)})
+        self.insert(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(ip_int("10.0.3.0"), 24)}, n.ACT_SET_EGRESS,
+                    {"port": PORT_OTHER, "dst_mac": mac_int(OTHER_MAC)})
+        self.insert(n.GRANT_ROUTE, {n.F_SRC_ADDR: Lpm(ip_int("10.0.1.0"), 24)}, n.ACT_SET_GRANT_ROUTE,
+                    {"port": PORT_SENDER, "dst_mac": mac_int(SENDER_MAC)})
+        self.insert(n.RECEIVER_PORT, {n.F_EGRESS_PORT: PORT_RECEIVER}, n.ACT_MARK_RECEIVER)
+
+    # --------------------------------------------------------------- packets
+
+    def send(self, port: int, pkt) -> None:
+        tu.send_packet(self, port, pkt)
+
+    def receive(self, port: int, timeout: float | None = None) -> Ether:
+        """The next packet on ``port`` (dissected with the SAFS layer bound), or fail."""
+        res = tu.dp_poll(self, device_number=0, port_number=port,
+                         timeout=self.timeout if timeout is None else timeout)
+        if not isinstance(res, self.dataplane.PollSuccess):
+            self.fail(f"no packet on port {port} within {self.timeout if timeout is None else timeout} s")
+        return Ether(bytes(res.packet))
+
+    def expect_nothing(self, ports=(PORT_SENDER, PORT_RECEIVER, PORT_OTHER)) -> None:
+        """Fail if any packet shows up on ``ports`` within the negative timeout."""
+        tu.verify_no_other_packets(self)
+
+    def poll_until(self, fn, what: str, timeout: float | None = None):
+        """Call ``fn`` until it returns a truthy value (every 20 ms); fail naming ``what``."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            got = fn()
+            if got:
+                return got
+            if time.monotonic() > deadline:
+                self.fail(f"timed out waiting for {what}")
+            time.sleep(0.02)
+
+
+__all__ = ["SafsTest", "Lpm", "Range", "SAFS_UDP_PORT", "mac_int", "ip_int"]

@@ -1,0 +1,245 @@
+"""A small P4Runtime client for the PTF tests: plain ``p4.v1`` protobufs over grpc.
+
+One :class:`P4RtClient` per switch: a StreamChannel with arbitration (election id), pipeline
+push, writes, reads of counters and default actions, meter MODIFY, clone sessions and the digest
+stream (with acks). It is the PTF suite's own, so the tests do not depend on the controller's
+P4Runtime target they are meant to check the P4 program independently of.
+
+Byte strings are sent in canonical form (shortest big-endian, at least one byte), as PI wants.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+
+def encode(value: int, bits: int) -> bytes:
+    """Canonical P4Runtime bytes of ``value`` (shortest big-endian, >= 1 byte).
+
+    Raises:
+        ValueError: ``value`` is negative or wider than ``bits``.
+    """
+    if value < 0 or value >= (1 << bits):
+        raise ValueError(f"value {value} does not fit in {bits} bits")
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+
+
+def decode(raw: bytes) -> int:
+    """Unsigned big-endian integer of a P4Runtime byte string."""
+    return int.from_bytes(raw, "big")
+
+
+@dataclass(frozen=True)
+class Lpm:
+    """An LPM match value: ``value`` (int) / ``prefix_len`` bits."""
+    value: int
+    prefix_len: int
+
+
+@dataclass(frozen=True)
+class Range:
+    """A range match ``low..high`` inclusive."""
+    low: int
+    high: int
+
+
+class P4InfoIndex:
+    """Name -> id and width lookup over a P4Info message (names as in safs.p4names)."""
+
+    def __init__(self, p4info: p4info_pb2.P4Info) -> None:
+        self.p4info = p4info
+        self.tables = {t.preamble.name: t for t in p4info.tables}
+        self.actions = {a.preamble.name: a for a in p4info.actions}
+        self.counters = {c.preamble.name: c for c in p4info.counters}
+        self.meters = {m.preamble.name: m for m in p4info.meters}
+        self.digests = {d.preamble.name: d for d in p4info.digests}
+
+    def table_id(self, name: str) -> int:
+        """Id of table ``name``. Raises KeyError naming it when unknown."""
+        return self.tables[name].preamble.id
+
+    def action_id(self, name: str) -> int:
+        return self.actions[name].preamble.id
+
+    def counter_id(self, name: str) -> int:
+        return self.counters[name].preamble.id
+
+    def meter_id(self, name: str) -> int:
+        return self.meters[name].preamble.id
+
+    def digest_id(self, name: str) -> int:
+        return self.digests[name].preamble.id
+
+    def match_field(self, table: str, field: str):
+        for mf in self.tables[table].match_fields:
+            if mf.name == field:
+                return mf
+        raise KeyError(f"{table} has no match field {field!r}")
+
+    def param(self, action: str, name: str):
+        for p in self.actions[action].params:
+            if p.name == name:
+                return p
+        raise KeyError(f"{action} has no parameter {name!r}")
+
+
+def load_p4info(path: str) -> p4info_pb2.P4Info:
+    """Parse a P4Info text file."""
+    info = p4info_pb2.P4Info()
+    with open(path) as f:
+        text_format.Merge(f.read(), info)
+    return info
+
+
+class P4RtClient:
+    """One switch over P4Runtime.
+
+    Args:
+        addr: ``host:port`` of the gRPC server.  device_id: P4Runtime device id.
+        election_id: (high, low); the tests use (0, 1) and are the only client.
+
+    Raises:
+        RuntimeError: arbitration not answered within ``timeout_s`` or not primary.
+    """
+
+    def __init__(self, addr: str, device_id: int = 0, election_id: tuple[int, int] = (0, 1),
+                 timeout_s: float = 10.0) -> None:
+        self.device_id = device_id
+        self.election_id = election_id
+        self.timeout_s = timeout_s
+        self.channel = grpc.insecure_channel(addr)
+        self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
+        self._requests: queue.Queue = queue.Queue()
+        self._arbitration: queue.Queue = queue.Queue()
+        self.digests: queue.Queue = queue.Queue()
+        self._stream = self.stub.StreamChannel(iter(self._requests.get, None))
+        self._reader = threading.Thread(target=self._read_stream, daemon=True)
+        self._reader.start()
+        req = p4runtime_pb2.StreamMessageRequest()
+        req.arbitration.device_id = device_id
+        req.arbitration.election_id.high, req.arbitration.election_id.low = election_id
+        self._requests.put(req)
+        try:
+            arb = self._arbitration.get(timeout=timeout_s)
+        except queue.Empty:
+            raise RuntimeError(f"no arbitration answer from {addr} in {timeout_s} s") from None
+        if arb.status.code != grpc.StatusCode.OK.value[0]:
+            raise RuntimeError(f"not primary on {addr}: {arb.status}")
+        self.index: P4InfoIndex | None = None
+
+    def _read_stream(self) -> None:
+        try:
+            for msg in self._stream:
+                kind = msg.WhichOneof("update")
+                if kind == "arbitration":
+                    self._arbitration.put(msg.arbitration)
+                elif kind == "digest":
+                    self.digests.put(msg.digest)
+        except grpc.RpcError:
+            pass  # stream closed (shutdown or switch gone)
+
+    def close(self) -> None:
+        """End the stream and the channel."""
+        self._requests.put(None)
+        self.channel.close()
+
+    # ----------------------------------------------------------------- pipeline
+
+    def push_pipeline(self, p4info_path: str, bmv2_json_path: str, cookie: int = 0) -> P4InfoIndex:
+        """SetForwardingPipelineConfig(VERIFY_AND_COMMIT) with P4Info + BMv2 JSON and ``cookie``."""
+        info = load_p4info(p4info_path)
+        req = p4runtime_pb2.SetForwardingPipelineConfigRequest()
+        req.device_id = self.device_id
+        req.election_id.high, req.election_id.low = self.election_id
+        req.action = p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
+        req.config.p4info.CopyFrom(info)
+        with open(bmv2_json_path, "rb") as f:
+            req.config.p4_device_config = f.read()
+        req.config.cookie.cookie = cookie
+        self.stub.SetForwardingPipelineConfig(req, timeout=self.timeout_s * 3)
+        self.index = P4InfoIndex(info)
+        return self.index
+
+    # ----------------------------------------------------------------- builders
+
+    def table_entry(self, table: str, match: dict, action: str | None = None,
+                    params: dict | None = None, priority: int = 0,
+                    is_default: bool = False) -> p4runtime_pb2.TableEntry:
+        """A TableEntry. ``match`` values: int (exact), :class:`Lpm`, :class:`Range`."""
+        ix = self.index
+        te = p4runtime_pb2.TableEntry(table_id=ix.table_id(table), priority=priority,
+                                      is_default_action=is_default)
+        for name, value in match.items():
+            mf = ix.match_field(table, name)
+            fm = te.match.add(field_id=mf.id)
+            if isinstance(value, Lpm):
+                fm.lpm.value = encode(value.value, mf.bitwidth)
+                fm.lpm.prefix_len = value.prefix_len
+            elif isinstance(value, Range):
+                fm.range.low = encode(value.low, mf.bitwidth)
+                fm.range.high = encode(value.high, mf.bitwidth)
+            else:
+                fm.exact.value = encode(value, mf.bitwidth)
+        if action is not None:
+            te.action.action.action_id = ix.action_id(action)
+            for pname, value in (params or {}).items():
+                p = ix.param(action, pname)
+                te.action.action.params.add(param_id=p.id, value=encode(value, p.bitwidth))
+        return te
+
+    # ----------------------------------------------------------------- RPCs
+
+    def write(self, updates: list[p4runtime_pb2.Update]) -> None:
+        """One WriteRequest; raises grpc.RpcError on failure."""
+        req = p4runtime_pb2.WriteRequest(device_id=self.device_id)
+        req.election_id.high, req.election_id.low = self.election_id
+        req.updates.extend(updates)
+        self.stub.Write(req, timeout=self.timeout_s)
+
+    def read(self, entity: p4runtime_pb2.Entity) -> list[p4runtime_pb2.Entity]:
+        """All entities a Read of ``entity`` returns."""
+        req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
+        req.entities.add().CopyFrom(entity)
+        out = []
+        for resp in self.stub.Read(req, timeout=self.timeout_s):
+            out.extend(resp.entities)
+        return out
+
+    def read_counter(self, name: str, index: int) -> tuple[int, int]:
+        """(bytes, packets) of indirect counter ``name[index]``."""
+        ent = p4runtime_pb2.Entity()
+        ent.counter_entry.counter_id = self.index.counter_id(name)
+        ent.counter_entry.index.index = index
+        got = self.read(ent)
+        data = got[0].counter_entry.data
+        return data.byte_count, data.packet_count
+
+    def read_default(self, table: str) -> p4runtime_pb2.TableEntry:
+        """The current default entry of ``table``."""
+        ent = p4runtime_pb2.Entity()
+        ent.table_entry.table_id = self.index.table_id(table)
+        ent.table_entry.is_default_action = True
+        got = self.read(ent)
+        return got[0].table_entry
+
+    def ack_digest(self, digest_list) -> None:
+        """Ack one DigestList on the stream."""
+        req = p4runtime_pb2.StreamMessageRequest()
+        req.digest_ack.digest_id = digest_list.digest_id
+        req.digest_ack.list_id = digest_list.list_id
+        self._requests.put(req)
+
+
+def update(op: str, **entity) -> p4runtime_pb2.Update:
+    """``update("INSERT", table_entry=te)`` -> an Update with that one entity field set."""
+    u = p4runtime_pb2.Update(type=getattr(p4runtime_pb2.Update, op))
+    (field, value), = entity.items()
+    getattr(u.entity, field).CopyFrom(value)
+    return u
