@@ -158,7 +158,9 @@ class Bmv2:
         self.address = f"127.0.0.1:{free_port()}"
         self.log = open(log_dir / "bmv2.log", "w")
         self.proc = subprocess.Popen(
+            # Own Thrift port too: BMv2's default 9090 may be taken by another switch.
             [shutil.which("simple_switch_grpc"), "--no-p4", "--device-id", "0", "--log-level", "error",
+             "--thrift-port", str(free_port()),
              "--", "--grpc-server-addr", self.address, "--priority-queues", "8"],
             stdout=self.log, stderr=subprocess.STDOUT)
         channel = grpc.insecure_channel(self.address)
