@@ -31,8 +31,8 @@ class MeterBurstTest(SafsTest):
         size = len(bytes(safs_data(SENDER_IP, RECEIVER_IP, 1, 1, 0, 0, PAYLOAD)))
         cburst = GREEN_PACKETS * size + size // 2  # room for exactly GREEN_PACKETS packets
         pburst = (GREEN_PACKETS + 2) * size + size // 2  # then 2 yellow, the rest red
-        # Demoted packets wait in queue 1, drained at 20 packets/s (still < 1 s per burst).
-        self.set_queue_limits(PORT_RECEIVER, QUEUE_OVER_RATE, rate_pps=20, depth=64)
+        # Demoted packets wait in queue 1, drained at 10 packets/s (still < 1 s per burst).
+        self.set_queue_limits(PORT_RECEIVER, QUEUE_OVER_RATE, rate_pps=10, depth=64)
         self.insert(n.FLOW_GRANT, {n.F_FLOW_ID: 20}, n.ACT_SET_GRANT,
                     {"rate_kbps": 1, "epoch": 1, "lease_us": 1000, "meter_slot": 17})
         self.set_default(n.DEFAULT_GRANT, n.ACT_SET_DEFAULT_GRANT,
@@ -40,12 +40,12 @@ class MeterBurstTest(SafsTest):
         for flow_id, slot in ((20, 17), (21, 0)):
             with self.subTest(flow_id=flow_id, slot=slot):
                 self.set_meter(n.FLOW_METER, slot, cir=8, cburst=cburst, pir=16, pburst=pburst)
-                for i in range(BURST):
-                    self.send(PORT_SENDER, safs_data(SENDER_IP, RECEIVER_IP, flow_id, 10**6 - i, 2**47,
-                                                     1, PAYLOAD, src_mac=SENDER_MAC, dst_mac=SWITCH_MAC))
                 # Marker: a flow whose meter slot (99) was never configured is always green.
                 self.insert(n.FLOW_GRANT, {n.F_FLOW_ID: 1000 + flow_id}, n.ACT_SET_GRANT,
                             {"rate_kbps": 1, "epoch": 1, "lease_us": 1, "meter_slot": 99})
+                for i in range(BURST):
+                    self.send(PORT_SENDER, safs_data(SENDER_IP, RECEIVER_IP, flow_id, 10**6 - i, 2**47,
+                                                     1, PAYLOAD, src_mac=SENDER_MAC, dst_mac=SWITCH_MAC))
                 self.send(PORT_SENDER, safs_data(SENDER_IP, RECEIVER_IP, 1000 + flow_id, 1, 2**47, 1,
                                                  PAYLOAD, src_mac=SENDER_MAC, dst_mac=SWITCH_MAC))
                 got = [self.receive(PORT_RECEIVER) for _ in range(BURST + 1)]
