@@ -3,7 +3,7 @@
 
 Steps (every one undone in ``finally``, even on failure):
 
-1. create ``--ports`` veth pairs ``safsS<i>`` (switch side, BMv2 port i) <-> ``safsP<i>``
+1. create ``--ports`` veth pairs ``<prefix>S<i>`` (switch side, BMv2 port i) <-> ``<prefix>P<i>``
    (PTF side, PTF port i), i = 1..N, up, IPv6 off (no stray router solicitations);
 2. start ``simple_switch_grpc --no-p4 -i i@safsS<i> ... -- --priority-queues 8
    --grpc-server-addr 127.0.0.1:<free port>`` with a free Thrift port too;
@@ -17,7 +17,7 @@ temporary directory whose path is printed. Exit status is PTF's (0 = every test 
 
 Usage (from the repository root)::
 
-    sudo .venv/bin/python ptf_tests/run.py [--ports 4] [--test-timeout 10] [TEST ...]
+    sudo .venv/bin/python ptf_tests/run.py [--ports 3] [--test-timeout 10] [TEST ...]
 """
 
 from __future__ import annotations
@@ -114,8 +114,9 @@ def stop(proc: subprocess.Popen) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ports", type=int, default=4, help="veth pairs / switch ports (default 4)")
-    ap.add_argument("--prefix", default="safs", help="veth name prefix (default safs)")
+    ap.add_argument("--ports", type=int, default=3, help="veth pairs / switch ports (default 3)")
+    ap.add_argument("--prefix", default=f"sf{os.getpid() % 100000}",
+                    help="veth name prefix (default sf<pid>, so parallel runs do not collide)")
     ap.add_argument("--test-timeout", type=float, default=10.0,
                     help="PTF --default-timeout: seconds to wait for an expected packet (default 10)")
     ap.add_argument("--negative-timeout", type=float, default=0.5,
@@ -123,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-dir", help="keep logs here (default: a new temp dir)")
     ap.add_argument("tests", nargs="*", help="PTF test names (module or module.Class); default all")
     args = ap.parse_args(argv)
-    if args.ports < 1 or args.ports > 16:
-        ap.error("--ports must be in 1..16")
+    if args.ports < 3 or args.ports > 16:
+        ap.error("--ports must be in 3..16 (the tests use ports 1..3)")
+    if not args.prefix.isalnum() or len(args.prefix) > 10:
+        ap.error("--prefix must be 1..10 letters/digits (interface names are at most 15 characters)")
     if os.geteuid() != 0:
         print("run.py: needs root (ip link)", file=sys.stderr)
         return 2
