@@ -1,7 +1,8 @@
 """The ``safs`` command line.
 
 ``safs run SCENARIO... [--out DIR]`` runs scenarios on the simulator and prints one table per
-scenario. User errors (bad files, bad values) print one line naming the file and key and exit
+scenario. ``safs controller --topology FILE --switch NAME=HOST:PORT[:DEVICE_ID]...`` runs the
+controller over P4Runtime with the hint API (docs/controller.md). User errors (bad files, bad values) print one line naming the file and key and exit
 with status 2; no traceback.
 """
 
@@ -52,6 +53,24 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seeds", type=_int_list, help="override the scenario's seeds, e.g. 1,2,3")
     run.add_argument("--policies", type=_name_list, help="override the policies, e.g. safs,dctcp")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    ctl = sub.add_parser("controller", help="run the SAFS controller: switches over P4Runtime, hint API (docs/controller.md)")
+    ctl.add_argument("--topology", required=True, metavar="FILE", help="topology YAML")
+    ctl.add_argument("--switch", action="append", metavar="NAME=HOST:PORT[:DEVICE_ID]",
+                     help="a topology switch's P4Runtime address (repeat per switch; device id default 0)")
+    ctl.add_argument("--hint-addr", default="127.0.0.1:50051", metavar="HOST:PORT",
+                     help="address the hint API binds (default 127.0.0.1:50051)")
+    ctl.add_argument("--p4info", default="p4src/build/safs.p4info.txtpb", metavar="FILE",
+                     help="compiled P4Info (default p4src/build/safs.p4info.txtpb)")
+    ctl.add_argument("--bmv2-json", default="p4src/build/safs.json", metavar="FILE",
+                     help="compiled BMv2 JSON (default p4src/build/safs.json)")
+    ctl.add_argument("--tick-ms", default="1", metavar="MS", help="scheduler tick period in ms (default 1)")
+    ctl.add_argument("--duration-s", default=None, metavar="S", help="stop after S seconds (default: until SIGINT/SIGTERM)")
+    ctl.add_argument("--scheduler-config", default=None, metavar="YAML",
+                     help="SchedulerConfig fields (allocator: AllocatorConfig fields)")
+    ctl.add_argument("--clock-offset", action="append", metavar="NAME=NS",
+                     help="a switch's clock offset in ns, instead of the estimate (repeatable)")
+    ctl.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                     help="logging level (default INFO)")
     return parser
 
 
@@ -138,6 +157,32 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _cmd_controller(args: argparse.Namespace) -> int:
+    """``safs controller``: validate everything, start, run until SIGINT/SIGTERM or --duration-s,
+    stop cleanly. User errors raise SafsError (one line, exit 2)."""
+    import logging
+    import signal
+    import threading
+
+    from safs.controller_app import ControllerApp, config_from_args
+
+    config = config_from_args(args)
+    app = ControllerApp(config)  # checks the switch names against the topology
+    logging.basicConfig(level=getattr(logging, args.log_level),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        app.start()
+        app.run(stop)
+    finally:
+        app.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``safs`` console script; returns the exit status."""
     args = _build_parser().parse_args(argv)
@@ -147,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _cmd_run(args, console)
+        if args.command == "controller":
+            return _cmd_controller(args)
     except SafsError as exc:
         print(f"safs: error: {exc}", file=sys.stderr)
         return 2
