@@ -32,6 +32,7 @@ from scapy.layers.l2 import Ether
 from p4rt_client import Lpm, P4InfoIndex, P4RtClient, Range, load_p4info, update  # noqa: F401 (Range re-exported)
 from safs import p4names as n
 from safs.protocol import SAFS_UDP_PORT
+from safs.timebase import slack_to_key
 
 PORT_SENDER = 1
 PORT_RECEIVER = 2
@@ -189,6 +190,22 @@ class SafsTest(BaseTest):
         self.insert(n.GRANT_ROUTE, {n.F_SRC_ADDR: Lpm(ip_int("10.0.1.0"), 24)}, n.ACT_SET_GRANT_ROUTE,
                     {"port": PORT_SENDER, "dst_mac": mac_int(SENDER_MAC)})
         self.insert(n.RECEIVER_PORT, {n.F_EGRESS_PORT: PORT_RECEIVER}, n.ACT_MARK_RECEIVER)
+
+    def install_slack_classes(self, edges) -> None:
+        """slack_class ranges from ``edges``: ``(lo_ns or None, hi_ns, qclass)`` = slack in
+        [lo, hi) -> qclass (None: every late slack down to -2^47); priority = list position."""
+        for prio, (lo, hi, qclass) in enumerate(edges, start=1):
+            low = 0 if lo is None else slack_to_key(lo)
+            self.insert(n.SLACK_CLASS, {n.F_SLACK_KEY: Range(low, slack_to_key(hi) - 1)},
+                        n.ACT_SET_SLACK_CLASS, {"qclass": qclass}, priority=prio)
+
+    def switch_now(self) -> int:
+        """The switch's fabric time (ns) read from a GRANT it generates for a REQUEST of a flow
+        without an entry (needs setup_routes)."""
+        from safs.packet import SAFS, safs_request
+        self.send(PORT_SENDER, safs_request(SENDER_IP, RECEIVER_IP, 9999, 1, 0,
+                                            src_mac=SENDER_MAC, dst_mac=SWITCH_MAC))
+        return self.receive(PORT_SENDER)[SAFS].timestamp_ns
 
     # --------------------------------------------------------------- packets
 

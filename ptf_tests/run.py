@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                    "--log-file", str(log_dir / "ptf.log"),
                    "--test-params",
                    f"grpc_addr='{grpc_addr}';device_id=0;thrift_port={thrift_port};"
-                   f"p4info='{P4INFO}';bmv2_json='{BMV2_JSON}';ports={args.ports}"]
+                   f"p4info='{P4INFO}';bmv2_json='{BMV2_JSON}';ports={args.ports};"
+                   f"switch_ifaces='{','.join(sw for sw, _ in pairs)}'"]
         for i, (_, ptf_if) in enumerate(pairs, start=1):
             ptf_cmd += ["--interface", f"{i}@{ptf_if}"]
         ptf_cmd += args.tests

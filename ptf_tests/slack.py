@@ -12,32 +12,20 @@ machine cannot move a packet across a boundary. The clock offset is set just bel
 from __future__ import annotations
 
 from base_test import (OTHER_IP, PORT_OTHER, PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, SENDER_IP,
-                       SENDER_MAC, SWITCH_MAC, Range, SafsTest)
+                       SENDER_MAC, SWITCH_MAC, SafsTest)
 from safs import p4names as n
 from safs.packet import SAFS, safs_data, safs_done, safs_request
 from safs.protocol import QUEUE_CONTROL, Color
-from safs.timebase import TIME_MASK, TIME_MOD, slack_to_key
+from safs.timebase import TIME_MASK, TIME_MOD
 
 S = 1_000_000_000  # ns
 CLASS_EDGES = [(None, 0, 6), (0, 10 * S, 5), (10 * S, 20 * S, 4), (20 * S, 30 * S, 3)]  # slack [lo, hi) -> class
 
 
 class SlackClassTest(SafsTest):
-    def install_classes(self) -> None:
-        for prio, (lo, hi, qclass) in enumerate(CLASS_EDGES, start=1):
-            low = 0 if lo is None else slack_to_key(lo)
-            self.insert(n.SLACK_CLASS, {n.F_SLACK_KEY: Range(low, slack_to_key(hi) - 1)},
-                        n.ACT_SET_SLACK_CLASS, {"qclass": qclass}, priority=prio)
-
-    def switch_now(self) -> int:
-        """Fabric time from a GRANT the switch generates (flow without entry: default grant)."""
-        self.send(PORT_SENDER, safs_request(SENDER_IP, RECEIVER_IP, 9999, 1, 0,
-                                            src_mac=SENDER_MAC, dst_mac=SWITCH_MAC))
-        return self.receive(PORT_SENDER)[SAFS].timestamp_ns
-
     def runTest(self) -> None:
         self.setup_routes()
-        self.install_classes()
+        self.install_slack_classes(CLASS_EDGES)
         offset = TIME_MOD - 30 * S
         self.set_default(n.CLOCK_OFFSET, n.ACT_SET_CLOCK_OFFSET, {"offset_ns": offset})
         now = self.switch_now()
@@ -72,12 +60,11 @@ class ClockOffsetTest(SafsTest):
 
     def runTest(self) -> None:
         self.setup_routes()
-        probe = SlackClassTest.switch_now
         self.set_default(n.CLOCK_OFFSET, n.ACT_SET_CLOCK_OFFSET, {"offset_ns": 0})
-        t0 = probe(self)
+        t0 = self.switch_now()
         self.assertLess(t0, 24 * 3600 * S, "offset 0: BMv2 time since switch start")
         delta = 123_456_789_000_000
         self.set_default(n.CLOCK_OFFSET, n.ACT_SET_CLOCK_OFFSET, {"offset_ns": delta})
-        t1 = probe(self)
+        t1 = self.switch_now()
         self.assertGreaterEqual(t1 - t0, delta)
         self.assertLess(t1 - t0, delta + 60 * S)
