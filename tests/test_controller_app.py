@@ -1,0 +1,277 @@
+"""`safs controller` without BMv2: ControllerApp in a thread against two in-process fake
+P4Runtime servers (real gRPC), driven through the hint API and injected digests; and the
+command line's argument errors (one line, exit 2)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from safs import p4names as n
+from safs.cli import main
+from safs.controller_app import (ControllerApp, ControllerConfig, SwitchSpec, load_scheduler_config,
+                                 parse_clock_offset, parse_switch_spec)
+from safs.errors import InvalidInput
+from safs.hintapi.client import HintClient
+from safs.hints import FlowHint
+from safs.p4rt.codec import decode_table_entry
+from safs.p4rt.fake_server import FakeP4RuntimeServer
+from safs.p4rt.p4info import P4InfoIndex
+from safs.scheduler import SchedulerConfig
+from safs.topology import load_topology
+
+ROOT = Path(__file__).resolve().parents[1]
+P4INFO = ROOT / "p4src" / "build" / "safs.p4info.txtpb"
+BMV2_JSON = ROOT / "p4src" / "build" / "safs.json"
+TOPO_YAML = """
+name: two-tors
+defaults: {rate: 10Gbps, delay_ns: 500}
+switches: [tor0, tor1]
+hosts:
+  a: {ip: 10.0.0.1, switch: tor0}
+  b: {ip: 10.0.0.2, switch: tor0}
+  c: {ip: 10.0.0.3, switch: tor0}
+  d: {ip: 10.0.1.1, switch: tor1}
+links:
+  - {a: tor0, b: tor1, rate: 40Gbps}
+"""
+MS = 1_000_000
+
+
+def wait_for(cond: Callable[[], object], timeout_s: float = 10.0, what: str = "condition") -> object:
+    """Poll ``cond`` until truthy; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def topo_file(tmp_path: Path) -> Path:
+    path = tmp_path / "topo.yaml"
+    path.write_text(TOPO_YAML)
+    return path
+
+
+@pytest.fixture
+def servers():
+    fakes = {"tor0": FakeP4RuntimeServer(), "tor1": FakeP4RuntimeServer(device_id=3)}
+    for fake in fakes.values():
+        fake.start()
+    yield fakes
+    for fake in fakes.values():
+        fake.stop()
+
+
+def grants(server: FakeP4RuntimeServer) -> dict[int, dict[str, int]]:
+    """flow id -> action params of the fake switch's flow_grant entries."""
+    index = P4InfoIndex.from_file(P4INFO)
+    out = {}
+    for te in server.table_entries(n.FLOW_GRANT):
+        entry = decode_table_entry(index, te)
+        out[entry.match[n.F_FLOW_ID]] = dict(entry.params)
+    return out
+
+
+class Running:
+    """A ControllerApp started and run in a thread."""
+
+    def __init__(self, config: ControllerConfig) -> None:
+        self.app = ControllerApp(config)
+        self.app.start()
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self.app.run, args=(self.stop_event,), daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive(), "run() did not return after stop_event"
+        self.app.stop()
+
+
+def config(topo_file: Path, servers: dict[str, FakeP4RuntimeServer], **kwargs) -> ControllerConfig:
+    specs = (SwitchSpec("tor0", servers["tor0"].address, 0), SwitchSpec("tor1", servers["tor1"].address, 3))
+    base = dict(topology_path=topo_file, switches=specs, p4info_path=P4INFO, bmv2_json_path=BMV2_JSON,
+                hint_addr="127.0.0.1:0", reconnect_min_s=0.02, reconnect_max_s=0.2)
+    return ControllerConfig(**(base | kwargs))
+
+
+def test_controller_installs_serves_hints_digests_completes_and_survives_a_restart(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer]) -> None:
+    topo = load_topology(topo_file)
+    run = Running(config(topo_file, servers, clock_offsets_ns={"tor0": 12_345}))
+    try:
+        app, tor0, tor1 = run.app, servers["tor0"], servers["tor1"]
+        # start(): pipeline pushed, digests enabled, static state installed on both switches
+        for sw, fake in servers.items():
+            assert fake.pipeline_pushes == 1 and fake.digest_configured(n.REQUEST_DIGEST)
+            assert len(fake.table_entries(n.IPV4_LPM)) == len(topo.routes(sw)) > 0
+            assert len(fake.table_entries(n.SLACK_CLASS)) == 5
+            assert fake.default_entry(n.DEFAULT_GRANT) is not None
+        offset0 = tor0.default_entry(n.CLOCK_OFFSET).action.action.params[0].value
+        assert int.from_bytes(offset0, "big") == 12_345  # the --clock-offset override
+        # the estimate: fabric time just before the push, so close to the app's clock now
+        assert 0 <= app.clock() - app.clock_offsets_ns["tor1"] < 60 * 1_000 * MS
+
+        with HintClient(app.hint_address) as hints:
+            # announced with a start time that has come: allocated and installed at d's ToR
+            now = app.clock()
+            result = hints.announce(FlowHint(7, "a", "d", 4 << 20, now + 50 * MS, "job/7"), start_time_ns=now)
+            assert result.activated
+            got = wait_for(lambda: grants(tor1).get(7), what="flow 7's grant at tor1")
+            assert got["rate_kbps"] > 0 and got["meter_slot"] >= 1
+            assert 7 not in grants(tor0)  # the grant lives at the receiver's ToR only
+            assert hints.grant(7) is not None
+
+            # a REQUEST digest for a flow nobody announced (b -> d) gets a grant too
+            ips = [topo.host_ip("b"), topo.host_ip("d")]
+            tor1.inject_digest(n.REQUEST_DIGEST, [[9, *ips, 1 << 20, (app.clock() + 80 * MS) & ((1 << 48) - 1)]])
+            wait_for(lambda: 9 in grants(tor1), what="flow 9's grant from its digest")
+            assert tor1.wait_acks(1)
+            assert app.stats.digests == 1 and app.stats.digests_rejected == 0
+
+            # completion deletes the entry
+            hints.complete(7)
+            wait_for(lambda: 7 not in grants(tor1), what="flow 7's grant deleted")
+            assert 9 in grants(tor1)
+
+            # switch restart: state and pipeline gone; the controller reconnects, pushes the
+            # pipeline and re-installs routes and the live grant
+            routes_before = len(tor1.table_entries(n.IPV4_LPM))
+            tor1.restart()
+            wait_for(lambda: tor1.pipeline_pushes == 2, what="pipeline pushed again")
+            wait_for(lambda: app.stats.reconnects == 1, what="re-install")
+            assert len(tor1.table_entries(n.IPV4_LPM)) == routes_before
+            assert set(grants(tor1)) == {9}
+            assert tor1.digest_configured(n.REQUEST_DIGEST)
+            assert tor0.pipeline_pushes == 1  # the other switch was left alone
+            # and it keeps working after the restart
+            hints.complete(9)
+            wait_for(lambda: not grants(tor1), what="flow 9's grant deleted after the restart")
+        assert app.stats.ticks > 0
+    finally:
+        run.stop()
+    # stopped cleanly: the hint API no longer answers
+    with HintClient(run.app.hint_address, timeout_s=0.5) as hints, pytest.raises(Exception):
+        hints.grant(1)
+
+
+def test_admit_at_announce_from_scheduler_config_and_unmanaged_switch_warned(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer], tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    yaml_path = tmp_path / "sched.yaml"
+    yaml_path.write_text("admit_on_request: false\nallocator: {urgency_quantum_ns: 1000}\n")
+    sched_cfg = load_scheduler_config(yaml_path)
+    assert sched_cfg == SchedulerConfig(admit_on_request=False,
+                                        allocator=sched_cfg.allocator) and sched_cfg.allocator.urgency_quantum_ns == 1000
+    cfg = config(topo_file, servers, scheduler=sched_cfg,
+                 switches=(SwitchSpec("tor1", servers["tor1"].address, 3),), duration_s=30.0)
+    with caplog.at_level(logging.INFO, logger="safs.controller_app"):
+        run = Running(cfg)
+    try:
+        assert any("no --switch for tor0" in r.getMessage() for r in caplog.records)
+        assert any("hint API listening" in r.getMessage() for r in caplog.records)
+        assert servers["tor0"].pipeline_pushes == 0
+        with HintClient(run.app.hint_address) as hints:
+            result = hints.announce(FlowHint(3, "c", "d", 1 << 20, run.app.clock() + 20 * MS, "x"))
+            assert not result.activated and not result.activation_scheduled
+            wait_for(lambda: 3 in grants(servers["tor1"]), what="grant at announce")
+    finally:
+        run.stop()
+
+
+def test_run_returns_after_duration(topo_file: Path, servers: dict[str, FakeP4RuntimeServer]) -> None:
+    app = ControllerApp(config(topo_file, servers, duration_s=0.2, tick_ns=2 * MS))
+    with app:
+        app.start()
+        t0 = time.monotonic()
+        app.run(threading.Event())
+        assert 0.15 < time.monotonic() - t0 < 5
+        assert app.stats.ticks >= 10
+
+
+def test_start_fails_cleanly_when_a_switch_is_unreachable(topo_file: Path,
+                                                           servers: dict[str, FakeP4RuntimeServer]) -> None:
+    from safs.errors import TargetError
+    servers["tor1"].stop()
+    app = ControllerApp(config(topo_file, servers, rpc_timeout_s=2.0))
+    with pytest.raises(TargetError):
+        app.start()
+    assert app.hint_server is None
+    assert app.links["tor0"].target._client is None  # the connection made before was closed
+
+
+# ---------------------------------------------------------------------------- arguments
+
+@pytest.mark.parametrize("text, want", [
+    ("tor0=127.0.0.1:9559", SwitchSpec("tor0", "127.0.0.1:9559", 0)),
+    ("s-1=switch.local:50001:7", SwitchSpec("s-1", "switch.local:50001", 7)),
+])
+def test_switch_spec_parses(text: str, want: SwitchSpec) -> None:
+    assert parse_switch_spec(text) == want
+
+
+@pytest.mark.parametrize("text", ["tor0", "=1.2.3.4:1", "tor0=1.2.3.4", "tor0=1.2.3.4:0", "tor0=1.2.3.4:x",
+                                  "tor0=1.2.3.4:1:-1", "tor0=1.2.3.4:1:2:3", f"tor0=h:1:{1 << 64}"])
+def test_switch_spec_errors_name_the_option(text: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        parse_switch_spec(text)
+    assert err.value.field == "--switch"
+
+
+def test_clock_offset_and_config_errors(topo_file: Path, tmp_path: Path) -> None:
+    assert parse_clock_offset("tor0=-5") == ("tor0", -5)
+    with pytest.raises(InvalidInput, match="--clock-offset"):
+        parse_clock_offset("tor0=abc")
+    spec = (SwitchSpec("tor0", "127.0.0.1:1"),)
+    base = dict(topology_path=topo_file, p4info_path=P4INFO, bmv2_json_path=BMV2_JSON)
+    for kwargs, option in [({"switches": ()}, "--switch"),
+                           ({"switches": spec * 2}, "--switch"),
+                           ({"switches": spec, "clock_offsets_ns": {"tor1": 0}}, "--clock-offset"),
+                           ({"switches": spec, "tick_ns": 10}, "--tick-ms"),
+                           ({"switches": spec, "duration_s": 0}, "--duration-s"),
+                           ({"switches": spec, "hint_addr": "nohost"}, "--hint-addr"),
+                           ({"switches": spec, "p4info_path": tmp_path / "none"}, "--p4info")]:
+        with pytest.raises(InvalidInput) as err:
+            ControllerConfig(**(base | kwargs))
+        assert err.value.field == option
+    bad = tmp_path / "bad.yaml"
+    for text, key in [("bogus: 1\n", "scheduler.bogus"), ("allocator: {nope: 1}\n", "scheduler.allocator.nope"),
+                      ("default_lease_ns: 5\n", "scheduler.default_lease_ns"),
+                      ("allocator: {headroom: 2}\n", "scheduler.allocator.headroom")]:
+        bad.write_text(text)
+        with pytest.raises(InvalidInput) as err:
+            load_scheduler_config(bad)
+        assert err.value.field == key and err.value.source == str(bad)
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--switch", "tor0"], "--switch: expected NAME=HOST:PORT"),
+    (["--switch", "tor9=127.0.0.1:9559"], "--switch: unknown switch 'tor9'; topology 'two-tors' has switches: tor0, tor1"),
+    (["--switch", "tor0=127.0.0.1:9559", "--tick-ms", "zero"], "--tick-ms: must be a number"),
+    (["--switch", "tor0=127.0.0.1:9559", "--clock-offset", "tor1=5"], "--clock-offset: 'tor1' is not a --switch"),
+])
+def test_cli_argument_errors_exit_2_with_one_line(topo_file: Path, capsys: pytest.CaptureFixture[str],
+                                                  extra: list[str], needle: str) -> None:
+    argv = ["controller", "--topology", str(topo_file), "--p4info", str(P4INFO), "--bmv2-json", str(BMV2_JSON), *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_runs_for_a_duration_against_fake_switches(topo_file: Path, servers: dict[str, FakeP4RuntimeServer]) -> None:
+    argv = ["controller", "--topology", str(topo_file), "--p4info", str(P4INFO), "--bmv2-json", str(BMV2_JSON),
+            "--switch", f"tor0={servers['tor0'].address}", "--switch", f"tor1={servers['tor1'].address}:3",
+            "--hint-addr", "127.0.0.1:0", "--duration-s", "0.3", "--tick-ms", "5"]
+    assert main(argv) == 0
+    assert all(len(f.table_entries(n.IPV4_LPM)) > 0 for f in servers.values())
