@@ -372,6 +372,7 @@ class ControllerApp:
         self.hint_server: hint_server.RunningHintServer | None = None
         self._retry: dict[str, _Retry] = {}
         self._stopped = False
+        self._next_tick_warning = 0.0
 
     @property
     def hint_address(self) -> str:
@@ -522,7 +523,8 @@ class ControllerApp:
 
     def tick(self) -> None:
         """One ``Scheduler.tick`` under the lock; refused writes are counted and logged (DEBUG
-        while a switch is down, else WARNING), and retried by the next tick."""
+        while a switch is down, else at most one WARNING per summary period), and retried by
+        the next tick."""
         assert self.scheduler is not None
         with self.lock:
             try:
@@ -530,7 +532,14 @@ class ControllerApp:
             except TargetError as err:
                 self.stats.tick_failures += 1
                 down = any(link.is_down for link in self.links.values())
-                log.log(logging.DEBUG if down else logging.WARNING, "tick: writes refused: %s", err)
+                # At most one WARNING per summary period: a persistent refusal would otherwise
+                # log once per tick.
+                now_s = time.monotonic()
+                if down or now_s < self._next_tick_warning:
+                    log.debug("tick: writes refused: %s", err)
+                else:
+                    self._next_tick_warning = now_s + self.config.summary_period_s
+                    log.warning("tick: writes refused (retried every tick): %s", err)
             self.stats.ticks += 1
 
     def reconnect_due(self, now_s: float | None = None) -> list[str]:
