@@ -618,7 +618,7 @@ def config_from_args(args: Any) -> ControllerConfig:
         name, value = parse_clock_offset(text)
         offsets[name] = value
     tick_ns = _number("--tick-ms", args.tick_ms, NS_PER_MS)
-    duration = None if args.duration_s is None else _number("--duration-s", args.duration_s, 1) / 1.0
+    duration = None if args.duration_s is None else _number("--duration-s", args.duration_s, 1)
     scheduler = load_scheduler_config(args.scheduler_config) if args.scheduler_config else SchedulerConfig()
     return ControllerConfig(topology_path=Path(args.topology), switches=switches, p4info_path=Path(args.p4info),
                             bmv2_json_path=Path(args.bmv2_json), hint_addr=args.hint_addr, tick_ns=int(tick_ns),
