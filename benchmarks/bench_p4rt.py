@@ -26,7 +26,7 @@ gRPC and Thrift ports; polled until its gRPC port answers; stopped by PID), then
 
 Each phase uses its own P4Runtime connection with a higher election id, so it is primary;
 the first target stays connected as a backup for reads. Timings are ``time.perf_counter``
-(this benchmark's own clock; nothing in ``safs`` reads it). Run (about 30 s):
+(this benchmark's own clock; nothing in ``safs`` reads it). Run (about 10 s):
 
     cd /work/main && PYTHONPATH=controller .venv/bin/python benchmarks/bench_p4rt.py
 """
