@@ -58,6 +58,7 @@ from safs.scheduler import Scheduler, SchedulerConfig
 from safs.sim.packet import PROTO_UDP, Packet
 from safs.target import CounterValue, Op, RequestDigest, Update
 from safs.timebase import TIME_MASK, TIME_MOD
+from safs.topology import build_topology
 
 SWITCH = "s1"
 LINK_RATE = "8kbps"  # tiny rates: meter refill during a test is a few hundred bytes
@@ -143,7 +144,6 @@ def _pair_key(f: dict) -> tuple:
 
 class DifferentialTest(SafsTest):
     def runTest(self) -> None:
-        from safs.topology import build_topology
         p = tu.test_params_get()
         self.model_local_ns = 0
         self.model = PipelineModel(SWITCH, lambda: self.model_local_ns)
@@ -205,16 +205,19 @@ class DifferentialTest(SafsTest):
 
     def exchange(self, pkts: list[Ether]) -> list[tuple[dict, dict, int]]:
         """Send ``pkts`` back to back into BMv2 and, one by one, into the model; receive as
-        many packets as the model emits; return (model fields, BMv2 fields, sent index)
-        pairs plus the model's colour/ts in the model dict (keys ``color``, ``ts``)."""
+        many packets (any port) as the model emits and pair them by :func:`_pair_key`.
+
+        Returns ``(model fields, BMv2 fields, index of the sent packet)`` per output; the field
+        dicts also hold ``color`` and ``ts``. Fails when BMv2 emits fewer or other packets.
+        Sets ``last_window`` (switch-time window of the step) and ``last_t`` (send, receive)."""
         t_send = time.monotonic()
         for pkt in pkts:
             self.send(PORT_SENDER, pkt)
         expected = []
         for i, pkt in enumerate(pkts):
             sim = to_sim(pkt)
-            lo, _ = self.window(t_send, t_send)
-            self.model_local_ns = (lo - OFFSET_NS) & TIME_MASK  # refined below per window
+            lo, _ = self.window(t_send, t_send)  # the earliest time the switch can see it
+            self.model_local_ns = (lo - OFFSET_NS) & TIME_MASK
             for port, out in self.model.ingress(sim, PORT_SENDER):
                 self.model.egress(out, port, 0)
                 f = model_fields(port, out)
