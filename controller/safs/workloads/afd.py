@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from safs.errors import InvalidInput
+from safs.workloads.params import check_known, float_param, int_param
 from safs.files import read_text
 from safs.workloads.api import FlowSpec, WorkloadAPI
 from safs.workloads.instance import SerialInstance
@@ -136,15 +137,6 @@ def load_trace(path: str | Path) -> tuple[Request, ...]:
     return tuple(Request(t - t0, g) for t, g in rows)
 
 
-def _param(params: dict[str, Any], key: str, default: Any, lo: float, hi: float, integer: bool) -> Any:
-    v = params.get(key, default)
-    ok = not isinstance(v, bool) and isinstance(v, int if integer else (int, float)) and lo <= v <= hi
-    if not ok or (not integer and v <= 0):
-        kind = "an integer" if integer else "a number > 0"
-        raise InvalidInput(f"workload.params.{key}", f"must be {kind} in {lo}..{hi}, got {v!r}")
-    return v
-
-
 class AfdDecode:
     """16A2F decode driven by the Azure LLM trace (see module docstring).
 
@@ -164,22 +156,19 @@ class AfdDecode:
              "time_compression", "trace", "trace_offset_s", "warmup_steps", "compute_scale", "bytes_scale"}
 
     def __init__(self, params: dict[str, Any], topology: Any = None, source: str | None = None) -> None:
-        for key in params:
-            if key not in self.KNOWN:
-                raise InvalidInput(f"workload.params.{key}", f"unknown parameter; allowed: {', '.join(sorted(self.KNOWN))}",
-                                   source)
+        check_known(params, self.KNOWN)
         self.params = dict(params)
-        self.n_attn = _param(params, "n_attn", 16, 1, 64, True)
-        self.n_ffn = _param(params, "n_ffn", 2, 1, 16, True)
-        self.layers = _param(params, "layers_simulated", 2, 1, MODEL_LAYERS, True)
-        self.steps = _param(params, "decode_steps", 12, 2, 10_000, True)
-        self.m = _param(params, "microbatches", MICROBATCHES, 1, 16, True)
-        self.max_batch = _param(params, "max_batch", DEFAULT_MAX_BATCH, 1, 100_000, True)
-        self.compression = float(_param(params, "time_compression", 20.0, 1e-6, 1e9, False))
+        self.n_attn = int_param(params, "n_attn", 16, 1, 64)
+        self.n_ffn = int_param(params, "n_ffn", 2, 1, 16)
+        self.layers = int_param(params, "layers_simulated", 2, 1, MODEL_LAYERS)
+        self.steps = int_param(params, "decode_steps", 12, 2, 10_000)
+        self.m = int_param(params, "microbatches", MICROBATCHES, 1, 16)
+        self.max_batch = int_param(params, "max_batch", DEFAULT_MAX_BATCH, 1, 100_000)
+        self.compression = float_param(params, "time_compression", 20.0, 0.0, 1e9)
         self.offset_ns = round(float(params.get("trace_offset_s", 0.0)) * NS_PER_S)
-        self.warmup_steps = _param(params, "warmup_steps", 200, 0, 1_000_000, True)
-        compute_scale = float(_param(params, "compute_scale", 1.0, 1e-9, 100, False))
-        self.bytes_scale = float(_param(params, "bytes_scale", 1.0, 1e-9, 100, False))
+        self.warmup_steps = int_param(params, "warmup_steps", 200, 0, 1_000_000)
+        compute_scale = float_param(params, "compute_scale", 1.0, 0.0, 100.0)
+        self.bytes_scale = float_param(params, "bytes_scale", 1.0, 0.0, 100.0)
         self.compute_ns = max(1, round(STAGE_COMPUTE_NS * compute_scale))
         trace = params.get("trace", "conv")
         trace_path = DATA_DIR / TRACES[trace] if trace in TRACES else Path(str(trace))

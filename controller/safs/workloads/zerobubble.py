@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from safs.errors import InvalidInput
+from safs.workloads.params import check_known, float_param, int_param
 from safs.workloads.api import FlowSpec, WorkloadAPI
 from safs.workloads.ideal import transfer_ns
 from safs.workloads.instance import SerialInstance
@@ -179,20 +180,6 @@ def zb_h1_formula_ns(p: int, m: int, t_f: int, t_b: int, t_w: int) -> int:
     return m * (t_f + t_b + t_w) + (p - 1) * (t_f + t_b - t_w)
 
 
-def _int_param(params: dict[str, Any], key: str, default: int, lo: int, hi: int) -> int:
-    v = params.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise InvalidInput(f"workload.params.{key}", f"must be an integer in {lo}..{hi}, got {v!r}")
-    return v
-
-
-def _float_param(params: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
-    v = params.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo < v <= hi:
-        raise InvalidInput(f"workload.params.{key}", f"must be a number in ({lo}, {hi}], got {v!r}")
-    return float(v)
-
-
 class ZeroBubbleTraining:
     """Closed-loop ZB-H1 training on hosts ``stage0..stage{p-1}``.
 
@@ -218,18 +205,16 @@ class ZeroBubbleTraining:
 
     def __init__(self, params: dict[str, Any], topology: Any = None) -> None:
         known = {"stages", "microbatches", "iterations", "model", "scale", "mfu"}
-        for key in params:
-            if key not in known:
-                raise InvalidInput(f"workload.params.{key}", f"unknown parameter; allowed: {', '.join(sorted(known))}")
-        self.p = _int_param(params, "stages", 4, 2, 16)
-        self.m = _int_param(params, "microbatches", 8, 1, 256)
-        self.iterations = _int_param(params, "iterations", 2, 1, 100)
+        check_known(params, known)
+        self.p = int_param(params, "stages", 4, 2, 16)
+        self.m = int_param(params, "microbatches", 8, 1, 256)
+        self.iterations = int_param(params, "iterations", 2, 1, 100)
         model = params.get("model", "1.5B")
         if model not in MODELS:
             raise InvalidInput("workload.params.model", f"must be one of {', '.join(MODELS)}, got {model!r}")
         self.model = MODELS[model]
-        self.scale = _float_param(params, "scale", 0.01, 0.0, 1.0)
-        mfu = _float_param(params, "mfu", DEFAULT_MFU, 0.0, 1.0)
+        self.scale = float_param(params, "scale", 0.01, 0.0, 1.0)
+        mfu = float_param(params, "mfu", DEFAULT_MFU, 0.0, 1.0)
         cfg = self.model
         s, b, h = cfg.seq_len, cfg.microbatch_size, cfg.hidden
         layers_per_stage = cfg.layers / self.p
