@@ -3,7 +3,6 @@ and TPOT, background sources, flow traces, build_workload."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 from pathlib import Path
@@ -20,7 +19,7 @@ from safs.workloads.api import FlowSpec
 from safs.workloads.background import BulkFlows, PoissonArrivals
 from safs.workloads.distributions import load_distribution
 from safs.workloads.ideal import IdealNetwork, transfer_ns
-from safs.workloads.trace import TraceWorkload, load_trace_file
+from safs.workloads.trace import load_trace_file
 from safs.workloads.zerobubble import (
     Op, ZeroBubbleTraining, makespan, op_inputs, schedule_times, zb_h1_formula_ns, zb_h1_order,
 )

@@ -39,7 +39,6 @@ from typing import Any
 from safs.errors import InvalidInput
 from safs.workloads.params import check_known, float_param, int_param
 from safs.workloads.api import FlowSpec, WorkloadAPI
-from safs.workloads.ideal import transfer_ns
 from safs.workloads.instance import SerialInstance
 
 NS_PER_S = 1_000_000_000

@@ -54,7 +54,7 @@ from safs.protocol import (
 )
 from safs.sim.engine import Engine
 from safs.sim.network import Host
-from safs.sim.packet import ETH_HEADER_BYTES, IPV4_HEADER_BYTES, PROTO_UDP, UDP_HEADER_BYTES, Packet
+from safs.sim.packet import IPV4_HEADER_BYTES, PROTO_UDP, UDP_HEADER_BYTES, Packet
 from safs.sim.transports import TransportStats
 from safs.timebase import wrap
 
