@@ -8,13 +8,13 @@ from hypothesis import strategies as st
 
 from safs import p4names as n
 from safs.errors import InvalidInput, TargetError
-from safs.pipeline_model import CONTROL_PACKET_BYTES, PipelineModel, qdepth_bucket
+from safs.pipeline_model import CLONE_SESSION_ID_MAX, CONTROL_PACKET_BYTES, PipelineModel, qdepth_bucket
 from safs.protocol import (
     ECN_CE, ECN_ECT0, ECN_ECT1, ECN_NOT_ECT, QDEPTH_MAX, QUEUE_BEST_EFFORT, QUEUE_CONTROL,
     QUEUE_OVER_RATE, SAFS_UDP_PORT, Color, MsgType,
 )
 from safs.sim.packet import PROTO_TCP, PROTO_UDP, Packet
-from safs.target import Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
+from safs.target import CloneSession, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
 from safs.timebase import TIME_MASK, slack_to_key, wrap
 
 SENDER_IP = 0x0A000001  # 10.0.0.1, behind port 1
@@ -70,7 +70,7 @@ def grant_entry(flow_id: int, rate_kbps: int, epoch: int, lease_us: int, slot: i
 
 
 def make_switch(receiver: bool = True, clock: Clock | None = None,
-                back_routes: bool = True) -> tuple[PipelineModel, Clock]:
+                back_routes: bool = True, clone_sessions: bool = True) -> tuple[PipelineModel, Clock]:
     clock = clock or Clock(1_000_000)
     sw = PipelineModel("tor1", clock)
     ups = [ins(route(0x0A000000, 24, SENDER_PORT)), ins(route(0x0A000100, 24, FABRIC_PORT)),
@@ -79,6 +79,8 @@ def make_switch(receiver: bool = True, clock: Clock | None = None,
         ups.append(ins(back_route(0x0A000000, 24, SENDER_PORT)))
     if receiver:
         ups.append(ins(entry(n.RECEIVER_PORT, {n.F_EGRESS_PORT: RECEIVER_PORT}, n.ACT_MARK_RECEIVER)))
+    if clone_sessions:  # as Scheduler.setup writes them: session port + 1 -> port
+        ups += [ins(CloneSession.for_port(port)) for port in (SENDER_PORT, FABRIC_PORT, RECEIVER_PORT)]
     for prio, (lo, hi, q) in enumerate(CLASSES, start=1):
         ups.append(ins(entry(n.SLACK_CLASS, {n.F_SLACK_KEY: Range(slack_to_key(lo), slack_to_key(hi))},
                              n.ACT_SET_SLACK_CLASS, priority=prio, qclass=q)))
@@ -284,6 +286,52 @@ def test_stale_epoch_data_pushes_fresh_grant(installed: int, sent: int, pushes: 
         assert (g.rate_kbps, g.epoch, g.lease_us, g.priority) == (3_000_000, installed, 900, QUEUE_CONTROL)
         assert g.size == CONTROL_PACKET_BYTES and g.remaining == 4242
     assert sw.poll_digests() == []
+
+
+def stale_data(sw: PipelineModel, clock: Clock) -> list:
+    """Ingress of a DATA of flow 7 with epoch 1 while epoch 5 is installed (a stale epoch)."""
+    sw.write([ins(grant_entry(7, 3_000_000, 5, 900, slot=4))])
+    return sw.ingress(safs_pkt(MsgType.DATA, epoch=1, ts=wrap(clock.t + 10**6)), SENDER_PORT)
+
+
+def test_stale_epoch_grant_needs_the_clone_session_of_its_port() -> None:
+    sw, clock = make_switch(clone_sessions=False)
+    assert [port for port, _ in stale_data(sw, clock)] == [RECEIVER_PORT]  # BMv2: clone to nothing
+    # a session for another port does not help: the clone goes to session grant port + 1
+    sw.write([ins(CloneSession.for_port(FABRIC_PORT))])
+    assert [port for port, _ in sw.ingress(safs_pkt(MsgType.DATA, epoch=1), SENDER_PORT)] == [RECEIVER_PORT]
+    sw.write([ins(CloneSession.for_port(SENDER_PORT))])
+    out = sw.ingress(safs_pkt(MsgType.DATA, epoch=1), SENDER_PORT)
+    assert [(port, g.safs_type) for port, g in out] == [(RECEIVER_PORT, MsgType.DATA), (SENDER_PORT, MsgType.GRANT)]
+    # the clone leaves on the session's replica port, as BMv2 sends it
+    sw.write([mod(CloneSession(SENDER_PORT + n.CLONE_SESSION_BASE, FABRIC_PORT))])
+    out = sw.ingress(safs_pkt(MsgType.DATA, epoch=1), SENDER_PORT)
+    assert [(port, g.safs_type) for port, g in out] == [(RECEIVER_PORT, MsgType.DATA), (FABRIC_PORT, MsgType.GRANT)]
+    sw.write([Update(Op.DELETE, CloneSession(SENDER_PORT + n.CLONE_SESSION_BASE, 0))])
+    assert len(sw.ingress(safs_pkt(MsgType.DATA, epoch=1), SENDER_PORT)) == 1
+    assert sw.clone_sessions() == [CloneSession.for_port(FABRIC_PORT)]
+
+
+def test_clone_session_op_codes_and_ranges() -> None:
+    sw, _ = make_switch(clone_sessions=False)
+    batch = [
+        ins(CloneSession(2, 1)),                                # 0 ok
+        ins(CloneSession(2, 4)),                                # 1 ALREADY_EXISTS
+        mod(CloneSession(9, 8)),                                # 2 NOT_FOUND
+        Update(Op.DELETE, CloneSession(9, 8)),                  # 3 NOT_FOUND
+        ins(CloneSession(0, 1)),                                # 4 session 0
+        ins(CloneSession(CLONE_SESSION_ID_MAX + 1, 1)),         # 5 session id too large
+        ins(CloneSession(5, n.NUM_PORTS)),                      # 6 port beyond 9 bits
+        ins(CloneSession(6, -1)),                               # 7 negative port
+        mod(CloneSession(2, 7)),                                # 8 ok
+        ins(CloneSession(CLONE_SESSION_ID_MAX, n.NUM_PORTS - 1)),  # 9 ok (both limits)
+    ]
+    with pytest.raises(TargetError) as err:
+        sw.write(batch)
+    codes = {i: code for i, code, _ in err.value.failures}
+    assert codes == {1: "ALREADY_EXISTS", 2: "NOT_FOUND", 3: "NOT_FOUND",
+                     **{i: "INVALID_ARGUMENT" for i in range(4, 8)}}
+    assert sw.clone_sessions() == [CloneSession(2, 7), CloneSession(CLONE_SESSION_ID_MAX, n.NUM_PORTS - 1)]
 
 
 def test_no_route_back_means_no_grant_no_digest() -> None:

@@ -12,7 +12,7 @@ from safs.hints import FlowClass, FlowHint
 from safs.pipeline_model import PipelineModel
 from safs.protocol import SAFS_UDP_PORT, WIRE_OVERHEAD_BYTES, MsgType, lease_ns_to_us, rate_bps_to_kbps
 from safs.scheduler import Scheduler, SchedulerConfig, node_mac, wire_epoch
-from safs.target import RequestDigest
+from safs.target import CloneSession, Op, RequestDigest, Update
 from safs.sim.packet import PROTO_TCP, PROTO_UDP, Packet
 from safs.topology import build_topology
 from safs.timebase import wrap
@@ -394,3 +394,78 @@ def test_default_mode_allocates_at_the_first_request_not_at_announce() -> None:
     assert sched.on_digest("tor1", digest, 20) is False  # a repeated REQUEST changes nothing
     sched.complete(6, 30)  # never sent a REQUEST
     assert 6 not in sched.registry and set(sched.allocator.flows()) == {5}
+
+
+# ---------------------------------------------------------------------------- clone sessions
+
+SPINE_YAML = """
+name: tors-and-spine
+defaults: {rate: 10Gbps, delay_ns: 500}
+switches: [tor0, tor1, spine0]
+hosts:
+  a: {ip: 10.0.0.1, switch: tor0}
+  b: {ip: 10.0.0.2, switch: tor0}
+  d: {ip: 10.0.1.1, switch: tor1}
+links:
+  - {a: tor0, b: spine0, rate: 40Gbps}
+  - {a: tor1, b: spine0, rate: 40Gbps}
+"""
+
+
+class RecordingModel(PipelineModel):
+    """A PipelineModel that records every update written to it."""
+
+    def __init__(self, name: str, clock) -> None:
+        super().__init__(name, clock)
+        self.written: list[Update] = []
+
+    def write(self, updates) -> None:
+        self.written.extend(updates)
+        super().write(updates)
+
+
+def clone_writes(target: RecordingModel) -> list[Update]:
+    return [u for u in target.written if isinstance(u.entity, CloneSession)]
+
+
+def test_setup_installs_a_clone_session_per_port_at_tors_only_and_is_idempotent() -> None:
+    topo = build_topology(yaml.safe_load(SPINE_YAML), "inline")
+    clock = Clock()
+    targets = {sw: RecordingModel(sw, clock) for sw in topo.switches()}
+    sched = Scheduler(topo, targets, AT_ANNOUNCE)
+    sched.setup(0)
+    for tor in ("tor0", "tor1"):
+        want = [CloneSession(port + n.CLONE_SESSION_BASE, port) for port in sorted(topo.ports(tor))]
+        assert len(want) == len(topo.ports(tor)) >= 2  # host ports and the uplink
+        assert targets[tor].clone_sessions() == want
+        assert sched.installed_clone_sessions(tor) == {cs.session_id: cs for cs in want}
+    assert targets["spine0"].clone_sessions() == [] and clone_writes(targets["spine0"]) == []
+    inserted = {sw: len(clone_writes(t)) for sw, t in targets.items()}
+    assert all(u.op is Op.INSERT for t in targets.values() for u in clone_writes(t))
+    stats = writes(sched)
+    sched.setup(0)  # idempotent: nothing re-written but the clock offsets
+    assert {sw: len(clone_writes(t)) for sw, t in targets.items()} == inserted
+    assert writes(sched)[1] == stats[1] and writes(sched)[0] - stats[0] == len(targets)
+    # a new controller (empty shadow) meets the installed sessions: reconciled, no failure
+    again = Scheduler(topo, targets, AT_ANNOUNCE)
+    again.setup(0)
+    assert again.stats.write_failures == 0
+    assert again.installed_clone_sessions("tor1") == sched.installed_clone_sessions("tor1")
+
+
+def test_stale_epoch_data_gets_a_grant_through_the_sessions_setup_wrote() -> None:
+    topo, clock, targets, sched = make()
+    sched.announce(hint(5, "a", "d", 1_000_000, 2 * MS), 0)
+    epoch = grant_entries(targets["tor1"])[5]["epoch"]
+    p = Packet(topo.host_ip("a"), topo.host_ip("d"), PROTO_UDP, 40000, SAFS_UDP_PORT, 1500)
+    p.safs_version, p.safs_type, p.flow_id, p.epoch = 1, int(MsgType.DATA), 5, 0  # default-grant sender
+    out = targets["tor1"].ingress(p, topo.port_of("tor1", "tor0"))
+    assert [(port, q.safs_type, q.epoch) for port, q in out] == [
+        (topo.port_of("tor1", "d"), MsgType.DATA, 0), (topo.port_of("tor1", "tor0"), MsgType.GRANT, epoch)]
+
+
+def test_reinstall_restores_clone_sessions() -> None:
+    topo, clock, targets, sched = make()
+    restarted = PipelineModel("tor0", clock)
+    sched.reinstall("tor0", 0, target=restarted)
+    assert restarted.clone_sessions() == targets["tor0"].clone_sessions() != []

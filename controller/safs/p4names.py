@@ -52,6 +52,11 @@ REQUEST_DIGEST = "request_digest_t"  # digest: flow_id, src_addr, dst_addr, rema
 
 NUM_PORTS = 512  # 9-bit port space of v1model
 
+# Packet replication engine: a stale-epoch DATA is cloned ingress-to-egress to clone session
+# egress port + CLONE_SESSION_BASE (p4src/include/defines.p4), whose one replica goes out on
+# that port; the controller writes one session per port of every receiver's ToR.
+CLONE_SESSION_BASE = 1
+
 # Route back toward a packet's sender for switch-generated GRANTs (same routes as ipv4_lpm,
 # keyed on the source address; applied only at the receiver's ToR).
 GRANT_ROUTE = "SafsIngress.grant_route"  # key src_addr (lpm, 32) -> set_grant_route(port, dst_mac)

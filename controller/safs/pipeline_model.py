@@ -16,7 +16,10 @@ It mirrors p4src/ (v1model/safs.p4 and include/*.p4) control by control. Ingress
         |                digest when the flow has no flow_grant entry
         +-- DATA: slack_class(slack_key(ts, now)) -> qclass 2..6
               at the receiver's ToR: flow_meter[slot] colour; not green -> priority 1
-              (demoted, never dropped); stale epoch -> also a fresh GRANT to the sender
+              (demoted, never dropped); stale epoch -> also a fresh GRANT to the sender,
+              cloned to session grant_route port + CLONE_SESSION_BASE: only when that
+              clone session exists (as on BMv2, a clone to a missing session is no packet),
+              and out on the session's replica port
     colour: the meter's at the receiver's ToR for DATA, UNMETERED (3) for every other SAFS packet.
 
 Switch-generated GRANTs (REQUEST turned around, or the clone made for a stale-epoch DATA)
@@ -37,6 +40,11 @@ Initial defaults (as in the P4 program): ``ipv4_lpm`` drop, ``slack_class``
 lease 0 / slot 0, ``ecn_threshold`` the 19-bit maximum (marking effectively off). The defaults
 of ``receiver_port`` (not a receiver port), ``grant_route`` (no route) and ``flow_grant``
 (``no_grant``) are const: writing them is INVALID_ARGUMENT.
+
+Clone sessions (:class:`safs.target.CloneSession`) follow P4Runtime as BMv2's PI answers them:
+INSERT of an existing session ALREADY_EXISTS, MODIFY/DELETE of a missing one NOT_FOUND, session
+id outside 1..32767 INVALID_ARGUMENT; the model also refuses an egress port outside the 9-bit
+port space (BMv2 accepts it).
 
 Counters: ``flow_bytes`` and ``port_tx_bytes`` count bytes and packets; ``malformed``,
 ``ecn_marked`` and ``qdepth_hist`` are packet counters (byte_count stays 0), as declared in P4.
@@ -69,7 +77,8 @@ from safs.protocol import (
     epoch_newer,
 )
 from safs.sim.packet import PROTO_UDP, Packet
-from safs.target import CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
+from safs.target import (CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry,
+                          Update)
 from safs.timebase import HALF, TIME_MASK
 
 # Wire size of a GRANT the switch generates (the P4 clone is truncated to the same length).
@@ -164,6 +173,7 @@ _COUNTER_SIZES: dict[str, int] = {
 }
 
 _METER_RATE_MAX = (1 << 64) - 1  # P4Runtime MeterConfig fields are int64; keep them sane
+CLONE_SESSION_ID_MAX = 32767  # largest clone session id BMv2's PI accepts ("out-of-range" above)
 
 
 class _Reject(Exception):
@@ -240,6 +250,9 @@ class PipelineModel:
             c: ([0] * size, [0] * size) for c, size in _COUNTER_SIZES.items()
         }
         self._digests: list[RequestDigest] = []
+        self._clone_sessions: dict[int, CloneSession] = {}  # session id -> session
+        # Per-packet form: session id -> replica port (the same dict's values, kept in step).
+        self._clone_port: dict[int, int] = {}
         # Per-packet lookup structures, rebuilt from the stored entries on write.
         self._lpm_by_len: list[tuple[int, dict[int, int]]] = []  # (mask, prefix -> port|-1), longest first
         self._lpm_default = -1  # port on LPM miss; -1 = drop
@@ -274,7 +287,8 @@ class PipelineModel:
         NOT_FOUND; unknown table/action/param/field, missing or extra fields, values wider than
         the field, bad priority, LPM value with bits beyond its prefix, range low > high,
         meter config with INSERT/DELETE or pir < cir or an out-of-range index -> INVALID_ARGUMENT.
-        Default actions: ``is_default=True`` with an empty match, MODIFY only.
+        Default actions: ``is_default=True`` with an empty match, MODIFY only. Clone sessions
+        by session id, with the same op codes (module docstring for their ranges).
 
         Raises:
             TargetError: listing ``(index, code, message)`` for each failed update; the others
@@ -324,6 +338,8 @@ class PipelineModel:
                         self._write_entry(upd.op, entity)
                     if entity.table != n.FLOW_GRANT:  # flow_grant's index is kept up to date per write
                         touched.add(entity.table)
+                elif isinstance(entity, CloneSession):
+                    self._write_clone_session(upd.op, entity)
                 else:
                     raise _Reject("INVALID_ARGUMENT", f"unsupported entity {type(entity).__name__}")
             except _Reject as r:
@@ -347,6 +363,30 @@ class PipelineModel:
             raise _Reject("INVALID_ARGUMENT", f"meter pir ({cfg.pir}) must be >= cir ({cfg.cir})")
         self._meter_cfg[cfg.index] = cfg
         self._meters[cfg.index] = _Meter(cfg, self._clock())
+
+    def _write_clone_session(self, op: Op, cs: CloneSession) -> None:
+        sid = cs.session_id
+        if isinstance(sid, bool) or not isinstance(sid, int) or not 1 <= sid <= CLONE_SESSION_ID_MAX:
+            raise _Reject("INVALID_ARGUMENT", f"clone session id must be in 1..{CLONE_SESSION_ID_MAX}, got {sid!r}")
+        if op is Op.DELETE:
+            if sid not in self._clone_sessions:
+                raise _Reject("NOT_FOUND", f"clone session {sid} does not exist")
+            del self._clone_sessions[sid]
+            del self._clone_port[sid]
+            return
+        port = cs.egress_port
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < n.NUM_PORTS:
+            raise _Reject("INVALID_ARGUMENT", f"clone session egress_port must be in 0..{n.NUM_PORTS - 1}, got {port!r}")
+        if op is Op.INSERT:
+            if sid in self._clone_sessions:
+                raise _Reject("ALREADY_EXISTS", f"clone session {sid} already exists")
+        elif op is Op.MODIFY:
+            if sid not in self._clone_sessions:
+                raise _Reject("NOT_FOUND", f"clone session {sid} does not exist")
+        else:
+            raise _Reject("INVALID_ARGUMENT", f"unknown op {op!r}")
+        self._clone_sessions[sid] = cs
+        self._clone_port[sid] = port
 
     def _write_entry(self, op: Op, e: TableEntry) -> None:
         schema = _SCHEMAS.get(e.table)
@@ -489,6 +529,10 @@ class PipelineModel:
                                f"(others have const defaults), got {table!r}")
         return self._defaults[table]
 
+    def clone_sessions(self) -> list[CloneSession]:
+        """Installed clone sessions, by session id."""
+        return [self._clone_sessions[sid] for sid in sorted(self._clone_sessions)]
+
     def meter_config(self, index: int) -> MeterConfig | None:
         """The config of ``flow_meter[index]``, or None when never configured (always green)."""
         return self._meter_cfg.get(index)
@@ -587,7 +631,9 @@ class PipelineModel:
             pkt.priority = qclass if color == _GREEN else QUEUE_OVER_RATE
             if grant is not None and pkt.epoch != grant[1] and epoch_newer(grant[1], pkt.epoch):
                 gport = self._route_back(pkt.src)
-                if gport >= 0:
+                # Cloned to session gport + base; no session, no clone (as BMv2).
+                cport = self._clone_port.get(gport + n.CLONE_SESSION_BASE) if gport >= 0 else None
+                if cport is not None:
                     g = Packet(pkt.dst, pkt.src, PROTO_UDP, pkt.dport, SAFS_UDP_PORT, CONTROL_PACKET_BYTES)
                     g.safs_version = SAFS_VERSION
                     g.safs_type = _GRANT
@@ -598,7 +644,7 @@ class PipelineModel:
                     g.rate_kbps, g.epoch, g.lease_us = grant[0], grant[1], grant[2]
                     g.qclass = g.priority = QUEUE_CONTROL
                     g.color = _UNMETERED
-                    return [(port, pkt), (gport, g)]
+                    return [(port, pkt), (cport, g)]
             return [(port, pkt)]
         pkt.qclass = pkt.priority = QUEUE_CONTROL
         pkt.color = _UNMETERED

@@ -51,7 +51,8 @@ from safs.allocator import AllocFlow, Allocator, AllocatorConfig, Grant
 from safs.errors import InvalidInput, TargetError
 from safs.hints import FlowClass, FlowHint, HintRegistry
 from safs.protocol import EPOCH_MAX, WIRE_OVERHEAD_BYTES, lease_ns_to_us, rate_bps_to_kbps
-from safs.target import CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Target, Update
+from safs.target import (CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry,
+                         Target, Update)
 from safs.timebase import TIME_MASK, diff, wrap
 
 NS_PER_S = 1_000_000_000
@@ -178,6 +179,12 @@ class SchedulerStats:
         digests_merged: digests that changed the hint registry.
         digests_rejected: digests refused (bad content, or no free meter slot).
         write_failures: updates a target refused after reconciliation (retried by tick).
+
+    Clone sessions are not counted in ``table_updates`` or ``control_bytes``: they are static,
+    written by :meth:`Scheduler.setup` and :meth:`Scheduler.reinstall` in the same batch as the
+    static table entries (so ``batches`` does not change either), and leaving them out keeps
+    these figures comparable with runs recorded before the controller wrote them
+    (tests/test_sim_golden.py pins them).
     """
 
     table_updates: int = 0
@@ -234,6 +241,7 @@ class Scheduler:
             sw: list(range(1, self.config.meter_slots)) for sw in switches}  # heaps (sorted lists)
         self._shadow: dict[str, dict[tuple, TableEntry]] = {sw: {} for sw in self._targets}
         self._shadow_meters: dict[str, dict[int, MeterConfig]] = {sw: {} for sw in self._targets}
+        self._shadow_clones: dict[str, dict[int, CloneSession]] = {sw: {} for sw in self._targets}
         self._ip_to_host = {topology.host_ip(h): h for h in hosts}
 
     # ------------------------------------------------------------------ setup
@@ -243,8 +251,10 @@ class Scheduler:
 
         Per switch: ``ipv4_lpm`` routes (topology.routes; ``dst_mac`` = :func:`node_mac` of the
         next hop), ``receiver_port`` for each port facing a host and, on switches with such
-        ports, ``grant_route`` (the same routes keyed on the source address), ``slack_class`` ranges (allocator key ranges, disjoint, distinct priorities
-        1..5), ``default_grant``, ``ecn_threshold``, the clock offset, and ``flow_meter[0]`` at
+        ports, ``grant_route`` (the same routes keyed on the source address) and one clone
+        session per port (:meth:`CloneSession.for_port`: a stale-epoch GRANT is cloned to
+        session port + 1), ``slack_class`` ranges (allocator key ranges, disjoint, distinct
+        priorities 1..5), ``default_grant``, ``ecn_threshold``, the clock offset, and ``flow_meter[0]`` at
         the default rate; then every current grant.
 
         Args:
@@ -267,6 +277,8 @@ class Scheduler:
             plan = plans.setdefault(sw, [])
             for entry in self._static_entries(sw):
                 self._plan_entry(sw, entry, plan)
+            for session in self._clone_sessions(sw):
+                self._plan_clone_session(sw, session, plan)
             self._plan_meter(sw, self.config.meter_for(n.DEFAULT_METER_SLOT, self.config.default_rate_bps), plan)
         self._plan_all_grants(plans)
         self._flush(plans)
@@ -287,12 +299,15 @@ class Scheduler:
             self._targets[switch] = target
         self._shadow[switch] = {}
         self._shadow_meters[switch] = {}
+        self._shadow_clones[switch] = {}
         target = self._targets[switch]
         target.set_clock_offset(clock_offset_ns)
         self._count_clock_write()
         plan: list[Update] = []
         for entry in self._static_entries(switch):
             self._plan_entry(switch, entry, plan)
+        for session in self._clone_sessions(switch):
+            self._plan_clone_session(switch, session, plan)
         self._plan_meter(switch, self.config.meter_for(n.DEFAULT_METER_SLOT, self.config.default_rate_bps), plan)
         plans = {switch: plan}
         self._plan_all_grants(plans)
@@ -323,6 +338,15 @@ class Scheduler:
         out.append(TableEntry(n.ECN_THRESHOLD, {}, n.ACT_SET_ECN_THRESHOLD,
                               {"qdepth_pkts": cfg.ecn_threshold_pkts}, is_default=True))
         return out
+
+    def _clone_sessions(self, sw: str) -> list[CloneSession]:
+        """One clone session per port of ``sw`` when it has a host-facing port (where
+        ``grant_route`` is installed: its routes may point at any port), else none."""
+        topo = self._topo
+        ports = topo.ports(sw)
+        if not any(topo.is_host(nb) for nb in ports.values()):
+            return []
+        return [CloneSession.for_port(port) for port in sorted(ports)]
 
     # ------------------------------------------------------------------ hint intake
 
@@ -485,6 +509,10 @@ class Scheduler:
         """The shadow of meter configs on ``switch``, by slot."""
         return dict(self._shadow_meters[switch])
 
+    def installed_clone_sessions(self, switch: str) -> dict[int, CloneSession]:
+        """The shadow of clone sessions on ``switch``, by session id."""
+        return dict(self._shadow_clones[switch])
+
     # ------------------------------------------------------------------ internals
 
     def _count_clock_write(self) -> None:
@@ -579,6 +607,11 @@ class Scheduler:
         op = Op.MODIFY if entry.is_default or current is not None else Op.INSERT
         plan.append(Update(op, entry))
 
+    def _plan_clone_session(self, sw: str, session: CloneSession, plan: list[Update]) -> None:
+        current = self._shadow_clones[sw].get(session.session_id)
+        if current != session:
+            plan.append(Update(Op.INSERT if current is None else Op.MODIFY, session))
+
     def _plan_meter(self, sw: str, cfg: MeterConfig, plan: list[Update]) -> None:
         if self._shadow_meters[sw].get(cfg.index) != cfg:
             plan.append(Update(Op.MODIFY, cfg))
@@ -634,24 +667,33 @@ class Scheduler:
                 target.write(plan)
         except TargetError as err:
             failed = {i: (code, msg) for i, code, msg in err.failures}
-        meters = 0
+        meters = clones = 0
         for i, upd in enumerate(plan):
-            if isinstance(upd.entity, MeterConfig):
+            entity = upd.entity
+            if isinstance(entity, MeterConfig):
                 meters += 1
+            elif isinstance(entity, CloneSession):
+                clones += 1
             if i not in failed:
                 self._record(sw, upd)
         stats = self.stats
         stats.batches += 1
         stats.meter_updates += meters
-        stats.table_updates += len(plan) - meters
+        tables = len(plan) - meters - clones  # clone sessions are not counted (SchedulerStats)
+        stats.table_updates += tables
         stats.control_bytes += (BATCH_OVERHEAD_BYTES + meters * METER_UPDATE_BYTES
-                                + (len(plan) - meters) * TABLE_UPDATE_BYTES)
+                                + tables * TABLE_UPDATE_BYTES)
         return failed
 
     def _record(self, sw: str, upd: Update) -> None:
         entity = upd.entity
         if isinstance(entity, MeterConfig):
             self._shadow_meters[sw][entity.index] = entity
+        elif isinstance(entity, CloneSession):
+            if upd.op is Op.DELETE:
+                self._shadow_clones[sw].pop(entity.session_id, None)
+            else:
+                self._shadow_clones[sw][entity.session_id] = entity
         elif upd.op is Op.DELETE:
             self._shadow[sw].pop(_entry_key(entity), None)
         else:

@@ -2,8 +2,8 @@
 
 Two implementations: :class:`safs.pipeline_model.PipelineModel` (in-process, used by the
 simulator) and the P4Runtime target (p4runtime-shell over gRPC, for BMv2 and Tofino). Entries
-are typed value objects that mirror P4Runtime's (table entry, meter config, counter read), with
-names from :mod:`safs.p4names`. The allocator never sees this module.
+are typed value objects that mirror P4Runtime's (table entry, meter config, clone session,
+counter read), with names from :mod:`safs.p4names`. The allocator never sees this module.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence
+
+from safs.p4names import CLONE_SESSION_BASE
 
 
 class Op(enum.Enum):
@@ -81,11 +83,35 @@ class MeterConfig:
 
 
 @dataclass(frozen=True)
+class CloneSession:
+    """A clone session: P4Runtime ``PacketReplicationEngineEntry.clone_session_entry`` with one
+    replica (``egress_port``, instance 0).
+
+    The P4 program clones a stale-epoch DATA to session ``port + p4names.CLONE_SESSION_BASE``
+    (``port`` = the ``grant_route`` port toward the sender); the clone leaves on the replica's
+    ``egress_port`` (0..NUM_PORTS-1). BMv2 accepts session ids 1..32767. INSERT/MODIFY/DELETE
+    address it by ``session_id`` (a DELETE's ``egress_port`` is ignored).
+    """
+
+    session_id: int
+    egress_port: int
+
+    @classmethod
+    def for_port(cls, port: int) -> "CloneSession":
+        """The session the P4 program clones to for a GRANT leaving on ``port``."""
+        return cls(session_id=port + CLONE_SESSION_BASE, egress_port=port)
+
+    def key(self) -> tuple:
+        """Identity of the session (what INSERT/MODIFY/DELETE address)."""
+        return ("clone_session", self.session_id)
+
+
+@dataclass(frozen=True)
 class Update:
-    """One write: an operation on a table entry or (MODIFY only) a meter config."""
+    """One write: an operation on a table entry, a clone session or (MODIFY only) a meter config."""
 
     op: Op
-    entity: TableEntry | MeterConfig
+    entity: TableEntry | MeterConfig | CloneSession
 
 
 @dataclass(frozen=True)
