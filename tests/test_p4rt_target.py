@@ -33,7 +33,7 @@ from safs.p4rt.p4info import P4InfoIndex, bytes_to_int, canonical_bytes, padded_
 from safs.p4rt.target import DigestSettings, P4RuntimeTarget, parse_write_error
 from safs.pipeline_model import PipelineModel
 from safs.scheduler import Scheduler, SchedulerConfig
-from safs.target import CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
+from safs.target import CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
 from safs.timebase import TIME_MASK
 from safs.topology import build_topology
 
@@ -446,6 +446,55 @@ def test_same_failures_and_state_as_the_pipeline_model(fake, batches) -> None:
         assert sorted(model.entries(n.FLOW_GRANT), key=key) == sorted(target.read_table(n.FLOW_GRANT), key=key)
 
 
+# ---------------------------------------------------------------------------- clone sessions
+
+def test_clone_sessions_round_trip_with_pi_codes_like_the_pipeline_model(switch, target) -> None:
+    kind, _, server = switch
+    model = PipelineModel("tor0", lambda: 0)
+    sid = CloneSession.for_port(3).session_id
+    batches = [
+        [Update(Op.INSERT, CloneSession.for_port(p)) for p in (1, 2, 3)]
+        + [Update(Op.INSERT, grant(7))],                          # sessions and a table entry in one batch
+        [Update(Op.INSERT, CloneSession.for_port(2)),              # 0 ALREADY_EXISTS
+         Update(Op.MODIFY, CloneSession(40, 39)),                  # 1 NOT_FOUND
+         Update(Op.DELETE, CloneSession(41, 0)),                   # 2 NOT_FOUND
+         Update(Op.INSERT, CloneSession(0, 1)),                    # 3 INVALID_ARGUMENT: session 0
+         Update(Op.INSERT, CloneSession(pm.CLONE_SESSION_ID_MAX + 1, 1)),  # 4 INVALID_ARGUMENT
+         Update(Op.MODIFY, CloneSession(sid, 5)),                  # 5 ok: replica moved
+         Update(Op.DELETE, CloneSession.for_port(1)),              # 6 ok
+         Update(Op.INSERT, CloneSession(pm.CLONE_SESSION_ID_MAX, 511))],  # 7 ok: largest id
+    ]
+    for batch in batches:
+        outcome = []
+        for t in (model, target):
+            try:
+                t.write(batch)
+                outcome.append([])
+            except TargetError as err:
+                outcome.append(codes(err))
+        assert outcome[0] == outcome[1], kind
+    assert outcome[0] == [(0, "ALREADY_EXISTS"), (1, "NOT_FOUND"), (2, "NOT_FOUND"),
+                          (3, "INVALID_ARGUMENT"), (4, "INVALID_ARGUMENT")]
+    want = [CloneSession.for_port(2), CloneSession(sid, 5), CloneSession(pm.CLONE_SESSION_ID_MAX, 511)]
+    assert target.read_clone_sessions() == model.clone_sessions() == want
+    assert target.read_table(n.FLOW_GRANT) == [grant(7)]
+    if server is not None:  # what went on the wire: one replica, instance 0; DELETE by id only
+        sent = server.writes[-1].updates
+        cs = sent[5].entity.packet_replication_engine_entry.clone_session_entry
+        assert (cs.session_id, [(r.egress_port, r.instance) for r in cs.replicas]) == (sid, [(5, 0)])
+        assert not sent[6].entity.packet_replication_engine_entry.clone_session_entry.replicas
+        assert set(server.clone_sessions()) == {c.session_id for c in want}
+
+
+def test_clone_session_values_that_cannot_be_encoded_are_not_sent(fake) -> None:
+    server, target = fake
+    before = len(server.writes)
+    with pytest.raises(TargetError) as err:
+        target.write([Update(Op.INSERT, CloneSession(-1, 1)), Update(Op.INSERT, CloneSession(2, 1 << 32))])
+    assert codes(err.value) == [(0, "INVALID_ARGUMENT"), (1, "INVALID_ARGUMENT")]
+    assert len(server.writes) == before and target.read_clone_sessions() == []
+
+
 # ---------------------------------------------------------------------------- digests
 
 def test_digest_stream_decoded_in_order_and_acked(fake, p4info_path) -> None:
@@ -560,7 +609,8 @@ def installed_state(target) -> dict:
         defaults = {t: target.read_default(t) for t in WRITABLE_DEFAULTS}
         meters = {i: target.read_meter(n.FLOW_METER, i) for i in range(16)}
         meters = {i: m for i, m in meters.items() if (m.cir, m.pir, m.cburst, m.pburst) != (0, 0, 0, 0)}
-    return {"tables": tables, "defaults": defaults, "meters": meters}
+    clones = target.clone_sessions() if isinstance(target, PipelineModel) else target.read_clone_sessions()
+    return {"tables": tables, "defaults": defaults, "meters": meters, "clones": clones}
 
 
 def run_scheduler(targets: dict, topo) -> Scheduler:
@@ -590,6 +640,7 @@ def test_scheduler_installs_the_same_entries_as_in_the_pipeline_model(p4info_pat
             want, got = installed_state(models[sw]), installed_state(targets[sw])
             assert got == want, sw
             assert want["tables"][n.FLOW_GRANT], "the scenario must install grants"
+            assert want["clones"] == [CloneSession.for_port(p) for p in sorted(topo.ports(sw))]
         assert (sched_p4rt.stats.table_updates, sched_p4rt.stats.meter_updates) == \
             (sched_model.stats.table_updates, sched_model.stats.meter_updates)
         # one WriteRequest per batch the scheduler counts (clock offset writes included), plus
@@ -608,7 +659,7 @@ def test_scheduler_installs_the_same_entries_as_in_the_pipeline_model(p4info_pat
         assert targets["tor0"].read_table(n.FLOW_GRANT) == []
         sched_p4rt.reinstall("tor0", 20_000, 0, targets["tor0"])
         got, want = installed_state(targets["tor0"]), installed_state(models["tor0"])
-        assert (got["tables"], got["defaults"]) == (want["tables"], want["defaults"])
+        assert (got["tables"], got["defaults"], got["clones"]) == (want["tables"], want["defaults"], want["clones"])
         # meters cannot be deleted: the model keeps the config of the completed flow's freed
         # slot, the restarted switch gets only the slots in use
         assert got["meters"] and all(want["meters"][i] == m for i, m in got["meters"].items())

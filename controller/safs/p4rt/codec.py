@@ -8,7 +8,10 @@ Encoding follows the P4Runtime spec and what PI (BMv2's P4Runtime server) checks
 * "don't care" matches are omitted, never sent: an :class:`~safs.target.Lpm` with
   ``prefix_len`` 0 and a :class:`~safs.target.Range` covering the whole field (PI rejects both
   when sent explicitly). Decoding restores them, so an entry round-trips unchanged;
-* ``is_default`` entries become ``is_default_action`` table entries with no match.
+* ``is_default`` entries become ``is_default_action`` table entries with no match;
+* a :class:`~safs.target.CloneSession` becomes ``packet_replication_engine_entry.
+  clone_session_entry`` with one replica (``egress_port``, instance 0); a DELETE carries the
+  session id only.
 
 Errors found before sending (unknown table, action, field or parameter, a value of the wrong
 kind, a negative value) raise :class:`EncodeError` with the gRPC code name the server would
@@ -21,7 +24,7 @@ from p4.v1 import p4runtime_pb2
 
 from safs.errors import InvalidInput
 from safs.p4rt.p4info import P4InfoIndex, bytes_to_int, canonical_bytes, padded_bytes
-from safs.target import Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
+from safs.target import CloneSession, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
 
 UPDATE_TYPES = {Op.INSERT: p4runtime_pb2.Update.INSERT,
                 Op.MODIFY: p4runtime_pb2.Update.MODIFY,
@@ -167,17 +170,55 @@ def decode_meter(index: P4InfoIndex, msg: p4runtime_pb2.MeterEntry) -> MeterConf
     return MeterConfig(meter.name, msg.index.index, c.cir, c.cburst, c.pir, c.pburst)
 
 
-def encode_update(index: P4InfoIndex, upd: Update, padded: bool = False) -> p4runtime_pb2.Update:
-    """Encode one :class:`Update` (table entry or meter config).
+_U32_MAX = (1 << 32) - 1
+
+
+def encode_clone_session(cs: CloneSession, with_replica: bool = True) -> p4runtime_pb2.CloneSessionEntry:
+    """Encode ``cs`` as a p4.v1.CloneSessionEntry: ``session_id`` and, when ``with_replica``,
+    one replica ``(egress_port, instance 0)`` (the uint32 ``egress_port`` field BMv2's PI reads).
 
     Raises:
-        EncodeError: as :func:`encode_table_entry` / :func:`encode_meter`, or an unknown entity.
+        EncodeError: session id or port not an int in 0..2^32-1 (INVALID_ARGUMENT; the switch
+            checks the ranges it supports, BMv2 session ids 1..32767).
+    """
+    values = (("session_id", cs.session_id), ("egress_port", cs.egress_port))
+    for what, v in values if with_replica else values[:1]:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _U32_MAX:
+            raise EncodeError("INVALID_ARGUMENT", f"clone session {what} must be an int in 0..2^32-1, got {v!r}")
+    msg = p4runtime_pb2.CloneSessionEntry(session_id=cs.session_id)
+    if with_replica:
+        msg.replicas.add(egress_port=cs.egress_port, instance=0)
+    return msg
+
+
+def decode_clone_session(msg: p4runtime_pb2.CloneSessionEntry) -> CloneSession:
+    """Decode a p4.v1.CloneSessionEntry with exactly one replica into a :class:`CloneSession`.
+
+    Raises:
+        InvalidInput: not exactly one replica (field ``clone_session_entry``): the session
+            was not written by this controller.
+    """
+    if len(msg.replicas) != 1:
+        raise InvalidInput("clone_session_entry", f"session {msg.session_id} has {len(msg.replicas)} "
+                           "replicas; a CloneSession has exactly one")
+    return CloneSession(session_id=msg.session_id, egress_port=msg.replicas[0].egress_port)
+
+
+def encode_update(index: P4InfoIndex, upd: Update, padded: bool = False) -> p4runtime_pb2.Update:
+    """Encode one :class:`Update` (table entry, meter config or clone session).
+
+    Raises:
+        EncodeError: as :func:`encode_table_entry` / :func:`encode_meter` /
+            :func:`encode_clone_session`, or an unknown entity.
     """
     out = p4runtime_pb2.Update(type=UPDATE_TYPES[upd.op])
     if isinstance(upd.entity, TableEntry):
         out.entity.table_entry.CopyFrom(encode_table_entry(index, upd.entity, padded))
     elif isinstance(upd.entity, MeterConfig):
         out.entity.meter_entry.CopyFrom(encode_meter(index, upd.entity))
+    elif isinstance(upd.entity, CloneSession):
+        out.entity.packet_replication_engine_entry.clone_session_entry.CopyFrom(
+            encode_clone_session(upd.entity, with_replica=upd.op is not Op.DELETE))
     else:
         raise EncodeError("INVALID_ARGUMENT", f"unsupported entity {type(upd.entity).__name__}")
     return out

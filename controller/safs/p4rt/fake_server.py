@@ -23,6 +23,11 @@ messages are PI's):
 * Meters: only MODIFY (INSERT/DELETE: INVALID_ARGUMENT); no index: UNIMPLEMENTED; an index
   beyond the size: UNKNOWN (BMv2's "Error when writing meter spec"); bursts above 2^32-1:
   UNIMPLEMENTED; negative values below -1: INVALID_ARGUMENT.
+* Clone sessions (``packet_replication_engine_entry.clone_session_entry``; checked against
+  BMv2 1.3 PI in tests/test_p4rt_target.py): INSERT of an existing session ALREADY_EXISTS,
+  MODIFY/DELETE of a missing one NOT_FOUND, session id 0 or above 32767 INVALID_ARGUMENT;
+  replicas are stored as given (no port check, as PI); a read with session id 0 answers all,
+  one missing session NOT_FOUND. Multicast groups: UNIMPLEMENTED.
 * Registers: reads and writes UNIMPLEMENTED. Counters: reads by index or wildcard.
 * Digests: DigestEntry INSERT of a configured digest ALREADY_EXISTS, MODIFY/DELETE of an
   unconfigured one NOT_FOUND. Tests inject DigestLists with :meth:`FakeP4RuntimeServer.inject_digest`;
@@ -52,6 +57,7 @@ from safs.errors import InvalidInput
 from safs.p4rt.p4info import P4InfoIndex, TableInfo, bytes_to_int, canonical_bytes, fits
 
 _BURST_MAX = (1 << 32) - 1
+_CLONE_SESSION_ID_MAX = 32767  # BMv2's PI: "Clone session id out-of-range" above
 
 
 class _Reject(Exception):
@@ -145,6 +151,7 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
         self._meters: dict[tuple[int, int], p4runtime_pb2.MeterConfig] = {}
         self._counters: dict[tuple[int, int], tuple[int, int]] = {}
         self._digest_config: dict[int, p4runtime_pb2.DigestEntry.Config] = {}
+        self._clone_sessions: dict[int, p4runtime_pb2.CloneSessionEntry] = {}
 
     # ------------------------------------------------------------------ test hooks
 
@@ -162,6 +169,11 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
         """The config written for ``meter[index]``, or None."""
         with self._lock:
             return self._meters.get((self._require_index().meter(meter).id, index))
+
+    def clone_sessions(self) -> dict[int, p4runtime_pb2.CloneSessionEntry]:
+        """Stored clone sessions by session id."""
+        with self._lock:
+            return dict(self._clone_sessions)
 
     def set_counter(self, counter: str, index: int, byte_count: int, packet_count: int) -> None:
         """Set a counter cell, as if packets had been counted."""
@@ -402,6 +414,8 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             self._write_digest(upd.type, upd.entity.digest_entry)
         elif kind == "counter_entry":
             self._write_counter(upd.type, upd.entity.counter_entry)
+        elif kind == "packet_replication_engine_entry":
+            self._write_pre(upd.type, upd.entity.packet_replication_engine_entry)
         else:
             raise _Reject(code_pb2.UNIMPLEMENTED, f"{kind} writes are not supported by the fake server")
 
@@ -593,6 +607,28 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             raise _Reject(code_pb2.UNKNOWN, "Error when writing counter")
         self._counters[(counter.id, ce.index.index)] = (ce.data.byte_count, ce.data.packet_count)
 
+    def _write_pre(self, op: int, pre: p4runtime_pb2.PacketReplicationEngineEntry) -> None:
+        if pre.WhichOneof("type") != "clone_session_entry":
+            raise _Reject(code_pb2.UNIMPLEMENTED, "multicast groups are not supported by the fake server")
+        cs = pre.clone_session_entry
+        sid = cs.session_id
+        if sid == 0:
+            raise _Reject(code_pb2.INVALID_ARGUMENT, "0 is not a valid session id")
+        if sid > _CLONE_SESSION_ID_MAX:
+            raise _Reject(code_pb2.INVALID_ARGUMENT, "Clone session id out-of-range")
+        U = p4runtime_pb2.Update
+        exists = sid in self._clone_sessions
+        if op == U.INSERT and exists:
+            raise _Reject(code_pb2.ALREADY_EXISTS, "Clone session id already exists")
+        if op in (U.MODIFY, U.DELETE) and not exists:
+            raise _Reject(code_pb2.NOT_FOUND, "Clone session id does not exist")
+        if op == U.DELETE:
+            del self._clone_sessions[sid]
+        else:
+            stored = p4runtime_pb2.CloneSessionEntry()
+            stored.CopyFrom(cs)
+            self._clone_sessions[sid] = stored
+
     def _write_digest(self, op: int, de: p4runtime_pb2.DigestEntry) -> None:
         if de.digest_id not in self.index.digests_by_id:
             raise _Reject(code_pb2.NOT_FOUND, f"{de.digest_id} is not a valid digest id")
@@ -668,6 +704,18 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 out.append(e)
         elif kind == "register_entry":
             raise _Reject(code_pb2.UNIMPLEMENTED, "Register reads are not supported yet")
+        elif kind == "packet_replication_engine_entry":
+            pre = entity.packet_replication_engine_entry
+            if pre.WhichOneof("type") != "clone_session_entry":
+                raise _Reject(code_pb2.UNIMPLEMENTED, "multicast groups are not supported by the fake server")
+            sid = pre.clone_session_entry.session_id
+            if sid and sid not in self._clone_sessions:
+                raise _Reject(code_pb2.NOT_FOUND, "Clone session id does not exist")
+            for stored_id, cs in self._clone_sessions.items():
+                if sid in (0, stored_id):
+                    out.append(p4runtime_pb2.Entity(
+                        packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(
+                            clone_session_entry=cs)))
         elif kind == "digest_entry":
             for digest_id, cfg in self._digest_config.items():
                 if entity.digest_entry.digest_id in (0, digest_id):

@@ -46,10 +46,10 @@ from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException
 
 from safs import p4names as n
 from safs.errors import InvalidInput, TargetError
-from safs.p4rt.codec import (EncodeError, decode_meter, decode_request_digest, decode_table_entry,
-                             digest_members, encode_update)
+from safs.p4rt.codec import (EncodeError, decode_clone_session, decode_meter, decode_request_digest,
+                             decode_table_entry, digest_members, encode_update)
 from safs.p4rt.p4info import P4InfoIndex
-from safs.target import CounterValue, MeterConfig, Op, RequestDigest, TableEntry, Update
+from safs.target import CloneSession, CounterValue, MeterConfig, Op, RequestDigest, TableEntry, Update
 from safs.timebase import TIME_MASK
 
 log = logging.getLogger(__name__)
@@ -340,7 +340,8 @@ class P4RuntimeTarget:
         """Send ``updates`` in ONE WriteRequest (CONTINUE_ON_ERROR: what succeeds stays applied).
 
         Updates that cannot be encoded (unknown table, action, field, parameter or meter; a
-        negative value; a match of the wrong kind) are not sent and are reported with the code
+        negative value; a match of the wrong kind; a clone session id or port outside
+        0..2^32-1) are not sent and are reported with the code
         the switch would give; values wider than their field are sent and the switch answers
         INVALID_ARGUMENT.
 
@@ -466,6 +467,19 @@ class P4RuntimeTarget:
         for e in self._read(entity):
             return decode_meter(self.index, e.meter_entry)
         raise TargetError([(0, "NOT_FOUND", f"{self.name}: no cell {meter}[{index}] in the answer")])
+
+    def read_clone_sessions(self) -> list[CloneSession]:
+        """Every clone session on the switch (one wildcard read), by session id.
+
+        Raises:
+            InvalidInput: a session without exactly one replica (field ``clone_session_entry``).
+            TargetError: the read failed.
+        """
+        entity = p4runtime_pb2.Entity()
+        entity.packet_replication_engine_entry.clone_session_entry.session_id = 0  # 0: all
+        sessions = [decode_clone_session(e.packet_replication_engine_entry.clone_session_entry)
+                    for e in self._read(entity)]
+        return sorted(sessions, key=lambda cs: cs.session_id)
 
     # ------------------------------------------------------------------ digests
 
