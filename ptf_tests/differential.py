@@ -5,9 +5,12 @@ Both targets get the SAME typed updates: a :class:`safs.scheduler.Scheduler`
 port 1, receiver on 2, a third host on 3) writes through a fan-out target to the in-process
 :class:`~safs.pipeline_model.PipelineModel` and to BMv2 via :class:`safs.p4rt.P4RuntimeTarget`
 (election id (0, 2), so it is primary over the base test's connection, which only pushes the
-pipeline). Both get the same clock offset (just below 2^48, so fabric time wraps). Every write
-is undone at the end through the same P4Runtime connection (entries deleted, defaults and the
-clock offset restored to what was read before, meters reset to unconfigured).
+pipeline). Both get the same clock offset (just below 2^48, so fabric time wraps), and the
+same clone sessions (``Scheduler.setup`` writes session port + 1 -> port for the three ports;
+BMv2 needs them for a stale-epoch GRANT, the model emits that GRANT only through them). Every
+write is undone at the end through the same P4Runtime connection (entries and clone sessions
+deleted, defaults and the clock offset restored to what was read before, meters reset to
+unconfigured).
 
 Packets (safs.packet builders) go into BMv2 through PTF and, converted to
 :class:`safs.sim.packet.Packet`, into the model; the outputs are paired by
@@ -46,7 +49,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from base_test import (CLONE_SESSION_BASE, OTHER_IP, PORT_OTHER, PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, SENDER_IP,
+from base_test import (OTHER_IP, PORT_OTHER, PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, SENDER_IP,
                        SENDER_MAC, SWITCH_MAC, SafsTest, ip_int)
 from safs import p4names as n
 from safs.hints import FlowHint
@@ -150,7 +153,6 @@ class DifferentialTest(SafsTest):
         self.bmv2 = P4RuntimeTarget(SWITCH, p["grpc_addr"], int(p.get("device_id", 0)), p["p4info"],
                                     election_id=(0, 2), timeout_s=self.timeout)
         self.sched: Scheduler | None = None
-        self.cloned = False
         saved = {t: self.bmv2.read_default(t) for t in SETTINGS_TABLES}
         try:
             self.poll_until(lambda: self.bmv2.is_primary, "primary arbitration of (0, 2)")
@@ -158,11 +160,9 @@ class DifferentialTest(SafsTest):
                                   unscheduled_bytes=0)
             self.sched = Scheduler(build_topology(TOPOLOGY, "differential"), {SWITCH: FanOut(self.model, self.bmv2)},
                                    cfg)
-            self.sched.setup(0, {SWITCH: OFFSET_NS})
-            # Neither the Scheduler nor P4RuntimeTarget writes clone sessions (the model needs
-            # none): without them BMv2 sends no stale-epoch GRANT. Written here, one per port.
-            self.clone_sessions(p4runtime_pb2.Update.INSERT)
-            self.cloned = True
+            self.sched.setup(0, {SWITCH: OFFSET_NS})  # clone sessions included
+            self.assertEqual(sorted(self.sched.installed_clone_sessions(SWITCH)),
+                             [port + n.CLONE_SESSION_BASE for port in (PORT_SENDER, PORT_RECEIVER, PORT_OTHER)])
             self.probe()
             now = self.fabric_estimate(time.monotonic())
             far = (now + 3600 * NS_PER_S) & TIME_MASK
@@ -369,35 +369,23 @@ class DifferentialTest(SafsTest):
     # ------------------------------------------------------------------ undo
 
     def raw_write(self, updates: list[p4runtime_pb2.Update]) -> None:
-        """Write protobuf updates the typed Target interface has no form for (clone sessions,
-        meter reset), over the BMv2 target's primary connection."""
+        """Write protobuf updates the typed Target interface has no form for (meter reset),
+        over the BMv2 target's primary connection."""
         client = self.bmv2.client
         req = p4runtime_pb2.WriteRequest(device_id=self.bmv2.device_id, election_id=client.election())
         req.updates.extend(updates)
         client.stub.Write(req, timeout=self.timeout)
 
-    def clone_sessions(self, op: int) -> None:
-        """INSERT or DELETE clone session ``port + 1`` -> ``port`` for ports 1..3."""
-        updates = []
-        for port in (PORT_SENDER, PORT_RECEIVER, PORT_OTHER):
-            upd = p4runtime_pb2.Update(type=op)
-            cs = upd.entity.packet_replication_engine_entry.clone_session_entry
-            cs.session_id = port + CLONE_SESSION_BASE
-            if op == p4runtime_pb2.Update.INSERT:
-                cs.replicas.add(egress_port=port, instance=1)
-            updates.append(upd)
-        self.raw_write(updates)
-
     def undo(self, saved: dict) -> None:
-        """Delete what the scheduler installed, restore settings, reset meters (via BMv2 target)."""
+        """Delete what the scheduler installed (entries, clone sessions), restore settings,
+        reset meters (via BMv2 target)."""
         if self.sched is None:
             return
         installed = self.sched.installed(SWITCH)
         deletes = [Update(Op.DELETE, e) for e in installed if not e.is_default]
+        deletes += [Update(Op.DELETE, cs) for cs in self.sched.installed_clone_sessions(SWITCH).values()]
         restores = [Update(Op.MODIFY, e) for t, e in saved.items() if e is not None]
         self.bmv2.write(deletes + restores)
-        if self.cloned:
-            self.clone_sessions(p4runtime_pb2.Update.DELETE)
         meter_id = self.bmv2.index.meter(n.FLOW_METER).id
         resets = []
         for slot in self.sched.installed_meters(SWITCH):  # MODIFY without config: unconfigured
