@@ -53,7 +53,7 @@ from safs.hints import FlowClass, FlowHint, HintRegistry
 from safs.protocol import EPOCH_MAX, WIRE_OVERHEAD_BYTES, lease_ns_to_us, rate_bps_to_kbps
 from safs.target import (CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry,
                          Target, Update)
-from safs.timebase import TIME_MASK, diff, wrap
+from safs.timebase import TIME_MASK, wrap
 
 NS_PER_S = 1_000_000_000
 
