@@ -24,23 +24,11 @@ from safs.p4rt.fake_server import FakeP4RuntimeServer
 from safs.p4rt.p4info import P4InfoIndex
 from safs.scheduler import SchedulerConfig
 from safs.topology import load_topology
+from two_tors import MS, TOPO_YAML  # the shared two-ToR test topology
 
 ROOT = Path(__file__).resolve().parents[1]
 P4INFO = ROOT / "p4src" / "build" / "safs.p4info.txtpb"
 BMV2_JSON = ROOT / "p4src" / "build" / "safs.json"
-TOPO_YAML = """
-name: two-tors
-defaults: {rate: 10Gbps, delay_ns: 500}
-switches: [tor0, tor1]
-hosts:
-  a: {ip: 10.0.0.1, switch: tor0}
-  b: {ip: 10.0.0.2, switch: tor0}
-  c: {ip: 10.0.0.3, switch: tor0}
-  d: {ip: 10.0.1.1, switch: tor1}
-links:
-  - {a: tor0, b: tor1, rate: 40Gbps}
-"""
-MS = 1_000_000
 
 
 def wait_for(cond: Callable[[], object], timeout_s: float = 10.0, what: str = "condition") -> object:

@@ -11,7 +11,6 @@ from typing import Iterator, Sequence
 
 import grpc
 import pytest
-import yaml
 
 from safs import p4names as n
 from safs.errors import InvalidInput, TargetError
@@ -26,21 +25,8 @@ from safs.protocol import lease_ns_to_us, rate_bps_to_kbps
 from safs.scheduler import Scheduler, SchedulerConfig, wire_epoch
 from safs.target import Update
 from safs.timebase import wrap
-from safs.topology import build_topology
+from two_tors import MS, two_tors  # the shared two-ToR test topology
 
-TOPO_YAML = """
-name: two-tors
-defaults: {rate: 10Gbps, delay_ns: 500}
-switches: [tor0, tor1]
-hosts:
-  a: {ip: 10.0.0.1, switch: tor0}
-  b: {ip: 10.0.0.2, switch: tor0}
-  c: {ip: 10.0.0.3, switch: tor0}
-  d: {ip: 10.0.1.1, switch: tor1}
-links:
-  - {a: tor0, b: tor1, rate: 40Gbps}
-"""
-MS = 1_000_000
 AT_ANNOUNCE = SchedulerConfig(admit_on_request=False)
 ON_REQUEST = SchedulerConfig()  # the default: allocate at the first REQUEST (or activate)
 
@@ -87,7 +73,7 @@ class Env:
 
 
 def _make_env(config: SchedulerConfig, activation_lead_ns: int = 0) -> Iterator[Env]:
-    topo = build_topology(yaml.safe_load(TOPO_YAML), "inline")
+    topo = two_tors()
     clock = Clock()
     targets = {sw: FlakyTarget(sw, clock) for sw in topo.switches()}
     sched = Scheduler(topo, targets, config)
@@ -375,7 +361,7 @@ def test_server_down_is_hint_service_error() -> None:
 
 
 def test_bad_server_and_client_arguments() -> None:
-    topo = build_topology(yaml.safe_load(TOPO_YAML), "inline")
+    topo = two_tors()
     clock = Clock()
     sched = Scheduler(topo, {sw: PipelineModel(sw, clock) for sw in topo.switches()}, AT_ANNOUNCE)
     with pytest.raises(InvalidInput) as info:

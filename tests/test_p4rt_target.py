@@ -16,7 +16,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-import yaml
 from google.protobuf import text_format
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -35,7 +34,7 @@ from safs.pipeline_model import PipelineModel
 from safs.scheduler import Scheduler, SchedulerConfig
 from safs.target import CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
 from safs.timebase import TIME_MASK
-from safs.topology import build_topology
+from two_tors import MS, two_tors  # the shared two-ToR test topology
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "p4src" / "build"
@@ -582,19 +581,6 @@ def test_bad_arguments_and_unreachable_switch(p4info_path, tmp_path) -> None:
             t.close()
 
 
-TOPO_YAML = """
-name: two-tors
-defaults: {rate: 10Gbps, delay_ns: 500}
-switches: [tor0, tor1]
-hosts:
-  a: {ip: 10.0.0.1, switch: tor0}
-  b: {ip: 10.0.0.2, switch: tor0}
-  c: {ip: 10.0.0.3, switch: tor0}
-  d: {ip: 10.0.1.1, switch: tor1}
-links:
-  - {a: tor0, b: tor1, rate: 40Gbps}
-"""
-MS = 1_000_000
 WRITABLE_DEFAULTS = (n.CLOCK_OFFSET, n.DEFAULT_GRANT, n.ECN_THRESHOLD)
 
 
@@ -626,7 +612,7 @@ def run_scheduler(targets: dict, topo) -> Scheduler:
 
 
 def test_scheduler_installs_the_same_entries_as_in_the_pipeline_model(p4info_path, bmv2_json) -> None:
-    topo = build_topology(yaml.safe_load(TOPO_YAML), "inline")
+    topo = two_tors()
     models = {sw: PipelineModel(sw, lambda: 0) for sw in topo.switches()}
     sched_model = run_scheduler(models, topo)
     servers = {sw: FakeP4RuntimeServer().__enter__() for sw in topo.switches()}

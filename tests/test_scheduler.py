@@ -16,20 +16,8 @@ from safs.target import CloneSession, Op, RequestDigest, Update
 from safs.sim.packet import PROTO_TCP, PROTO_UDP, Packet
 from safs.topology import build_topology
 from safs.timebase import wrap
+from two_tors import MS, two_tors  # the shared two-ToR test topology
 
-TOPO_YAML = """
-name: two-tors
-defaults: {rate: 10Gbps, delay_ns: 500}
-switches: [tor0, tor1]
-hosts:
-  a: {ip: 10.0.0.1, switch: tor0}
-  b: {ip: 10.0.0.2, switch: tor0}
-  c: {ip: 10.0.0.3, switch: tor0}
-  d: {ip: 10.0.1.1, switch: tor1}
-links:
-  - {a: tor0, b: tor1, rate: 40Gbps}
-"""
-MS = 1_000_000
 
 
 class Clock:
@@ -46,7 +34,7 @@ AT_ANNOUNCE = SchedulerConfig(admit_on_request=False)
 
 
 def make(config: SchedulerConfig | None = None):
-    topo = build_topology(yaml.safe_load(TOPO_YAML), "inline")
+    topo = two_tors()
     clock = Clock()
     targets = {sw: PipelineModel(sw, clock) for sw in topo.switches()}
     sched = Scheduler(topo, targets, config or AT_ANNOUNCE)
