@@ -103,7 +103,7 @@ def summary_table(name: str, records: list[dict[str, Any]]) -> Table:
         table.add_column("TPOT ms p50/p99", justify="right")
     if has_iter:
         table.add_column("iter ms (/ideal)", justify="right")
-    for col in ("misses", "pipe FCT ms mean/p99", "bg FCT ms mean/p99", "ctrl/data B"):
+    for col in ("misses", "late p99 ms", "pipe FCT ms mean/p99", "bg FCT ms mean/p99", "ctrl/data B"):
         table.add_column(col, justify="right")
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in records:
@@ -116,7 +116,7 @@ def summary_table(name: str, records: list[dict[str, Any]]) -> Table:
             cells.append(f"{_fmt(_mean(rows, 'iteration_time_ms'))} ({_fmt(_mean(rows, 'iteration_time_ratio'))})")
         misses = sum(int(r["pipeline_deadline_misses"]) for r in rows)
         flows = sum(int(r["pipeline_flows"]) for r in rows)
-        cells += [f"{misses}/{flows}",
+        cells += [f"{misses}/{flows}", _fmt(_mean(rows, "pipeline_late_p99_ms")),
                   f"{_fmt(_mean(rows, 'pipeline_fct_mean_ms'))}/{_fmt(_mean(rows, 'pipeline_fct_p99_ms'))}",
                   f"{_fmt(_mean(rows, 'background_fct_mean_ms'))}/{_fmt(_mean(rows, 'background_fct_p99_ms'))}",
                   _fmt(_mean(rows, "control_bytes_per_data_byte"), 2)]

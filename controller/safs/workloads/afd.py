@@ -31,10 +31,14 @@ simulated time times 61 / L, i.e. as if all 61 layers had run. Before the simula
 steady state.
 
 No-bubble timestamp: A2F(g, k) -> FFN f: the time f could start F(g, k) if the data were
-there = the (predicted) end of f's previous op, but not before the transfer's uncontended
-arrival (:meth:`SerialInstance.no_bubble_ts`); F2A(g, k) -> attention a: likewise for
-A(g+1, k). Transfers are announced when the producing op begins and sent when it ends
-(``send_at_ns``), as an AFD runtime knows its next transfer when it launches the op.
+there = the (predicted) end of f's previous op, but not before the transfer could arrive
+uncontended (:meth:`SerialInstance.no_bubble_ts`). F(g, k) needs the A2F of all attention
+hosts, which all cross f's link, so that floor is the uncontended time of the whole incast
+(the sum of the micro-batch's A2F bytes) rather than of one transfer: a transfer only counts
+as late when it arrives after the consumer could have had all its inputs. Likewise F2A(g, k)
+-> attention a, for A(g+1, k), with the floor of FFN f's whole fan-out over its link.
+Transfers are announced when the producing op begins and sent when it ends (``send_at_ns``),
+as an AFD runtime knows its next transfer when it launches the op.
 
 TPOT: step n ends when the last F2A of its last simulated layer has arrived for every
 micro-batch (T_n). TPOT_n = (T_n - T_{n-1}) * 61 / L for n >= 1 (the first step, which
@@ -261,29 +265,43 @@ class AfdDecode:
     def _transfer_ns(self, src: str, dst: str, size: int) -> int:
         return self.topology.min_transfer_ns(src, dst, size) if self.topology is not None else 0
 
+    def _bytes(self, tokens: int, bytes_per_elem: int) -> int:
+        return max(1, round(tokens * HIDDEN_SIZE * bytes_per_elem * self.bytes_scale))
+
     def _attn_begin(self, i: int, key: tuple[int, int], end: int) -> None:
-        """A(g, k) starts on attention host i: announce its A2F transfers, sent at ``end``."""
+        """A(g, k) starts on attention host i: announce its A2F transfers, sent at ``end``.
+
+        F(g, k) needs the A2F of every attention host, so the FFN link must carry the whole
+        incast before F can start: the no-bubble floor is the uncontended time of the incast's
+        bytes, not of this transfer alone (module docstring).
+        """
         g, k = key
         step = g // self.layers
         if step >= self.steps:
             return
-        size = self._tokens(step)[i][k] * HIDDEN_SIZE * A2F_BYTES_PER_ELEM
-        size = max(1, round(size * self.bytes_scale))
+        tokens = self._tokens(step)
+        size = self._bytes(tokens[i][k], A2F_BYTES_PER_ELEM)
+        incast = sum(self._bytes(t[k], A2F_BYTES_PER_ELEM) for t in tokens)
         for j, inst in enumerate(self._ffn_inst):
             self._ensure(inst, g, k, self.n_attn)
-            deadline = inst.no_bubble_ts((g, k), end, self._transfer_ns(self.attn[i], self.ffn[j], size))
+            deadline = inst.no_bubble_ts((g, k), end, self._transfer_ns(self.attn[i], self.ffn[j], incast))
             spec = FlowSpec(self.attn[i], self.ffn[j], size, deadline, f"A2F l{g} mb{k} {self.attn[i]}->{self.ffn[j]}",
                             "pipeline")
             self._api.start_flow(spec, lambda _t, inst=inst: inst.deliver((g, k)), send_at_ns=end)
 
     def _ffn_begin(self, j: int, key: tuple[int, int], end: int) -> None:
-        """F(g, k) starts on FFN host j: announce its F2A transfers, sent at ``end``."""
+        """F(g, k) starts on FFN host j: announce its F2A transfers, sent at ``end``.
+
+        They all leave through FFN j's link, so each one's no-bubble floor is the uncontended
+        time of the whole fan-out (module docstring).
+        """
         g, k = key
         tokens = self._tokens(g // self.layers)
+        fanout = sum(self._bytes(t[k], F2A_BYTES_PER_ELEM) for t in tokens)
         for i, inst in enumerate(self._attn_inst):
             self._ensure(inst, g + 1, k, self.n_ffn)
-            size = max(1, round(tokens[i][k] * HIDDEN_SIZE * F2A_BYTES_PER_ELEM * self.bytes_scale))
-            deadline = inst.no_bubble_ts((g + 1, k), end, self._transfer_ns(self.ffn[j], self.attn[i], size))
+            size = self._bytes(tokens[i][k], F2A_BYTES_PER_ELEM)
+            deadline = inst.no_bubble_ts((g + 1, k), end, self._transfer_ns(self.ffn[j], self.attn[i], fanout))
             spec = FlowSpec(self.ffn[j], self.attn[i], size, deadline, f"F2A l{g} mb{k} {self.ffn[j]}->{self.attn[i]}",
                             "pipeline")
             self._api.start_flow(spec, lambda t, inst=inst: self._f2a_done(inst, g, k, t), send_at_ns=end)
