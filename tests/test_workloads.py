@@ -315,3 +315,20 @@ def test_flowspec_validation():
         FlowSpec("a", "b", 10, None, "x", "pipeline")
     assert FlowSpec("a", "b", 10, None, "x", "background").no_bubble_ts_ns is None
     assert transfer_ns(1250, 10**10) == 1000
+
+
+def test_serial_instance_drops_old_ops_and_keeps_working() -> None:
+    """Memory does not grow with the run: ops before the last started one are forgotten, while
+    timing and no-bubble answers stay those of a full history."""
+    from safs.workloads.instance import SerialInstance
+
+    net = IdealNetwork()
+    ends: list[int] = []
+    inst = SerialInstance("x", net, lambda key, end: ends.append(end))
+    for i in range(1_000):
+        inst.add(i, 10, 0)
+    net.run()
+    assert ends == [10 * (i + 1) for i in range(1_000)]
+    assert len(inst.ops) <= 70 and inst.has(999) and not inst.has(0)
+    inst.add(1_000, 10, 1)  # waits for one input
+    assert inst.ready_time(1_000) == net.now() and inst.no_bubble_ts(1_000, net.now(), 5) == net.now() + 5

@@ -44,9 +44,12 @@ class SerialInstance:
         self.api = api
         self.on_end = on_end
         self.on_begin = on_begin
+        # Ops from the last started one on; older ones are dropped (nothing looks back past the
+        # last started op), so memory does not grow with the length of a run.
         self.ops: list[_Op] = []
-        self.index: dict[Hashable, int] = {}
-        self.next = 0  # index of the first op not yet started
+        self.index: dict[Hashable, int] = {}  # key -> position + self._base, for held ops
+        self._base = 0  # ops dropped so far
+        self.next = 0  # position of the first op not yet started
         self.busy = False
         self.paused = paused
 
@@ -54,16 +57,17 @@ class SerialInstance:
         """Append op ``key`` (duration ns >= 0, ``needs`` inputs >= 0) to the order."""
         if key in self.index:
             raise InvalidInput("op", f"{self.name}: op {key!r} added twice")
-        self.index[key] = len(self.ops)
+        self.index[key] = self._base + len(self.ops)
         self.ops.append(_Op(key, duration_ns, needs))
         self._try_start()
 
     def has(self, key: Hashable) -> bool:
+        """True if op ``key`` was added and is still held (every op not yet started is)."""
         return key in self.index
 
     def deliver(self, key: Hashable) -> None:
         """One input of op ``key`` has arrived."""
-        op = self.ops[self.index[key]]
+        op = self.ops[self.index[key] - self._base]
         op.arrived += 1
         if op.arrived > op.needs:
             raise InvalidInput("op", f"{self.name}: op {key!r} got more inputs than it needs ({op.needs})")
@@ -74,7 +78,7 @@ class SerialInstance:
         before it, but not earlier than now. Ops not yet started are predicted to start as
         soon as their predecessor ends (their inputs in flight assumed to arrive by then)."""
         now = self.api.now()
-        i = self.index[key]
+        i = self.index[key] - self._base
         # Walk back to the last op that has started, then forward with durations.
         j = i - 1
         while j >= 0 and self.ops[j].start_ns is None:
@@ -110,11 +114,22 @@ class SerialInstance:
             return
         self.busy = True
         self.next += 1
+        self._drop_old()
         op.start_ns = self.api.now()
         end = op.start_ns + op.duration_ns
         self.api.call_at(end, lambda: self._finish(op, end))
         if self.on_begin is not None:
             self.on_begin(op.key, end)
+
+    def _drop_old(self) -> None:
+        """Forget the ops before the last started one."""
+        old = self.next - 1
+        if old > 64:  # in chunks, so the list is not shifted at every op
+            for dropped in self.ops[:old]:
+                del self.index[dropped.key]
+            del self.ops[:old]
+            self._base += old
+            self.next -= old
 
     def _finish(self, op: _Op, end: int) -> None:
         op.end_ns = end
