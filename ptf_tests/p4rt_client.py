@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass
 
 import grpc
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from safs.target import Lpm, Range  # the project's match values (one place for them)
 
 
 def encode(value: int, bits: int) -> bytes:
@@ -34,20 +35,6 @@ def encode(value: int, bits: int) -> bytes:
 def decode(raw: bytes) -> int:
     """Unsigned big-endian integer of a P4Runtime byte string."""
     return int.from_bytes(raw, "big")
-
-
-@dataclass(frozen=True)
-class Lpm:
-    """An LPM match value: ``value`` (int) / ``prefix_len`` bits."""
-    value: int
-    prefix_len: int
-
-
-@dataclass(frozen=True)
-class Range:
-    """A range match ``low..high`` inclusive."""
-    low: int
-    high: int
 
 
 class P4InfoIndex:
