@@ -12,6 +12,9 @@ Policies (lower-case):
   simulator events.
 - ``"dctcp"``: pipeline flows are DCTCP. Switches and pipeline model are the same (routes,
   ECN threshold installed by the same ``Scheduler.setup``); the SAFS tables stay idle.
+- ``"d2tcp"``: pipeline flows are D2TCP (:mod:`safs.sim.transports.d2tcp`: DCTCP with the
+  deadline-imminence gamma correction), each with its no-bubble timestamp as its deadline;
+  switches as under ``"dctcp"``.
 
 Background flows (``flow_class == "background"``, including persistent bulk flows) are
 non-SAFS DCTCP under every policy.
@@ -39,10 +42,11 @@ from safs.sim.engine import Engine
 from safs.sim.network import Network, build_network
 from safs.sim.packet import ETH_HEADER_BYTES
 from safs.sim.transports import TransportStats
+from safs.sim.transports.d2tcp import D2tcpSender
 from safs.sim.transports.dctcp import DctcpConfig, DctcpReceiver, DctcpSender, dctcp_k_packets
 from safs.sim.transports.safs import SafsConfig, SafsReceiver, SafsSender
 
-POLICIES = ("safs", "dctcp")
+POLICIES = ("safs", "dctcp", "d2tcp")
 
 
 @dataclass(frozen=True)
@@ -318,8 +322,12 @@ class Simulation:
             self.engine.at(max(announce_at, start - self.config.activation_lead_ns), self._activate, flow)
         else:
             rx = DctcpReceiver(self.engine, dst, src.ip, fid, spec.size_bytes, self.stats, self._on_finish)
-            tx = DctcpSender(self.engine, src, dst.ip, fid, spec.size_bytes, self.dctcp_cfg, self.stats,
-                             self._on_closed)
+            if self.policy == "d2tcp" and spec.flow_class == "pipeline":
+                tx = D2tcpSender(self.engine, src, dst.ip, fid, spec.size_bytes, self.dctcp_cfg, self.stats,
+                                 self._on_closed, spec.no_bubble_ts_ns)
+            else:
+                tx = DctcpSender(self.engine, src, dst.ip, fid, spec.size_bytes, self.dctcp_cfg, self.stats,
+                                 self._on_closed)
         dst.receivers[fid] = rx
         src.senders[fid] = tx
         self.senders[fid] = tx
@@ -446,7 +454,7 @@ def _noop(_: int) -> None:
 
 
 def simulate(topology: Any, workload: Any, policy: str, seed: int, config: SimConfig | None = None) -> SimResult:
-    """Simulate ``workload`` on ``topology`` under ``policy`` ("safs" or "dctcp").
+    """Simulate ``workload`` on ``topology`` under ``policy`` ("safs", "dctcp" or "d2tcp").
 
     Args:
         topology: a :class:`safs.topology.Topology`.

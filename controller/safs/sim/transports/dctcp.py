@@ -264,7 +264,7 @@ class DctcpSender:
                     self._send_segment(ack)
             elif ece and ack > self.cwr_end:
                 # At most one reduction per window (RFC 8257 Section 3.3 step 10).
-                self.cwnd = max(self.cwnd * (1.0 - self.alpha / 2.0), float(self.mss))
+                self.cwnd = max(self.cwnd * (1.0 - self._ecn_penalty() / 2.0), float(self.mss))
                 self.ssthresh = self.cwnd
                 self.cwr_end = self.snd_nxt
                 self.ecn_cuts += 1
@@ -292,6 +292,13 @@ class DctcpSender:
                 self.cwr_end = self.snd_nxt
                 self._send_segment(self.snd_una)
         self._try_send()
+
+    def _ecn_penalty(self) -> float:
+        """Penalty p of the ECN window cut cwnd <- cwnd * (1 - p/2); DCTCP's p is alpha.
+
+        A hook for DCTCP variants (D2TCP's p = alpha^d); called once per cut, on ECE.
+        """
+        return self.alpha
 
     def _rtt_sample(self, r: int) -> None:
         """RFC 6298 Section 2 estimator (integer ns)."""
