@@ -6,7 +6,7 @@ the parameters to sweep. Example (scenarios/zerobubble.yaml)::
     name: zerobubble
     topology: ../topologies/zerobubble-pp.yaml   # relative to the scenario file
     workload:
-      kind: zerobubble                 # afd | zerobubble | trace
+      kind: zerobubble                 # afd | zerobubble | urgent | trace
       params: {stages: 4, microbatches: 8, iterations: 2}
     background:
       bulk_flows: [0, 2, 4]            # swept: one run per value
@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from safs.errors import InvalidInput
 from safs.files import load_yaml
 
-WORKLOAD_KINDS = ("afd", "zerobubble", "trace")
+WORKLOAD_KINDS = ("afd", "zerobubble", "urgent", "trace")
 
 
 class _Strict(BaseModel):
@@ -44,7 +44,7 @@ class _Strict(BaseModel):
 class WorkloadSpec(_Strict):
     """Which workload and its constructor parameters (checked by the workload itself)."""
 
-    kind: Literal["afd", "zerobubble", "trace"]
+    kind: Literal["afd", "zerobubble", "urgent", "trace"]
     params: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -1,4 +1,5 @@
-"""Workloads: AFD 16A2F decode, ZeroBubble ZB-H1 training, background traffic, flow traces.
+"""Workloads: AFD 16A2F decode, ZeroBubble ZB-H1 training, the urgent-flow microbenchmark,
+background traffic, flow traces.
 
 Workloads drive a network through :class:`~safs.workloads.api.WorkloadAPI` (the simulator or
 :class:`~safs.workloads.ideal.IdealNetwork`); see docs/workloads.md. The runner builds one
@@ -16,7 +17,7 @@ from safs.workloads.api import FlowSpec, Workload, WorkloadAPI
 
 __all__ = ["FlowSpec", "Workload", "WorkloadAPI", "build_workload", "background_hosts"]
 
-KINDS = ("afd", "zerobubble", "trace")
+KINDS = ("afd", "zerobubble", "urgent", "trace")
 
 
 def background_hosts(topology: Any) -> list[str]:
@@ -30,10 +31,10 @@ def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int =
     """Build a pipeline workload plus its background traffic.
 
     Args:
-        kind: ``"afd"``, ``"zerobubble"`` or ``"trace"``.
+        kind: ``"afd"``, ``"zerobubble"``, ``"urgent"`` or ``"trace"``.
         params: the workload's parameters (checked by the workload; see docs/workloads.md).
         topology: a :class:`safs.topology.Topology`.
-        seed: seeds the background traffic's ``random.Random``.
+        seed: seeds the background traffic's ``random.Random`` (and the urgent workload's draws).
         background_flows: persistent bulk flows from ``bg*`` hosts to the pipeline receivers.
         load: Poisson background load per receiver link, in [0, 1] (0 = none).
         distribution: flow-size file name (shipped) or path, for the Poisson arrivals.
@@ -46,12 +47,15 @@ def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int =
     from safs.workloads.background import BulkFlows, PoissonArrivals, WithBackground
     from safs.workloads.distributions import load_distribution
     from safs.workloads.trace import TraceWorkload, load_trace_file
+    from safs.workloads.urgent import UrgentIncast
     from safs.workloads.zerobubble import ZeroBubbleTraining
 
     if kind == "afd":
         main: Any = AfdDecode(params, topology, source)
     elif kind == "zerobubble":
         main = ZeroBubbleTraining(params, topology)
+    elif kind == "urgent":
+        main = UrgentIncast(params, topology, seed)
     elif kind == "trace":
         if set(params) - {"path"} or "path" not in params:
             raise InvalidInput("workload.params", "trace workloads take exactly one parameter: path", source)
