@@ -95,6 +95,15 @@ class SchedulerConfig:
         unscheduled_bytes: bytes a sender may send at line rate at flow start before its grant
             arrives (the transports' setting; sizes meter bursts). Default 32 KiB: about one RTT
             of line rate at 100 Gbit/s on a two-tier fabric (Homa's RTTbytes rule).
+        rate_grants: True (SAFS). False is the ablation "slack classes without rate grants"
+            (policy ``safs-no-grants``, docs/baselines.md): hints are recorded but no flow is
+            admitted to the allocator, so no grant entry or flow meter is ever written, and the
+            default-grant meter (slot 0) is left unconfigured, so DATA is never demoted to queue 1
+            (an unconfigured meter marks green, in the pipeline model as on BMv2).
+        slack_classes: True (SAFS). False is the ablation "rate grants without slack classes"
+            (policy ``safs-no-classes``): no ``slack_class`` ranges are installed, so every SAFS
+            DATA packet takes the table's default action, one data queue
+            (``QUEUE_SLACK_LEAST_URGENT``), whatever its slack; grants and meters are unchanged.
     """
 
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
@@ -108,6 +117,8 @@ class SchedulerConfig:
     tick_ns: int = 100_000
     unscheduled_bytes: int = 32_768
     admit_on_request: bool = True
+    rate_grants: bool = True
+    slack_classes: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.allocator, AllocatorConfig):
@@ -125,6 +136,9 @@ class SchedulerConfig:
         _check_int("config.unscheduled_bytes", self.unscheduled_bytes, 0, 2**32)
         if not isinstance(self.admit_on_request, bool):
             raise InvalidInput("config.admit_on_request", f"must be true or false, got {self.admit_on_request!r}")
+        for name in ("rate_grants", "slack_classes"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidInput(f"config.{name}", f"must be true or false, got {getattr(self, name)!r}")
 
     def meter_for(self, slot: int, rate_bps: int) -> MeterConfig:
         """Meter config of ``flow_meter[slot]`` for a grant of ``rate_bps`` (module docstring)."""
@@ -279,7 +293,8 @@ class Scheduler:
                 self._plan_entry(sw, entry, plan)
             for session in self._clone_sessions(sw):
                 self._plan_clone_session(sw, session, plan)
-            self._plan_meter(sw, self.config.meter_for(n.DEFAULT_METER_SLOT, self.config.default_rate_bps), plan)
+            if self.config.rate_grants:  # without grants slot 0 stays unconfigured (never demotes)
+                self._plan_meter(sw, self.config.meter_for(n.DEFAULT_METER_SLOT, self.config.default_rate_bps), plan)
         self._plan_all_grants(plans)
         self._flush(plans)
 
@@ -308,7 +323,8 @@ class Scheduler:
             self._plan_entry(switch, entry, plan)
         for session in self._clone_sessions(switch):
             self._plan_clone_session(switch, session, plan)
-        self._plan_meter(switch, self.config.meter_for(n.DEFAULT_METER_SLOT, self.config.default_rate_bps), plan)
+        if self.config.rate_grants:
+            self._plan_meter(switch, self.config.meter_for(n.DEFAULT_METER_SLOT, self.config.default_rate_bps), plan)
         plans = {switch: plan}
         self._plan_all_grants(plans)
         self._flush(plans)
@@ -328,9 +344,10 @@ class Scheduler:
             out += [TableEntry(n.GRANT_ROUTE, {n.F_SRC_ADDR: Lpm(prefix, plen)}, n.ACT_SET_GRANT_ROUTE,
                                {"port": port, "dst_mac": mac})
                     for prefix, plen, port, mac in routes]
-        out += [TableEntry(n.SLACK_CLASS, {n.F_SLACK_KEY: Range(r.low_key, r.high_key)},
-                           n.ACT_SET_SLACK_CLASS, {"qclass": r.qclass}, priority=i + 1)
-                for i, r in enumerate(self.allocator.key_ranges())]
+        if cfg.slack_classes:
+            out += [TableEntry(n.SLACK_CLASS, {n.F_SLACK_KEY: Range(r.low_key, r.high_key)},
+                               n.ACT_SET_SLACK_CLASS, {"qclass": r.qclass}, priority=i + 1)
+                    for i, r in enumerate(self.allocator.key_ranges())]
         out.append(TableEntry(n.DEFAULT_GRANT, {}, n.ACT_SET_DEFAULT_GRANT, {
             "rate_kbps": rate_bps_to_kbps(cfg.default_rate_bps),
             "lease_us": lease_ns_to_us(cfg.default_lease_ns),
@@ -531,7 +548,10 @@ class Scheduler:
         return target.read_counter(n.FLOW_BYTES, state.slot) if target is not None else CounterValue(0, 0)
 
     def _admit(self, flow_id: int, now_ns: int) -> None:
-        """Push the registry's hint for ``flow_id`` into the allocator and install changes."""
+        """Push the registry's hint for ``flow_id`` into the allocator and install changes
+        (nothing without ``rate_grants``: the flow stays a recorded hint)."""
+        if not self.config.rate_grants:
+            return
         hint = self.registry.get(flow_id)
         now = wrap(now_ns)
         state = self._flows.get(flow_id)

@@ -16,8 +16,14 @@ Policies (lower-case):
   deadline-imminence gamma correction), each with its no-bubble timestamp as its deadline;
   switches as under ``"dctcp"``.
 
+- ``"safs-no-grants"`` / ``"safs-no-classes"``: SAFS ablations (:mod:`safs.sim.ablations`):
+  slack classes without rate grants (pipeline flows DCTCP under a SAFS header, no grants or
+  meters), and rate grants without slack classes (all SAFS DATA in one queue).
+- ``"edf-oracle"``: a fluid, centralized preemptive EDF reference (:mod:`safs.sim.oracle`),
+  run by :func:`simulate` (not a packet-level :class:`Simulation`).
+
 Background flows (``flow_class == "background"``, including persistent bulk flows) are
-non-SAFS DCTCP under every policy.
+non-SAFS DCTCP under every packet-level policy.
 
 The simulator implements :class:`safs.workloads.api.WorkloadAPI` (``now``, ``call_at``,
 ``start_flow``) for the workload and stops when ``workload.done()`` turns true (checked after
@@ -38,6 +44,7 @@ from safs.hints import LABEL_MAX_LEN, FlowClass, FlowHint
 from safs.metrics import FlowRecord
 from safs.pipeline_model import PipelineModel
 from safs.scheduler import Scheduler, SchedulerConfig
+from safs.sim.ablations import SCHEDULER_OVERRIDES, no_grant_endpoints
 from safs.sim.engine import Engine
 from safs.sim.network import Network, build_network
 from safs.sim.packet import ETH_HEADER_BYTES
@@ -46,7 +53,8 @@ from safs.sim.transports.d2tcp import D2tcpSender
 from safs.sim.transports.dctcp import DctcpConfig, DctcpReceiver, DctcpSender, dctcp_k_packets
 from safs.sim.transports.safs import SafsConfig, SafsReceiver, SafsSender
 
-POLICIES = ("safs", "dctcp", "d2tcp")
+POLICIES = ("safs", "dctcp", "d2tcp", "edf-oracle", "safs-no-grants", "safs-no-classes")
+SAFS_POLICIES = ("safs", "safs-no-grants", "safs-no-classes")  # the scheduler gets hints and runs
 
 
 @dataclass(frozen=True)
@@ -253,6 +261,9 @@ class Simulation:
     def __init__(self, topology: Any, policy: str, seed: int, config: SimConfig) -> None:
         if policy not in POLICIES:
             raise InvalidInput("policy", f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
+        if policy == "edf-oracle":
+            raise InvalidInput("policy", "'edf-oracle' is a fluid model, not a packet-level Simulation: "
+                               "run it with simulate() or safs.sim.oracle.OracleNetwork")
         self.topology = topology
         self.policy = policy
         self.config = config
@@ -263,6 +274,8 @@ class Simulation:
         self.safs_cfg = config.safs_config()
         self.dctcp_cfg = config.dctcp_config()
         sched_cfg = config.scheduler_config(topology)
+        if policy in SCHEDULER_OVERRIDES:  # an ablation switches one half of SAFS off
+            sched_cfg = dataclasses.replace(sched_cfg, **SCHEDULER_OVERRIDES[policy])
         targets = {name: sw.pipeline for name, sw in self.network.switches.items()}
         self.scheduler = Scheduler(topology, targets, sched_cfg)
         # Fabric time = switch clock + offset; the switch clock is now - start_ns.
@@ -275,7 +288,7 @@ class Simulation:
         self.workload: Any = None
         self.workload_done = False
         self.scheduler_rejects = 0
-        self._sched_on = policy == "safs"
+        self._sched_on = policy in SAFS_POLICIES
 
     # ---- WorkloadAPI ---------------------------------------------------------------------
     def now(self) -> int:
@@ -308,8 +321,9 @@ class Simulation:
         fid = self._next_id
         self._next_id += 1
         src, dst = hosts[spec.sender], hosts[spec.receiver]
-        use_safs = self.policy == "safs" and spec.flow_class == "pipeline"
-        flow = _Flow(fid, spec, start, on_done, use_safs)
+        hinted = self.policy in SAFS_POLICIES and spec.flow_class == "pipeline"  # the scheduler is told
+        use_safs = hinted and self.policy != "safs-no-grants"  # SAFS transport (grant-paced)
+        flow = _Flow(fid, spec, start, on_done, hinted)
         self.flows[fid] = flow
         self.order.append(flow)
         if use_safs:
@@ -317,6 +331,10 @@ class Simulation:
                               self.safs_cfg, self.stats, self._on_finish)
             tx: Any = SafsSender(self.engine, src, dst.ip, fid, spec.size_bytes, spec.no_bubble_ts_ns,
                                  False, self.safs_cfg, self.stats, self._on_closed)
+        elif hinted:  # safs-no-grants: DCTCP window control under a SAFS header
+            rx, tx = no_grant_endpoints(self.engine, src, dst, fid, spec.size_bytes, spec.no_bubble_ts_ns,
+                                        self.dctcp_cfg, self.stats, self._on_finish, self._on_closed)
+        if hinted:
             announce_at = now + self.config.hint_latency_ns
             self.engine.at(announce_at, self._announce, flow)
             self.engine.at(max(announce_at, start - self.config.activation_lead_ns), self._activate, flow)
@@ -454,7 +472,9 @@ def _noop(_: int) -> None:
 
 
 def simulate(topology: Any, workload: Any, policy: str, seed: int, config: SimConfig | None = None) -> SimResult:
-    """Simulate ``workload`` on ``topology`` under ``policy`` ("safs", "dctcp" or "d2tcp").
+    """Simulate ``workload`` on ``topology`` under ``policy`` (one of :data:`POLICIES`;
+    ``"edf-oracle"`` runs the fluid :class:`safs.sim.oracle.OracleNetwork`, the others a
+    packet-level :class:`Simulation`).
 
     Args:
         topology: a :class:`safs.topology.Topology`.
@@ -467,5 +487,8 @@ def simulate(topology: Any, workload: Any, policy: str, seed: int, config: SimCo
         InvalidInput: unknown policy (lists the valid ones), bad config, or a flow between
             unknown hosts.
     """
+    if policy == "edf-oracle":
+        from safs.sim.oracle import OracleNetwork  # imports this module (SimResult)
+        return OracleNetwork(topology, config or SimConfig()).run(workload)
     sim = Simulation(topology, policy, seed, config or SimConfig())
     return sim.run(workload)

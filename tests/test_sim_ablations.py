@@ -1,0 +1,167 @@
+"""SAFS ablations "safs-no-grants" and "safs-no-classes": each differs from "safs" in exactly
+the intended way (what the controller writes, which queue SAFS DATA takes), and bad names or
+flag values are refused."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from safs import p4names as n
+from safs.errors import InvalidInput
+from safs.protocol import QUEUE_CONTROL, QUEUE_OVER_RATE, QUEUE_SLACK_LEAST_URGENT, MsgType
+from safs.scheduler import SchedulerConfig
+from safs.sim.ablations import SafsShim
+from safs.sim.run import POLICIES, SimConfig, Simulation, simulate
+from safs.sim.transports.dctcp import DctcpSender
+from safs.sim.transports.safs import SafsSender
+from safs.topology import build_topology
+from safs.workloads.api import FlowSpec
+
+US = 1_000
+DATA, GRANT = int(MsgType.DATA), int(MsgType.GRANT)
+SLACK_QUEUES = set(range(QUEUE_SLACK_LEAST_URGENT, QUEUE_CONTROL))  # 2..6
+
+
+def star(n_hosts: int):
+    return build_topology({
+        "name": "star", "defaults": {"rate": "100Gbps", "delay_ns": 500, "buffer_bytes": 1 << 20},
+        "switches": ["tor0"],
+        "hosts": {f"h{i}": {"ip": f"10.0.0.{i + 1}", "switch": "tor0"} for i in range(n_hosts)}})
+
+
+class AllAtZero:
+    def __init__(self, specs: list[FlowSpec]) -> None:
+        self.specs = specs
+        self.left = sum(s.flow_class == "pipeline" for s in specs)
+
+    def start(self, api) -> None:
+        for s in self.specs:
+            api.start_flow(s, self._done if s.flow_class == "pipeline" else (lambda t: None))
+
+    def _done(self, _: int) -> None:
+        self.left -= 1
+
+    def done(self) -> bool:
+        return self.left == 0
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+
+def incast() -> list[FlowSpec]:
+    """6 pipeline flows into h0 with no-bubble timestamps from 150 µs to 6 ms (slack from
+    below zero to several ms: several slack classes), plus 2 bulk background flows."""
+    deadlines = [150, 300, 600, 1_500, 3_000, 6_000]
+    specs = [FlowSpec(f"h{i + 1}", "h0", 1_000_000, d * US, f"p{i}") for i, d in enumerate(deadlines)]
+    specs += [FlowSpec(f"h{7 + j}", "h0", 1 << 34, None, f"bulk{j}", "background") for j in range(2)]
+    return specs
+
+
+def run(policy: str):
+    """Run the incast; returns (sim, result, Counter of (safs_type, queue) of packets the ToR
+    enqueued towards h0, the receiver); ``sim.announced`` lists the flows hinted."""
+    sim = Simulation(star(9), policy, 1, SimConfig(max_time_ns=20_000 * US))
+    tor = sim.network.switches["tor0"]
+    rx_port = sim.topology.port_of("tor0", "h0")
+    seen: Counter[tuple[int, int]] = Counter()
+    ingress = tor._ingress
+
+    def recording(pkt, in_port):
+        out = ingress(pkt, in_port)
+        for port, p in out:
+            if port == rx_port:
+                seen[(p.safs_type, p.priority)] += 1
+        return out
+
+    tor._ingress = recording
+    announce = sim.scheduler.announce
+    sim.announced = []  # type: ignore[attr-defined]
+
+    def counting(hint, now_ns):
+        sim.announced.append(hint.flow_id)  # type: ignore[attr-defined]
+        return announce(hint, now_ns)
+
+    sim.scheduler.announce = counting  # type: ignore[method-assign]
+    res = sim.run(AllAtZero(incast()))
+    assert res.workload_done
+    return sim, res, seen
+
+
+def data_queues(seen: Counter) -> set[int]:
+    return {q for (t, q), c in seen.items() if t == DATA and c}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return {p: run(p) for p in ("safs", "safs-no-grants", "safs-no-classes")}
+
+
+def test_policies_registered() -> None:
+    assert {"safs-no-grants", "safs-no-classes"} <= set(POLICIES)
+
+
+def test_safs_uses_several_slack_classes_and_grants(runs) -> None:
+    sim, res, seen = runs["safs"]
+    assert sorted(sim.announced) == [1, 2, 3, 4, 5, 6]
+    assert len(data_queues(seen) & SLACK_QUEUES) >= 2
+    assert sim.scheduler.stats.grant_changes > 0 and sim.scheduler.stats.meter_updates > 0
+    assert sim.network.switches["tor0"].pipeline.entries(n.SLACK_CLASS)
+
+
+def test_no_grants_writes_no_grant_yet_keeps_the_slack_classes(runs) -> None:
+    sim, res, seen = runs["safs-no-grants"]
+    stats = sim.scheduler.stats
+    assert stats.grant_changes == 0 and stats.meter_updates == 0  # not even the default meter
+    pipe = sim.network.switches["tor0"].pipeline
+    assert pipe.entries(n.FLOW_GRANT) == [] and pipe.meter_config(n.DEFAULT_METER_SLOT) is None
+    assert pipe.entries(n.SLACK_CLASS) == runs["safs"][0].network.switches["tor0"].pipeline.entries(n.SLACK_CLASS)
+    # the hints did reach the scheduler (announced, then completed)
+    assert sorted(sim.announced) == [1, 2, 3, 4, 5, 6]
+    # DATA in the slack classes, several of them, never demoted; no GRANT, no SAFS control bytes
+    queues = data_queues(seen)
+    assert len(queues & SLACK_QUEUES) >= 2 and QUEUE_OVER_RATE not in queues and 0 not in queues
+    assert not any(t == GRANT for t, _ in seen) and res.control_bytes == 0
+    assert res.ecn_marked_packets > 0  # DCTCP window control: the switches mark its DATA too
+
+
+def test_no_grants_senders_are_dctcp_under_the_safs_shim() -> None:
+    sim = Simulation(star(3), "safs-no-grants", 1, SimConfig(max_time_ns=10 * US))
+    pipe = sim.start_flow(FlowSpec("h1", "h0", 100_000, 500 * US, "p"), lambda t: None)
+    bg = sim.start_flow(FlowSpec("h2", "h0", 100_000, None, "b", "background"), lambda t: None)
+    tx = sim.senders[pipe]
+    assert type(tx) is DctcpSender and isinstance(tx.nic, SafsShim)
+    assert tx.mss == 9000 - 40 - 36  # payload shrinks by the SAFS header: frames stay within the MTU
+    assert type(sim.senders[bg]) is DctcpSender and not isinstance(sim.senders[bg].nic, SafsShim)
+
+
+def test_no_classes_grants_as_safs_but_one_data_queue(runs) -> None:
+    sim, res, seen = runs["safs-no-classes"]
+    assert sim.scheduler.stats.grant_changes > 0 and sim.scheduler.stats.meter_updates > 0
+    assert res.control_bytes > 0
+    assert sim.network.switches["tor0"].pipeline.entries(n.SLACK_CLASS) == []
+    assert data_queues(seen) <= {QUEUE_SLACK_LEAST_URGENT, QUEUE_OVER_RATE}
+    assert QUEUE_SLACK_LEAST_URGENT in data_queues(seen)
+    assert all(type(s) in (SafsSender, DctcpSender) for s in sim.senders.values())
+
+
+def test_scheduler_flags_are_checked_and_listed() -> None:
+    for name in ("rate_grants", "slack_classes"):
+        with pytest.raises(InvalidInput) as err:
+            SchedulerConfig(**{name: 1})
+        assert err.value.field == f"config.{name}" and "true or false" in err.value.message
+        with pytest.raises(InvalidInput) as err:
+            SimConfig.from_mapping({}, scheduler={name: "no"})
+        assert err.value.field == f"scheduler.{name}"
+    with pytest.raises(InvalidInput) as err:
+        SimConfig.from_mapping({}, scheduler={"grants": False})
+    assert "rate_grants" in err.value.message and "slack_classes" in err.value.message
+
+
+def test_unknown_ablation_name_lists_the_valid_ones() -> None:
+    with pytest.raises(InvalidInput) as err:
+        simulate(star(2), AllAtZero([]), "safs-no-slack", 1)
+    assert err.value.field == "policy"
+    for p in ("safs-no-grants", "safs-no-classes", "edf-oracle", "safs"):
+        assert p in err.value.message
