@@ -22,6 +22,11 @@ Policies (lower-case):
 - ``"edf-oracle"``: a fluid, centralized preemptive EDF reference (:mod:`safs.sim.oracle`),
   run by :func:`simulate` (not a packet-level :class:`Simulation`).
 
+- ``"homa"``: every flow, pipeline AND background, is a Homa message
+  (:mod:`safs.sim.transports.homa`: receiver-driven SRPT grants, RTTbytes unscheduled,
+  overcommitment, receiver-chosen priorities); switches run :class:`HomaPipeline`, which keeps
+  the host-chosen priority of Homa packets. Homa is a whole-fabric transport (in its paper all
+  traffic is Homa), so background flows are not DCTCP under this policy.
 Background flows (``flow_class == "background"``, including persistent bulk flows) are
 non-SAFS DCTCP under every packet-level policy.
 
@@ -51,9 +56,11 @@ from safs.sim.packet import ETH_HEADER_BYTES
 from safs.sim.transports import TransportStats
 from safs.sim.transports.d2tcp import D2tcpSender
 from safs.sim.transports.dctcp import DctcpConfig, DctcpReceiver, DctcpSender, dctcp_k_packets
+from safs.sim.transports.homa import HomaConfig, HomaHost, HomaPipeline
+from safs.sim.transports.homa import resolve as homa_resolve
 from safs.sim.transports.safs import SafsConfig, SafsReceiver, SafsSender
 
-POLICIES = ("safs", "dctcp", "d2tcp", "edf-oracle", "safs-no-grants", "safs-no-classes")
+POLICIES = ("safs", "dctcp", "d2tcp", "edf-oracle", "safs-no-grants", "safs-no-classes", "homa")
 SAFS_POLICIES = ("safs", "safs-no-grants", "safs-no-classes")  # the scheduler gets hints and runs
 
 
@@ -82,6 +89,8 @@ class SimConfig:
             one class alone may fill half the port buffer, so a starved class-0 queue cannot
             take the space the SAFS classes need.
         dctcp: :class:`DctcpConfig` fields other than ``mtu_bytes`` (mapping).
+        homa: :class:`safs.sim.transports.homa.HomaConfig` fields other than ``mtu_bytes``
+            (mapping; policy ``"homa"``).
         scheduler: :class:`SchedulerConfig` fields (mapping; ``allocator`` a mapping of
             :class:`AllocatorConfig` fields). Unset fields are derived from the topology and
             ``mtu_bytes``: ``max_frame_bytes`` = MTU + 14, ``ecn_threshold_pkts`` = DCTCP's K
@@ -103,6 +112,7 @@ class SimConfig:
     safs_rto_ns: int = 500_000
     buffer_dt_alpha: float = 1.0
     dctcp: Mapping[str, Any] = field(default_factory=dict)
+    homa: Mapping[str, Any] = field(default_factory=dict)
     scheduler: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -123,6 +133,7 @@ class SimConfig:
         # Validate the nested configs now so a bad scenario fails before any run.
         self.safs_config()
         self.dctcp_config()
+        self.homa_config()
         self.scheduler_config(None)
 
     @classmethod
@@ -164,6 +175,20 @@ class SimConfig:
             return DctcpConfig(mtu_bytes=self.mtu_bytes, **self.dctcp)
         except InvalidInput as exc:
             raise InvalidInput(f"sim.dctcp.{exc.field}", exc.message) from None
+
+    def homa_config(self) -> HomaConfig:
+        """The Homa settings (policy ``"homa"``); unknown keys refused as ``sim.homa.<key>``."""
+        fields = {f.name for f in dataclasses.fields(HomaConfig)} - {"mtu_bytes"}
+        for key in self.homa:
+            if key not in fields:
+                raise InvalidInput(f"sim.homa.{key}", f"unknown key; valid: {', '.join(sorted(fields))}")
+        raw = dict(self.homa)
+        if isinstance(raw.get("unsched_cutoffs_bytes"), list):
+            raw["unsched_cutoffs_bytes"] = tuple(raw["unsched_cutoffs_bytes"])
+        try:
+            return HomaConfig(mtu_bytes=self.mtu_bytes, **raw)
+        except InvalidInput as exc:
+            raise InvalidInput(f"sim.{exc.field}", exc.message) from None
 
     def scheduler_config(self, topology: Any | None) -> SchedulerConfig:
         """The scheduler settings, with unset fields derived from ``topology`` (see class doc)."""
@@ -268,7 +293,8 @@ class Simulation:
         self.policy = policy
         self.config = config
         self.engine = Engine(seed)
-        self.network: Network = build_network(topology, self.engine, PipelineModel,
+        self.network: Network = build_network(topology, self.engine,
+                                               HomaPipeline if policy == "homa" else PipelineModel,
                                                float(config.buffer_dt_alpha))
         self.stats = TransportStats()
         self.safs_cfg = config.safs_config()
@@ -289,6 +315,8 @@ class Simulation:
         self.workload_done = False
         self.scheduler_rejects = 0
         self._sched_on = policy in SAFS_POLICIES
+        self.homa_params = homa_resolve(config.homa_config(), topology) if policy == "homa" else None
+        self.homa_hosts: dict[str, HomaHost] = {}
 
     # ---- WorkloadAPI ---------------------------------------------------------------------
     def now(self) -> int:
@@ -326,6 +354,8 @@ class Simulation:
         flow = _Flow(fid, spec, start, on_done, hinted)
         self.flows[fid] = flow
         self.order.append(flow)
+        if self.policy == "homa":  # every flow, pipeline and background, is a Homa message
+            return self._start_homa(fid, src, dst, spec.size_bytes, start)
         if use_safs:
             rx = SafsReceiver(self.engine, dst, src.ip, fid, spec.size_bytes, spec.no_bubble_ts_ns,
                               self.safs_cfg, self.stats, self._on_finish)
@@ -356,6 +386,26 @@ class Simulation:
         return fid
 
     # ---- internals -----------------------------------------------------------------------
+    def _homa_host(self, host: Any) -> HomaHost:
+        h = self.homa_hosts.get(host.name)
+        if h is None:
+            h = HomaHost(self.engine, host, self.homa_params, self.stats, self._on_finish, self._on_closed)
+            self.homa_hosts[host.name] = h
+        return h
+
+    def _start_homa(self, fid: int, src: Any, dst: Any, size_bytes: int, start: int) -> int:
+        tx, rx = self._homa_host(src), self._homa_host(dst)
+        rx.expect(fid, src.ip, size_bytes)
+        dst.receivers[fid] = rx
+        src.senders[fid] = tx
+        self.senders[fid] = tx
+        msg = (tx, fid, dst.ip, size_bytes)
+        if start == self.engine.now:
+            _start_homa_message(msg)
+        else:
+            self.engine.at(start, _start_homa_message, msg)
+        return fid
+
     def _check_done(self) -> None:
         if not self.workload_done and self.workload is not None and self.workload.done():
             self.workload_done = True
@@ -465,6 +515,11 @@ class Simulation:
 
 def _start_sender(sender: Any) -> None:
     sender.start()
+
+
+def _start_homa_message(msg: tuple[HomaHost, int, int, int]) -> None:
+    tx, fid, dst_ip, size_bytes = msg
+    tx.send_message(fid, dst_ip, size_bytes)
 
 
 def _noop(_: int) -> None:
