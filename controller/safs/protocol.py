@@ -24,6 +24,7 @@ offset size field            meaning
 from __future__ import annotations
 
 import enum
+import struct
 
 from safs.errors import InvalidInput
 from safs.timebase import wrap
@@ -176,3 +177,53 @@ def latest_start_ns(no_bubble_ts_ns: int, remaining_bytes: int, line_rate_bps: i
         raise InvalidInput("remaining_bytes", f"must be >= 0, got {remaining_bytes}")
     tx_ns = -(-remaining_bytes * 8 * NS_PER_S // line_rate_bps)  # ceil
     return wrap(no_bubble_ts_ns - tx_ns)
+
+
+# Packing without scapy (host data paths) ------------------------------------------------
+# The layout of the table above; 48-bit fields split into a 16-bit high and 32-bit low part.
+HEADER_STRUCT = struct.Struct("!BBBBIHIHIIIIHH")
+assert HEADER_STRUCT.size == HEADER_LEN
+_LOW32 = 0xFFFFFFFF
+
+
+def pack_header_into(buf: bytearray | memoryview, msg_type: int, flow_id: int, remaining_bytes: int = 0,
+                     timestamp_ns: int = 0, rate_kbps: int = 0, epoch: int = 0, lease_us: int = 0,
+                     flags: int = 0) -> None:
+    """Write a 36-byte SAFS header (version 1) at the start of ``buf``; switch-filled fields 0.
+
+    Arguments are the header fields (units in docs/protocol.md): ``remaining_bytes`` and
+    ``timestamp_ns`` 0..2^48-1 (wider values are cut to 48 bits), the others their field width.
+
+    Raises:
+        struct.error: a value does not fit its field (e.g. negative, ``flow_id`` >= 2^32).
+    """
+    HEADER_STRUCT.pack_into(buf, 0, (SAFS_VERSION << 4) | msg_type, flags, 0, 0, flow_id,
+                            (remaining_bytes >> 32) & 0xFFFF, remaining_bytes & _LOW32,
+                            (timestamp_ns >> 32) & 0xFFFF, timestamp_ns & _LOW32,
+                            rate_kbps, epoch, lease_us, 0, 0)
+
+
+def pack_header(msg_type: int, flow_id: int, remaining_bytes: int = 0, timestamp_ns: int = 0,
+                rate_kbps: int = 0, epoch: int = 0, lease_us: int = 0, flags: int = 0) -> bytes:
+    """The 36 header bytes for these fields (see :func:`pack_header_into`)."""
+    buf = bytearray(HEADER_LEN)
+    pack_header_into(buf, msg_type, flow_id, remaining_bytes, timestamp_ns, rate_kbps, epoch,
+                     lease_us, flags)
+    return bytes(buf)
+
+
+def unpack_header(buf: bytes | bytearray | memoryview) -> tuple[int, int, int, int, int, int, int, int, int, int, int]:
+    """Decode the header at the start of a well-formed UDP payload (check
+    :func:`malformed_reason` first).
+
+    Returns:
+        ``(type, flags, qclass, color, flow_id, remaining_bytes, timestamp_ns, rate_kbps, epoch,
+        lease_us, qdepth)`` as ints.
+
+    Raises:
+        struct.error: fewer than 36 bytes.
+    """
+    (b0, flags, qclass, color, flow_id, rem_hi, rem_lo, ts_hi, ts_lo, rate, epoch, lease, qdepth,
+     _reserved) = HEADER_STRUCT.unpack_from(buf)
+    return (b0 & 0x0F, flags, qclass, color, flow_id, (rem_hi << 32) | rem_lo, (ts_hi << 32) | ts_lo,
+            rate, epoch, lease, qdepth)

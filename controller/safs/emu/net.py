@@ -581,3 +581,52 @@ def remove_leftovers(topology: Topology) -> None:
     for intf in _root_links():
         if intf_re.match(intf):
             run_cmd(["ip", "link", "del", intf], check=False)
+
+
+# ---------------------------------------------------------------------------- clock probe
+
+PROBE_FLOW_ID = 0xFFFFFF00  # far above the driver's flow ids (1, 2, ...)
+
+
+def probe_switch_time(dst_ip: str, flow_id: int = PROBE_FLOW_ID, tries: int = 5,
+                      timeout_s: float = 1.0) -> tuple[int, int, int]:
+    """Send a SAFS REQUEST of an unknown flow to ``dst_ip`` and read the switch time from the
+    GRANT the receiver's ToR answers with (as ptf_tests/base_test.py ``switch_now`` does).
+    Run inside a host namespace (``python -m safs.emu.net probe DST_IP``), with no agent bound
+    to the SAFS port there.
+
+    Returns:
+        ``(sent_ns, received_ns, grant_ns)``: fabric times (48-bit) just before the send and
+        just after the receive, and the GRANT's timestamp (the switch's fabric time).
+
+    Raises:
+        EmuError: no GRANT after ``tries`` attempts of ``timeout_s`` each.
+    """
+    from safs.controller_app import fabric_clock
+    from safs.protocol import MsgType, pack_header, unpack_header
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("0.0.0.0", SAFS_UDP_PORT))
+        sock.settimeout(timeout_s)
+        request = pack_header(MsgType.REQUEST, flow_id, remaining_bytes=1, timestamp_ns=0)
+        for _ in range(tries):
+            sent = fabric_clock()
+            sock.sendto(request, (dst_ip, SAFS_UDP_PORT))
+            try:
+                while True:
+                    data = sock.recv(2048)
+                    received = fabric_clock()
+                    fields = unpack_header(data)
+                    if fields[0] == MsgType.GRANT and fields[4] == flow_id:
+                        return sent, received, fields[6]
+            except socket.timeout:
+                continue
+    raise EmuError(f"no GRANT from the switch of {dst_ip} after {tries} REQUESTs")
+
+
+if __name__ == "__main__":  # python -m safs.emu.net probe DST_IP [FLOW_ID]
+    import sys
+
+    if len(sys.argv) not in (3, 4) or sys.argv[1] != "probe":
+        sys.exit("usage: python -m safs.emu.net probe DST_IP [FLOW_ID]")
+    print(*probe_switch_time(sys.argv[2], int(sys.argv[3]) if len(sys.argv) == 4 else PROBE_FLOW_ID))

@@ -1,0 +1,299 @@
+"""The SAFS host agent: one process per emulated host (``python -m safs.emu.agent ...``).
+
+::
+
+    run driver --JSON lines (unix socket)--> agent --hint API (gRPC, unix:PATH)--> controller
+                                               |  SAFS UDP :23285 (REQUEST/DATA <-> GRANT/DONE)
+                                               |  TCP :5001 (baseline, background)
+
+It announces SAFS flows to the controller (hint API, at once), sends them at their start
+time with the SAFS transport (:mod:`safs.emu.safs_transport`) or over Linux TCP
+(:mod:`safs.emu.tcp_transport`), receives flows it was told to expect, tells the controller
+when its SAFS flows completed (hint API Complete, after the receiver's DONE), and keeps
+``done`` events (fabric-time finish) for the driver to poll. Control protocol:
+:mod:`safs.emu.control`; settings and behaviour: docs/mininet.md, "Host agent".
+
+It prints ``READY <pid>`` on stdout once every socket is bound; SIGTERM (or the ``shutdown``
+request) closes the sockets and removes the control path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import signal
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from safs.controller_app import fabric_clock
+from safs.emu.background import BackgroundGenerator
+from safs.emu.control import Background, ControlServer, Expect, Send
+from safs.emu.loop import Loop
+from safs.emu.safs_transport import SafsEndpoint, emu_config
+from safs.emu.tcp_transport import TcpEndpoint
+from safs.errors import InvalidInput, SafsError
+from safs.hints import FlowClass, FlowHint
+from safs.scheduler import SchedulerConfig
+from safs.sim.transports.safs import NO_DEADLINE_NS
+from safs.timebase import diff, wrap
+
+_log = logging.getLogger("safs.emu.agent")
+DEFAULT_TCP_PORT = 5001
+DEFAULT_LINE_RATE_BPS = 100_000_000
+
+
+class Agent:
+    """Everything one host runs (see module docstring); :meth:`run` blocks until stopped.
+
+    Args:
+        args: parsed command line (:func:`parse_args`).
+
+    Raises:
+        OSError: a socket cannot be bound (address not on this host, port in use).
+        InvalidInput: a setting out of range (named).
+    """
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.host = args.host
+        self.loop = Loop()
+        self.events: list[dict[str, Any]] = []
+        self.cfg = emu_config(args.default_rate_bps, args.mtu_bytes, args.unscheduled_bytes)
+        self.safs = SafsEndpoint(self.loop, args.ip, self.cfg, args.line_rate_bps,
+                                 self._sender_done("safs"), self._receiver_done("safs"))
+        self.tcp = TcpEndpoint(self.loop, args.ip, args.tcp_port, self._sender_done("tcp"),
+                               self._receiver_done("tcp"), self._tcp_error, set_ecn=args.set_tcp_ecn)
+        self.tcp_sending: set[int] = set()
+        self.hints = None
+        self.hint_pool: ThreadPoolExecutor | None = None
+        self.hint_counts = {"announced": 0, "completed": 0, "errors": 0}
+        self.last_hint_error = ""
+        if args.hint_addr:
+            from safs.hintapi.client import HintClient  # noqa: PLC0415 (grpc only when used)
+            self.hints = HintClient(args.hint_addr)
+            self.hint_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hints")
+        self.generators: list[BackgroundGenerator] = []
+        self.control = ControlServer(self.loop, Path(args.control), self.handle)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def run(self) -> None:
+        """Serve until SIGTERM or ``shutdown``; then close everything."""
+        try:
+            self.loop.run()
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        """Make :meth:`run` return (safe from a signal handler)."""
+        self.loop.running = False
+
+    def close(self) -> None:
+        """Close sockets, the hint channel, and remove the control path."""
+        for gen in self.generators:
+            gen.stopped = True
+        self.control.close()
+        self.safs.close()
+        self.tcp.close()
+        if self.hint_pool is not None:
+            self.hint_pool.shutdown(wait=True, cancel_futures=False)
+        if self.hints is not None:
+            self.hints.close()
+        self.loop.close()
+
+    # ---- control requests ------------------------------------------------------------------
+    def handle(self, op: str, req: Any) -> dict[str, Any]:
+        """Apply one checked control request (:func:`safs.emu.control.parse_request`).
+
+        Raises:
+            InvalidInput: the request conflicts with this host's state (flow id in use,
+                missing ``dst_host``); nothing was changed.
+        """
+        if op == "expect":
+            return self._expect(req)
+        if op == "send":
+            return self._send(req)
+        if op == "background":
+            return self._background(req)
+        if op == "events":
+            events, self.events = self.events, []
+            return {"events": events}
+        if op == "stats":
+            return self.stats()
+        self.loop.after(0, self.stop)  # shutdown: reply first
+        return {}
+
+    def _expect(self, req: Expect) -> dict[str, Any]:
+        if req.transport == "tcp":
+            self.tcp.expect(req.flow_id)
+            return {"port": self.args.tcp_port}
+        if req.flow_id in self.safs.receivers:
+            raise InvalidInput("flow_id", f"flow {req.flow_id} is already expected on {self.host}; ids must be unique")
+        self.safs.expect(req.flow_id, req.src_ip, req.size_bytes)
+        return {}
+
+    def _start_at(self, send_at_ns: int) -> int:
+        """Monotonic ns for a fabric time (0 or past: now)."""
+        now = self.loop.now()
+        if send_at_ns == 0:
+            return now
+        return now + max(0, diff(wrap(send_at_ns), fabric_clock()))
+
+    def _send(self, req: Send) -> dict[str, Any]:
+        if req.flow_id in self.safs.senders or req.flow_id in self.tcp_sending:
+            raise InvalidInput("flow_id", f"flow {req.flow_id} is already being sent from {self.host}; ids must be unique")
+        if req.dst_ip == self.args.ip:
+            raise InvalidInput("dst_ip", f"must be another host's address, got this host's {req.dst_ip}")
+        start_at = self._start_at(req.send_at_ns)
+        if req.transport == "tcp":
+            self.tcp_sending.add(req.flow_id)
+            self.tcp.start_sender(req.flow_id, req.dst_ip, req.port or self.args.tcp_port, req.size_bytes, start_at)
+            return {}
+        if self.hints is not None and not req.dst_host:
+            raise InvalidInput("dst_host", "required for safs flows when the agent has --hint-addr: "
+                                           "the receiver's host name in the topology")
+        no_bubble = req.no_bubble_ts_ns
+        if no_bubble is None:
+            no_bubble = fabric_clock() + NO_DEADLINE_NS  # no deadline: least urgent
+        no_bubble = wrap(no_bubble)
+        if self.hints is not None:
+            hint = FlowHint(req.flow_id, self.host, req.dst_host, req.size_bytes, no_bubble,
+                            req.label or f"flow{req.flow_id}", FlowClass(req.flow_class))
+            start_fabric = wrap(req.send_at_ns) if req.send_at_ns else fabric_clock()
+            self.hint_pool.submit(self._announce, hint, start_fabric)  # type: ignore[union-attr]
+        self.safs.start_sender(req.flow_id, req.dst_ip, req.size_bytes, no_bubble,
+                               req.flow_class == "background", start_at)
+        return {}
+
+    def _background(self, req: Background) -> dict[str, Any]:
+        def start(flow_id: int, dst_ip: str, size: int, port: int | None) -> None:
+            if flow_id in self.tcp_sending:
+                return
+            self.tcp_sending.add(flow_id)
+            self.tcp.start_sender(flow_id, dst_ip, port or self.args.tcp_port, size, self.loop.now())
+        gen = BackgroundGenerator(self.loop, req, start)
+        self.generators.append(gen)
+        return {"mean_bytes": round(gen.mean_bytes, 1), "mean_gap_ns": round(gen.mean_gap_ns)}
+
+    # ---- hint API (worker thread: calls block) -----------------------------------------------
+    def _announce(self, hint: FlowHint, start_fabric_ns: int) -> None:
+        try:
+            self.hints.announce(hint, start_time_ns=start_fabric_ns)  # type: ignore[union-attr]
+            self.hint_counts["announced"] += 1
+        except SafsError as err:
+            self._hint_failed("announce", hint.flow_id, err)
+
+    def _complete(self, flow_id: int) -> None:
+        try:
+            self.hints.complete(flow_id)  # type: ignore[union-attr]
+            self.hint_counts["completed"] += 1
+        except SafsError as err:
+            self._hint_failed("complete", flow_id, err)
+
+    def _hint_failed(self, call: str, flow_id: int, err: Exception) -> None:
+        self.hint_counts["errors"] += 1
+        self.last_hint_error = f"{call} flow {flow_id}: {err}"
+        _log.warning("hint API %s", self.last_hint_error)
+
+    # ---- events ----------------------------------------------------------------------------
+    def _sender_done(self, transport: str):
+        def done(flow_id: int, info: dict) -> None:
+            self.events.append({"event": "done", "flow_id": flow_id, "role": "sender",
+                                "transport": transport, **info})
+            if transport == "tcp":
+                self.tcp_sending.discard(flow_id)
+            elif self.hint_pool is not None:
+                self.hint_pool.submit(self._complete, flow_id)
+        return done
+
+    def _receiver_done(self, transport: str):
+        def done(flow_id: int, finish_ns: int, size: int) -> None:
+            self.events.append({"event": "done", "flow_id": flow_id, "role": "receiver",
+                                "transport": transport, "finish_ns": finish_ns, "bytes": size})
+        return done
+
+    def _tcp_error(self, flow_id: int, message: str) -> None:
+        self.tcp_sending.discard(flow_id)
+        self.events.append({"event": "error", "flow_id": flow_id, "role": "sender", "transport": "tcp",
+                            "message": message})
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and settings (``safs``, ``tcp``, ``hints``, ``config``)."""
+        return {
+            "host": self.host, "ip": self.args.ip,
+            "safs": self.safs.stats.as_dict(),
+            "tcp": {**self.tcp.stats.as_dict(), **self.tcp.info},
+            "hints": {**self.hint_counts, "last_error": self.last_hint_error},
+            "background": [g.summary() for g in self.generators],
+            "active": {"safs_senders": len(self.safs.senders), "tcp_senders": len(self.tcp_sending),
+                       "safs_receivers_incomplete": sum(1 for r in self.safs.receivers.values() if r.got is not None)},
+            "config": {"default_rate_bps": self.cfg.default_rate_bps, "line_rate_bps": self.args.line_rate_bps,
+                       "mtu_bytes": self.cfg.mtu_bytes, "segment_bytes": self.cfg.segment_bytes,
+                       "unscheduled_bytes": self.cfg.unscheduled_bytes, "grant_poll_ns": self.cfg.grant_poll_ns,
+                       "renew_fraction": self.cfg.renew_fraction, "rto_ns": self.cfg.rto_ns,
+                       "reorder_window_ns": self.cfg.reorder_window_ns},
+        }
+
+
+# ---- command line ------------------------------------------------------------------------
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer > 0, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be an integer > 0, got {value}")
+    return value
+
+
+def _ipv4(text: str) -> str:
+    try:
+        return str(ipaddress.IPv4Address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an IPv4 address A.B.C.D, got {text!r}") from None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The agent's command line (docs/mininet.md, "Host agent")."""
+    p = argparse.ArgumentParser(prog="python -m safs.emu.agent", description=__doc__.split("\n\n")[0])
+    p.add_argument("--host", required=True, help="this host's name in the topology")
+    p.add_argument("--ip", required=True, type=_ipv4, help="this host's address (SAFS and TCP sockets bind it)")
+    p.add_argument("--control", required=True, help="unix socket path the agent listens on")
+    p.add_argument("--hint-addr", default=None, help="hint API address, e.g. unix:/tmp/run/hints.sock")
+    p.add_argument("--default-rate-bps", type=_positive, default=SchedulerConfig().default_rate_bps,
+                   help="rate before the first grant and after a lease expires, bit/s (the switch's default grant)")
+    p.add_argument("--line-rate-bps", type=_positive, default=DEFAULT_LINE_RATE_BPS,
+                   help="this host's link rate, bit/s: unscheduled bytes go at it; latest start uses it")
+    p.add_argument("--mtu-bytes", type=_positive, default=1500)
+    p.add_argument("--unscheduled-bytes", type=int, default=SchedulerConfig().unscheduled_bytes,
+                   help="first bytes of a flow sent at line rate before any grant (match the scheduler's)")
+    p.add_argument("--tcp-port", type=_positive, default=DEFAULT_TCP_PORT, help="TCP listening port (baseline)")
+    p.add_argument("--set-tcp-ecn", action="store_true",
+                   help="write net.ipv4.tcp_ecn=1 in this network namespace at start")
+    p.add_argument("--log", default=None, help="log file (default: warnings to stderr)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the agent; exit status 0 after a clean stop, 2 on bad arguments or setup errors."""
+    args = parse_args(argv)
+    logging.basicConfig(filename=args.log, level=logging.INFO if args.log else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        agent = Agent(args)
+    except (InvalidInput, OSError) as err:
+        print(f"safs.emu.agent: {err}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop())
+    signal.signal(signal.SIGINT, lambda *_: agent.stop())
+    print(f"READY {os.getpid()}", flush=True)
+    _log.info("agent %s on %s ready (tcp cc %s, ecn %s)", args.host, args.ip, agent.tcp.cc, agent.tcp.info["tcp_ecn"])
+    agent.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
