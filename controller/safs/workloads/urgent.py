@@ -85,7 +85,7 @@ class UrgentIncast:
     Params (defaults): ``incast_degree`` 8 (1..64, senders ``u0..``), ``urgent_min_bytes``
     1_000_000 and ``urgent_max_bytes`` 4_000_000 (bytes, 1..2^32, min <= max),
     ``slack_factor`` 1.3 ([1, 100]), ``loose_flows`` 2 (0..64, senders ``p0..``),
-    ``loose_bytes`` 4_000_000 (1..2^32), ``loose_slack_factor`` 4.0 ([1, 1000]), ``rounds`` 5
+    ``loose_bytes`` 4_000_000 (1..2^32), ``loose_slack_factor`` 4.0 ([1, 1000]), ``rounds`` 10
     (1..10000), ``round_period_us`` 4000 (> 0), ``jitter_us`` 100 ([0, round_period_us)),
     ``warmup_us`` 200 (>= 0), ``announce_lead_us`` 50 (>= 0).
 
@@ -120,7 +120,7 @@ class UrgentIncast:
         self.n_loose = int_param(params, "loose_flows", 2, 0, 64)
         self.loose_bytes = int_param(params, "loose_bytes", 4_000_000, 1, MAX_BYTES)
         self.loose_slack_factor = _number(params, "loose_slack_factor", 4.0, 1.0, 1000.0)
-        self.rounds = int_param(params, "rounds", 5, 1, 10_000)
+        self.rounds = int_param(params, "rounds", 10, 1, 10_000)
         self.period_ns = round(_number(params, "round_period_us", 4000.0, 1e-3, 1e9) * NS_PER_US)
         self.jitter_ns = round(_number(params, "jitter_us", 100.0, 0.0, 1e9) * NS_PER_US)
         if self.jitter_ns >= self.period_ns:
