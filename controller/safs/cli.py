@@ -2,7 +2,9 @@
 
 ``safs run SCENARIO... [--out DIR]`` runs scenarios on the simulator and prints one table per
 scenario. ``safs controller --topology FILE --switch NAME=HOST:PORT[:DEVICE_ID]...`` runs the
-controller over P4Runtime with the hint API (docs/controller.md). User errors (bad files, bad values) print one line naming the file and key and exit
+controller over P4Runtime with the hint API (docs/controller.md). ``safs eval NAME...`` runs
+the paper's experiments (docs/evaluation.md); ``run`` and ``eval`` take ``--jobs N`` (local
+processes, default one per CPU) or ``--ray ADDRESS`` (an existing Ray cluster). User errors (bad files, bad values) print one line naming the file and key and exit
 with status 2; no traceback.
 """
 
@@ -53,6 +55,12 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seeds", type=_int_list, help="override the scenario's seeds, e.g. 1,2,3")
     run.add_argument("--policies", type=_name_list, help="override the policies, e.g. safs,dctcp")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--jobs", type=int, default=None, help="local worker processes (default: one per CPU)")
+    run.add_argument("--ray", metavar="ADDRESS", default=None,
+                     help="run on an existing Ray cluster instead (auto, ray://host:10001, or local)")
+    from safs.eval.command import add_parser as add_eval_parser
+
+    add_eval_parser(sub, _int_list, _name_list)
     ctl = sub.add_parser("controller", help="run the SAFS controller: switches over P4Runtime, hint API (docs/controller.md)")
     ctl.add_argument("--topology", required=True, metavar="FILE", help="topology YAML")
     ctl.add_argument("--switch", action="append", metavar="NAME=HOST:PORT[:DEVICE_ID]",
@@ -147,7 +155,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         task = progress.add_task("simulating", total=total)
         for scenario in scenarios:
             progress.update(task, description=f"{scenario.name}")
-            records = run_scenario(scenario, args.target, progress=lambda spec: progress.advance(task))
+            records = run_scenario(scenario, args.target, progress=lambda spec: progress.advance(task),
+                                   jobs=args.jobs, ray_address=args.ray)
             all_records.extend(records)
             write_results(all_records, args.out)  # after each scenario: nothing finished is lost
             progress.console.print(summary_table(scenario.name, records))
@@ -194,6 +203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_run(args, console)
         if args.command == "controller":
             return _cmd_controller(args)
+        if args.command == "eval":
+            from safs.eval.command import run as run_eval
+
+            return run_eval(args, console)
     except SafsError as exc:
         print(f"safs: error: {exc}", file=sys.stderr)
         return 2

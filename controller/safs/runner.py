@@ -100,8 +100,46 @@ def check(scenario: Scenario, target: str = "sim") -> None:
             _build(scenario, spec)
 
 
-def run_one_sim(scenario: Scenario, spec: RunSpec) -> dict[str, Any]:
-    """Simulate one run and return its record (keys documented in docs/results.md)."""
+def run_samples(workload: Any) -> dict[str, list[float]]:
+    """Per-run sample lists kept beside the numbers-only record (docs/results.md, "Samples").
+
+    Keys (present when the workload has them): ``tpot_ms`` (AFD, per decode step n >= 1),
+    ``iteration_time_ms`` (ZeroBubble, per iteration), ``urgent_fct_ms`` (urgent
+    microbenchmark, per finished urgent flow).
+    """
+    out: dict[str, list[float]] = {}
+    tpot = getattr(workload, "tpot_samples_ns", None)
+    if tpot is not None:
+        out["tpot_ms"] = [v / 1e6 for v in tpot()]
+    iterations = getattr(workload, "iteration_times_ns", None)
+    if iterations is not None:
+        out["iteration_time_ms"] = [v / 1e6 for v in iterations]
+    urgent = getattr(workload, "flow_records", None)
+    if urgent is not None and getattr(workload, "urgent_senders", None) is not None:
+        out["urgent_fct_ms"] = [r.fct_ns / 1e6 for r in urgent("urgent") if r.fct_ns is not None]
+    return out
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """One run's record (numbers only) and its sample lists (:func:`run_samples`)."""
+
+    record: dict[str, Any]
+    samples: dict[str, list[float]]
+
+
+def run_one_output(scenario: Scenario, spec: RunSpec, target: str = "sim") -> RunOutput:
+    """One run on ``target`` with its samples; module-level so process pools and Ray can call it."""
+    samples: dict[str, list[float]] = {}
+    record = run_one_sim(scenario, spec, samples)
+    return RunOutput(record, samples)
+
+
+def run_one_sim(scenario: Scenario, spec: RunSpec, samples: dict[str, list[float]] | None = None) -> dict[str, Any]:
+    """Simulate one run and return its record (keys documented in docs/results.md).
+
+    ``samples``, when given, is filled with the run's sample lists (:func:`run_samples`).
+    """
     from safs.sim.run import simulate
 
     topology, workload, config = _build(scenario, spec)
@@ -121,23 +159,36 @@ def run_one_sim(scenario: Scenario, spec: RunSpec) -> dict[str, Any]:
     record["sim_events"] = result.events
     record["sim_time_ms"] = result.sim_time_ns / 1_000_000
     record["wall_time_s"] = wall
+    if samples is not None:
+        samples.update(run_samples(workload))
     return record
 
 
 def run_scenario(scenario: Scenario, target: str = "sim",
-                 progress: Callable[[RunSpec], None] | None = None) -> list[dict[str, Any]]:
+                 progress: Callable[[RunSpec], None] | None = None, jobs: int | None = 1,
+                 ray_address: str | None = None) -> list[dict[str, Any]]:
     """Run every combination of a scenario on ``target`` (only ``sim`` for now).
 
+    ``jobs`` local worker processes (1: serial, None: one per CPU) or an existing Ray cluster
+    at ``ray_address`` (:func:`safs.eval.parallel.map_ordered`); the records are the same
+    and in :func:`expand` order either way, apart from ``wall_time_s``.
+
     Raises:
-        InvalidInput: as :func:`check`, which runs first.
+        InvalidInput: as :func:`check`, which runs first; bad ``jobs`` or ``ray_address``.
     """
+    return [out.record for out in run_scenario_outputs(scenario, target, progress, jobs, ray_address)]
+
+
+def run_scenario_outputs(scenario: Scenario, target: str = "sim",
+                         progress: Callable[[RunSpec], None] | None = None, jobs: int | None = 1,
+                         ray_address: str | None = None) -> list[RunOutput]:
+    """As :func:`run_scenario`, with each run's samples (:class:`RunOutput`)."""
+    from safs.eval.parallel import map_ordered
+
     check(scenario, target)
-    records = []
-    for spec in expand(scenario):
-        records.append(run_one_sim(scenario, spec))
-        if progress:
-            progress(spec)
-    return records
+    specs = list(expand(scenario))
+    done = (lambda i: progress(specs[i])) if progress else None
+    return map_ordered(run_one_output, [(scenario, spec, target) for spec in specs], jobs, ray_address, done)
 
 
 def _jsonable(value: Any) -> Any:

@@ -34,7 +34,8 @@ def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int =
         kind: ``"afd"``, ``"zerobubble"``, ``"urgent"`` or ``"trace"``.
         params: the workload's parameters (checked by the workload; see docs/workloads.md).
         topology: a :class:`safs.topology.Topology`.
-        seed: seeds the background traffic's ``random.Random`` (and the urgent workload's draws).
+        seed: seeds the background traffic's ``random.Random``, the urgent workload's draws and
+            the AFD/ZeroBubble ``compute_jitter`` (off by default).
         background_flows: persistent bulk flows from ``bg*`` hosts to the pipeline receivers.
         load: Poisson background load per receiver link, in [0, 1] (0 = none).
         distribution: flow-size file name (shipped) or path, for the Poisson arrivals.
@@ -51,9 +52,9 @@ def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int =
     from safs.workloads.zerobubble import ZeroBubbleTraining
 
     if kind == "afd":
-        main: Any = AfdDecode(params, topology, source)
+        main: Any = AfdDecode(params, topology, source, seed=seed)
     elif kind == "zerobubble":
-        main = ZeroBubbleTraining(params, topology)
+        main = ZeroBubbleTraining(params, topology, seed=seed)
     elif kind == "urgent":
         main = UrgentIncast(params, topology, seed)
     elif kind == "trace":

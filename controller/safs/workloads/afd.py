@@ -61,6 +61,7 @@ from safs.workloads.params import check_known, float_param, int_param
 from safs.files import read_text
 from safs.workloads.api import FlowSpec, WorkloadAPI
 from safs.workloads.instance import SerialInstance
+from safs.workloads.jitter import jitter_param, jittered_ns
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "llm-inference"
 TRACES = {"conv": "AzureLLMInferenceTrace_conv.csv", "code": "AzureLLMInferenceTrace_code.csv"}
@@ -148,7 +149,11 @@ class AfdDecode:
     (12, 2..10000), microbatches (3, 1..16), max_batch (128, 1..100000 active requests),
     time_compression (20.0, > 0: trace time is divided by it, so larger = more load),
     trace ("conv" | "code" | a CSV path), trace_offset_s (0.0), warmup_steps (200),
-    compute_scale (1.0, (0, 100]), bytes_scale (1.0, (0, 100]).
+    compute_scale (1.0, (0, 100]), bytes_scale (1.0, (0, 100]), compute_jitter (0.0, [0, 0.5]:
+    each op's duration varies uniformly by up to this fraction, drawn per seed and op;
+    :mod:`safs.workloads.jitter`).
+
+    ``seed`` (the run's seed) only matters when ``compute_jitter`` > 0.
 
     Hosts: a0..a{n_attn-1}, f0..f{n_ffn-1} must exist in the topology.
 
@@ -157,11 +162,15 @@ class AfdDecode:
     """
 
     KNOWN = {"n_attn", "n_ffn", "layers_simulated", "decode_steps", "microbatches", "max_batch",
-             "time_compression", "trace", "trace_offset_s", "warmup_steps", "compute_scale", "bytes_scale"}
+             "time_compression", "trace", "trace_offset_s", "warmup_steps", "compute_scale", "bytes_scale",
+             "compute_jitter"}
 
-    def __init__(self, params: dict[str, Any], topology: Any = None, source: str | None = None) -> None:
+    def __init__(self, params: dict[str, Any], topology: Any = None, source: str | None = None,
+                 seed: int = 1) -> None:
         check_known(params, self.KNOWN)
         self.params = dict(params)
+        self.seed = seed
+        self.jitter = jitter_param(params)
         self.n_attn = int_param(params, "n_attn", 16, 1, 64)
         self.n_ffn = int_param(params, "n_ffn", 2, 1, 16)
         self.layers = int_param(params, "layers_simulated", 2, 1, MODEL_LAYERS)
@@ -242,7 +251,7 @@ class AfdDecode:
         self._arrived: dict[tuple[int, int], int] = {}  # (g, k) F2A flows arrived at all hosts
         for inst in self._attn_inst:
             for k in range(self.m):
-                inst.add((0, k), self.compute_ns, 0)
+                inst.add((0, k), self._op_ns(inst.name, (0, k)), 0)
 
     def _tokens(self, step: int) -> list[list[int]]:
         if step not in self._step_tokens:
@@ -260,7 +269,10 @@ class AfdDecode:
             last = inst.ops[-1].key if inst.ops else (0, -1)
             lg, lk = last
             nxt = (lg, lk + 1) if lk + 1 < self.m else (lg + 1, 0)
-            inst.add(nxt, self.compute_ns, needs)
+            inst.add(nxt, self._op_ns(inst.name, nxt), needs)
+
+    def _op_ns(self, host: str, key: tuple[int, int]) -> int:
+        return jittered_ns(self.compute_ns, self.jitter, self.seed, host, key)
 
     def _transfer_ns(self, src: str, dst: str, size: int) -> int:
         return self.topology.min_transfer_ns(src, dst, size) if self.topology is not None else 0
@@ -329,7 +341,7 @@ class AfdDecode:
         """p50 TPOT of this workload on a contention-free network (ns)."""
         from safs.workloads.ideal import IdealNetwork
 
-        twin = AfdDecode(self.params, None)
+        twin = AfdDecode(self.params, None, seed=self.seed)
         twin.requests = self.requests
         net = IdealNetwork(self.topology, keep_flows=False) if self.topology is not None else IdealNetwork(keep_flows=False)
         net.run(twin)

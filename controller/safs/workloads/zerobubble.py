@@ -40,6 +40,7 @@ from safs.errors import InvalidInput
 from safs.workloads.params import check_known, float_param, int_param
 from safs.workloads.api import FlowSpec, WorkloadAPI
 from safs.workloads.instance import SerialInstance
+from safs.workloads.jitter import jitter_param, jittered_ns
 
 NS_PER_S = 1_000_000_000
 BF16_BYTES = 2
@@ -185,7 +186,9 @@ class ZeroBubbleTraining:
     Params (``workload.params`` of a scenario):
         stages (4, 2..16), microbatches (8, 1..256; >= stages recommended), iterations (2,
         1..100), model ("1.5B"; keys of :data:`MODELS`), scale (0.01, (0, 1]), mfu (0.5,
-        (0, 1]: fraction of the A100 BF16 peak achieved).
+        (0, 1]: fraction of the A100 BF16 peak achieved), compute_jitter (0.0, [0, 0.5]: each
+        op's duration varies uniformly by up to this fraction, drawn per seed, iteration and op;
+        :mod:`safs.workloads.jitter`). ``seed`` (the run's seed) only matters with jitter.
 
     No-bubble timestamp of a transfer: the time the consumer stage could start the consuming
     op if the data were there (end of the consumer's previous op), but not before the
@@ -202,9 +205,12 @@ class ZeroBubbleTraining:
         InvalidInput: a bad parameter or a stage host missing from the topology.
     """
 
-    def __init__(self, params: dict[str, Any], topology: Any = None) -> None:
-        known = {"stages", "microbatches", "iterations", "model", "scale", "mfu"}
+    def __init__(self, params: dict[str, Any], topology: Any = None, seed: int = 1) -> None:
+        known = {"stages", "microbatches", "iterations", "model", "scale", "mfu", "compute_jitter"}
         check_known(params, known)
+        self.params = dict(params)
+        self.seed = seed
+        self.jitter = jitter_param(params)
         self.p = int_param(params, "stages", 4, 2, 16)
         self.m = int_param(params, "microbatches", 8, 1, 256)
         self.iterations = int_param(params, "iterations", 2, 1, 100)
@@ -242,9 +248,21 @@ class ZeroBubbleTraining:
         return max(self.topology.min_transfer_ns(src, dst, self.boundary_bytes)
                    for a, b in zip(self.hosts, self.hosts[1:]) for src, dst in ((a, b), (b, a)))
 
-    def ideal_iteration_ns(self) -> int:
-        """Makespan of one iteration in the ideal timing with line-rate transfers."""
-        return makespan(schedule_times(self.order, self.t_f, self.t_b, self.t_w, self.comm_ns()))
+    def ideal_iteration_ns(self) -> float:
+        """Makespan of one iteration in the ideal timing with line-rate transfers.
+
+        With ``compute_jitter`` the op durations differ per iteration, so the reference is the
+        mean iteration time of the same workload (same seed, same draws) run on
+        :class:`~safs.workloads.ideal.IdealNetwork`, every transfer at its own uncontended time.
+        """
+        if self.jitter == 0:
+            return makespan(schedule_times(self.order, self.t_f, self.t_b, self.t_w, self.comm_ns()))
+        from safs.workloads.ideal import IdealNetwork
+
+        twin = ZeroBubbleTraining(self.params, self.topology, seed=self.seed)
+        net = IdealNetwork(self.topology, keep_flows=False) if self.topology is not None else IdealNetwork(keep_flows=False)
+        net.run(twin)
+        return sum(twin.iteration_times_ns) / len(twin.iteration_times_ns)
 
     def receivers(self) -> list[str]:
         """Hosts that receive pipeline transfers (every stage)."""
@@ -268,7 +286,8 @@ class ZeroBubbleTraining:
         dur = {"F": self.t_f, "B": self.t_b, "W": self.t_w}
         for s, ops in enumerate(self.order):
             for op in ops:
-                self._stages[s].add(op, dur[op.kind], len(op_inputs(self.p, s, op)))
+                duration = jittered_ns(dur[op.kind], self.jitter, self.seed, self.hosts[s], (it, op))
+                self._stages[s].add(op, duration, len(op_inputs(self.p, s, op)))
         for inst in self._stages:
             inst.resume()
 

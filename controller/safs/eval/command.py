@@ -1,0 +1,181 @@
+"""``safs eval``: run the paper's experiments (or the baselines' own-paper checks) and write
+results, summaries with confidence intervals, and plots (docs/evaluation.md).
+
+    safs eval --list
+    safs eval zerobubble afd-16a2f urgent [--out results/eval] [--jobs N | --ray ADDRESS]
+    safs eval all                      # the three experiments and the baseline checks
+    safs eval baseline-checks
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from safs.errors import InvalidInput
+
+
+def add_parser(sub: Any, int_list: Any, name_list: Any) -> None:
+    """Register the ``eval`` subcommand on ``sub`` (argparse subparsers)."""
+    ev = sub.add_parser("eval", help="run the paper's experiments: results, CIs over seeds, plots (docs/evaluation.md)")
+    ev.add_argument("names", nargs="*", metavar="NAME", help="experiment(s), 'baseline-checks' or 'all' (see --list)")
+    ev.add_argument("--list", action="store_true", help="list the experiments and exit")
+    ev.add_argument("--out", type=Path, default=Path("results/eval"), help="output directory (default results/eval)")
+    ev.add_argument("--seeds", type=int_list, help="override the seeds, e.g. 1,2,3")
+    ev.add_argument("--policies", type=name_list, help="override the policies, e.g. safs,dctcp")
+    ev.add_argument("--jobs", type=int, default=None, help="local worker processes (default: one per CPU)")
+    ev.add_argument("--ray", metavar="ADDRESS", default=None,
+                    help="run on an existing Ray cluster instead (auto, ray://host:10001, or local)")
+    ev.add_argument("--quick", action="store_true", help="smoke-size runs (fewer steps, seeds and levels)")
+    ev.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _fmt(mean: float, half: float) -> str:
+    if mean is None or math.isnan(mean):
+        return "-"
+    text = f"{mean:.4g}"
+    return text if half is None or math.isnan(half) else f"{text} ± {half:.2g}"
+
+
+def _summary_table(exp: Any, rows: list[dict[str, Any]]) -> Table:
+    table = Table(title=f"{exp.name}: mean ± 95% t-interval half-width over seeds")
+    for col in ("policy", "bg", "runs", *exp.metrics):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for r in rows:
+        table.add_row(r["policy"], str(r["background_flows"]), str(r["runs"]),
+                      *[_fmt(r[f"{m}_mean"], r[f"{m}_ci95"]) for m in exp.metrics])
+    return table
+
+
+def _verdict_table(name: str, verdict: list[dict[str, Any]]) -> Table:
+    table = Table(title=f"{name}: against the paper")
+    for col in ("check", "ours", "paper", "pass"):
+        table.add_column(col)
+    for v in verdict:
+        table.add_row(v["check"], v["ours"], v["paper"], "yes" if v["pass"] else "NO")
+    return table
+
+
+def _list(console: Console) -> int:
+    from safs.eval.experiments import CHECKS_NAME, EXPERIMENTS
+
+    table = Table(title="safs eval NAME")
+    table.add_column("name")
+    table.add_column("what")
+    table.add_column("scenario")
+    for e in EXPERIMENTS.values():
+        table.add_row(e.name, e.what, f"scenarios/{e.scenario}")
+    table.add_row(CHECKS_NAME, "the baselines' own-paper checks (Homa, pFabric, D2TCP; docs/baselines.md)",
+                  "safs/eval/checks/")
+    table.add_row("all", "the three experiments and the baseline checks", "")
+    console.print(table)
+    return 0
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    """Execute ``safs eval``; returns the exit status (1 if a baseline check is missing).
+
+    Raises:
+        InvalidInput: unknown experiment or policy (the message lists the valid ones), bad
+            ``--jobs``/``--ray``, unwritable ``--out``, or a bad scenario.
+    """
+    from safs.eval import experiments as ex
+    from safs.eval.parallel import check_jobs, map_ordered
+    from safs.runner import prepare_out_dir, run_one_output
+
+    if args.list:
+        return _list(console)
+    if not args.names:
+        raise InvalidInput("NAME", f"give experiment name(s); valid: {', '.join([*ex.EXPERIMENTS, ex.CHECKS_NAME, 'all'])}")
+    names: list[str] = []
+    for n in args.names:
+        names += [*ex.EXPERIMENTS, ex.CHECKS_NAME] if n == "all" else [n]
+    names = list(dict.fromkeys(names))
+    exps = [ex.experiment(n) for n in names if n != ex.CHECKS_NAME]
+    run_checks = ex.CHECKS_NAME in names
+    if args.ray is None:
+        check_jobs(args.jobs)
+    overrides: dict[str, Any] = {}
+    if args.seeds:
+        overrides["seeds"] = args.seeds
+    if args.policies:
+        from safs.sim.run import POLICIES
+
+        for p in args.policies:
+            if p not in POLICIES:
+                raise InvalidInput("--policies", f"unknown policy {p!r}; valid: {', '.join(POLICIES)}")
+        overrides["policies"] = args.policies
+    # Load and check every scenario before the first run.
+    scenarios = []
+    for e in exps:
+        scenario = e.load(args.quick, overrides)
+        have, lacking = ex.available_policies(scenario)
+        if lacking:
+            console.print(f"[yellow]{e.name}: policies not in this build, skipped: {', '.join(lacking)}[/yellow]")
+            scenario = e.load(args.quick, {**overrides, "policies": have})
+        scenarios.append(scenario)
+    task_lists = [ex.tasks(s) for s in scenarios]
+    prepare_out_dir(args.out)
+    for e in exps:
+        prepare_out_dir(args.out / e.name)
+    flat = [t for ts in task_lists for t in ts]
+    started = time.perf_counter()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, disable=args.quiet, transient=True) as progress:
+        bar = progress.add_task("simulating", total=len(flat))
+        outputs = map_ordered(run_one_output, flat, args.jobs, args.ray, lambda i: progress.advance(bar))
+    status = 0
+    timings: dict[str, float] = {"simulation_wall_s": time.perf_counter() - started, "runs": len(flat)}
+    pos = 0
+    for e, ts in zip(exps, task_lists):
+        mine = outputs[pos:pos + len(ts)]
+        pos += len(ts)
+        result = ex.write_outputs(e, mine, args.out / e.name)
+        console.print(_summary_table(e, result["summary"]))
+        if result["verdict"]:
+            console.print(_verdict_table(e.name, result["verdict"]))
+        console.print(f"{e.name}: {len(mine)} runs -> {args.out / e.name} (results.json/csv, samples.jsonl, "
+                      f"summary.csv/json, {len(result['plots'])} plot files)")
+    if run_checks:
+        status = _checks(args, console, ex, map_ordered)
+    timings["total_wall_s"] = time.perf_counter() - started
+    (args.out / "timing.json").write_text(json.dumps(timings, indent=1) + "\n")
+    console.print(f"simulated {len(flat)} runs in {timings['simulation_wall_s']:.0f} s "
+                  f"({'Ray ' + args.ray if args.ray else f'{check_jobs(args.jobs)} local worker(s)'})")
+    return status
+
+
+def _checks(args: argparse.Namespace, console: Console, ex: Any, map_ordered: Any) -> int:
+    """Run the baseline checks that exist; write checks.json/csv; 1 if any is missing."""
+    import csv
+
+    missing = ex.check_missing()
+    present = [m for m in ex.CHECK_MODULES if m not in missing]
+    results = map_ordered(ex.run_check, [(m, True) for m in present], args.jobs, args.ray)
+    rows = [{"baseline": m, **r} for m, r in zip(present, results)]
+    rows += [{"baseline": m, "error": f"safs.eval.checks.{m} is missing (docs/baselines.md)"} for m in missing]
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    out = args.out / ex.CHECKS_NAME
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "checks.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    with (out / "checks.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+    table = Table(title="baselines' own-paper checks (docs/baselines.md)")
+    for k in keys:
+        table.add_column(k)
+    for r in rows:
+        table.add_row(*[str(r.get(k, "")) for k in keys])
+    console.print(table)
+    for m in missing:
+        console.print(f"[red]safs eval: error: safs.eval.checks.{m} is missing: the {m} check did not run[/red]")
+    return 1 if missing else 0
