@@ -268,9 +268,10 @@ class Network:
     topology with :func:`safs.sim.network.build_network`.
     """
 
-    def __init__(self, engine: Engine, dt_alpha: float = 0.0) -> None:
+    def __init__(self, engine: Engine, dt_alpha: float = 0.0, make_port: Callable[..., Port] = Port) -> None:
         self.engine = engine
         self.dt_alpha = dt_alpha  # dynamic-threshold alpha of every switch port (0 = off)
+        self.make_port = make_port  # builds every port, Port's signature (e.g. pFabric's ports)
         self.hosts: dict[str, Host] = {}
         self.switches: dict[str, Switch] = {}
         self.host_by_ip: dict[int, Host] = {}
@@ -314,13 +315,13 @@ class Network:
         if isinstance(node, Host):
             if node.nic is not None:
                 raise InvalidInput(f"{node.name}.nic", "a host has exactly one link")
-            port = Port(self.engine, node.name, number, rate_bps, delay_ns, UNBOUNDED_BYTES, strict=False)
+            port = self.make_port(self.engine, node.name, number, rate_bps, delay_ns, UNBOUNDED_BYTES, strict=False)
             node.nic = port
             return port
         if number in node.ports:
             raise InvalidInput(f"{node.name}.port", f"port {number} already connected")
-        port = Port(self.engine, node.name, number, rate_bps, delay_ns, buffer_bytes, strict=True,
-                    egress=node.pipeline.egress, dt_alpha=self.dt_alpha)
+        port = self.make_port(self.engine, node.name, number, rate_bps, delay_ns, buffer_bytes, strict=True,
+                              egress=node.pipeline.egress, dt_alpha=self.dt_alpha)
         node.ports[number] = port
         return port
 
@@ -373,7 +374,8 @@ MAX_BOOT_SKEW_NS = 10 * NS_PER_S  # switches booted up to 10 s before the run
 
 
 def build_network(topology: Any, engine: Engine,
-                  make_pipeline: Callable[[str, Callable[[], int]], Pipeline], dt_alpha: float = 0.0) -> Network:
+                  make_pipeline: Callable[[str, Callable[[], int]], Pipeline], dt_alpha: float = 0.0,
+                  make_port: Callable[..., Port] = Port) -> Network:
     """Build the network of a :class:`safs.topology.Topology` on ``engine``.
 
     Hosts get their topology address; each switch gets ``make_pipeline(name, clock)`` and a
@@ -381,9 +383,11 @@ def build_network(topology: Any, engine: Engine,
     set a real clock offset); every edge becomes a link with the edge's ``rate_bps`` and
     ``delay_ns``, switch ports numbered as in the topology (host NICs are port 0) and each
     switch port buffering ``topology.buffer_bytes(switch)`` bytes, admitted by dynamic threshold
-    ``dt_alpha`` (see :class:`Port`).
+    ``dt_alpha`` (see :class:`Port`). ``make_port`` builds every port (host NICs with
+    ``strict=False``), with :class:`Port`'s signature; the default is :class:`Port` itself
+    (``safs.sim.transports.pfabric.pfabric_port_factory`` gives pFabric's).
     """
-    net = Network(engine, dt_alpha)
+    net = Network(engine, dt_alpha, make_port)
     for host in topology.hosts():
         net.add_host(host, topology.host_ip(host))
     for sw in topology.switches():

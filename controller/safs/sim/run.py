@@ -21,12 +21,18 @@ Policies (lower-case):
   meters), and rate grants without slack classes (all SAFS DATA in one queue).
 - ``"edf-oracle"``: a fluid, centralized preemptive EDF reference (:mod:`safs.sim.oracle`),
   run by :func:`simulate` (not a packet-level :class:`Simulation`).
-
 - ``"homa"``: every flow, pipeline AND background, is a Homa message
   (:mod:`safs.sim.transports.homa`: receiver-driven SRPT grants, RTTbytes unscheduled,
   overcommitment, receiver-chosen priorities); switches run :class:`HomaPipeline`, which keeps
   the host-chosen priority of Homa packets. Homa is a whole-fabric transport (in its paper all
   traffic is Homa), so background flows are not DCTCP under this policy.
+- ``"pfabric"``: every flow, pipeline AND background, is pFabric
+  (:mod:`safs.sim.transports.pfabric`: remaining-size priority in every packet, line-rate
+  start, fixed timeouts, probe mode) and every port is a pFabric port (priority scheduling
+  with starvation prevention, priority dropping, a 2 x BDP buffer per switch port); pFabric
+  is a whole-fabric design (in its paper all traffic is pFabric), so background flows are not
+  DCTCP under this policy either. Settings: ``sim.pfabric`` (:func:`pfabric_config`).
+
 Background flows (``flow_class == "background"``, including persistent bulk flows) are
 non-SAFS DCTCP under every packet-level policy.
 
@@ -51,16 +57,18 @@ from safs.pipeline_model import PipelineModel
 from safs.scheduler import Scheduler, SchedulerConfig
 from safs.sim.ablations import SCHEDULER_OVERRIDES, no_grant_endpoints
 from safs.sim.engine import Engine
-from safs.sim.network import Network, build_network
+from safs.sim.network import Network, Port, build_network
 from safs.sim.packet import ETH_HEADER_BYTES
 from safs.sim.transports import TransportStats
 from safs.sim.transports.d2tcp import D2tcpSender
 from safs.sim.transports.dctcp import DctcpConfig, DctcpReceiver, DctcpSender, dctcp_k_packets
 from safs.sim.transports.homa import HomaConfig, HomaHost, HomaPipeline
 from safs.sim.transports.homa import resolve as homa_resolve
+from safs.sim.transports.pfabric import (PfabricConfig, PfabricReceiver, PfabricSender, check_pfabric_overrides,
+                                         pfabric_config, pfabric_port_factory)
 from safs.sim.transports.safs import SafsConfig, SafsReceiver, SafsSender
 
-POLICIES = ("safs", "dctcp", "d2tcp", "edf-oracle", "safs-no-grants", "safs-no-classes", "homa")
+POLICIES = ("safs", "dctcp", "d2tcp", "edf-oracle", "safs-no-grants", "safs-no-classes", "homa", "pfabric")
 SAFS_POLICIES = ("safs", "safs-no-grants", "safs-no-classes")  # the scheduler gets hints and runs
 
 
@@ -91,6 +99,8 @@ class SimConfig:
         dctcp: :class:`DctcpConfig` fields other than ``mtu_bytes`` (mapping).
         homa: :class:`safs.sim.transports.homa.HomaConfig` fields other than ``mtu_bytes``
             (mapping; policy ``"homa"``).
+        pfabric: overrides of :class:`safs.sim.transports.pfabric.PfabricConfig` fields other
+            than ``mtu_bytes`` (mapping; policy ``"pfabric"``; defaults from the topology).
         scheduler: :class:`SchedulerConfig` fields (mapping; ``allocator`` a mapping of
             :class:`AllocatorConfig` fields). Unset fields are derived from the topology and
             ``mtu_bytes``: ``max_frame_bytes`` = MTU + 14, ``ecn_threshold_pkts`` = DCTCP's K
@@ -113,6 +123,7 @@ class SimConfig:
     buffer_dt_alpha: float = 1.0
     dctcp: Mapping[str, Any] = field(default_factory=dict)
     homa: Mapping[str, Any] = field(default_factory=dict)
+    pfabric: Mapping[str, Any] = field(default_factory=dict)
     scheduler: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -134,6 +145,7 @@ class SimConfig:
         self.safs_config()
         self.dctcp_config()
         self.homa_config()
+        self.pfabric_config(None)
         self.scheduler_config(None)
 
     @classmethod
@@ -187,6 +199,18 @@ class SimConfig:
             raw["unsched_cutoffs_bytes"] = tuple(raw["unsched_cutoffs_bytes"])
         try:
             return HomaConfig(mtu_bytes=self.mtu_bytes, **raw)
+        except InvalidInput as exc:
+            raise InvalidInput(f"sim.{exc.field}", exc.message) from None
+
+    def pfabric_config(self, topology: Any | None) -> PfabricConfig | None:
+        """The pFabric settings for ``topology`` (policy ``"pfabric"``: the paper's, derived from
+        the topology by :func:`pfabric_config`, with ``sim.pfabric`` overrides); with ``topology``
+        None only the overrides are checked and None is returned. Errors name ``sim.pfabric.<key>``."""
+        try:
+            if topology is None:
+                check_pfabric_overrides(self.pfabric)
+                return None
+            return pfabric_config(topology, self.mtu_bytes, self.pfabric)
         except InvalidInput as exc:
             raise InvalidInput(f"sim.{exc.field}", exc.message) from None
 
@@ -293,9 +317,12 @@ class Simulation:
         self.policy = policy
         self.config = config
         self.engine = Engine(seed)
+        self.pfabric_cfg = config.pfabric_config(topology) if policy == "pfabric" else None
         self.network: Network = build_network(topology, self.engine,
                                                HomaPipeline if policy == "homa" else PipelineModel,
-                                               float(config.buffer_dt_alpha))
+                                               float(config.buffer_dt_alpha),
+                                               Port if self.pfabric_cfg is None
+                                               else pfabric_port_factory(self.pfabric_cfg.buffer_bytes))
         self.stats = TransportStats()
         self.safs_cfg = config.safs_config()
         self.dctcp_cfg = config.dctcp_config()
@@ -368,6 +395,10 @@ class Simulation:
             announce_at = now + self.config.hint_latency_ns
             self.engine.at(announce_at, self._announce, flow)
             self.engine.at(max(announce_at, start - self.config.activation_lead_ns), self._activate, flow)
+        elif self.pfabric_cfg is not None:  # every flow, pipeline and background, is pFabric
+            rx = PfabricReceiver(self.engine, dst, src.ip, fid, spec.size_bytes, self.stats, self._on_finish)
+            tx = PfabricSender(self.engine, src, dst.ip, fid, spec.size_bytes, self.pfabric_cfg, self.stats,
+                               self._on_closed)
         else:
             rx = DctcpReceiver(self.engine, dst, src.ip, fid, spec.size_bytes, self.stats, self._on_finish)
             if self.policy == "d2tcp" and spec.flow_class == "pipeline":
