@@ -25,9 +25,10 @@ US = 1_000
 # ---- gamma correction math ----------------------------------------------------------------
 
 def test_imminence_is_tc_over_d_inside_the_bounds() -> None:
-    # 1 MB left, 100 kB window, 10 µs RTT -> Tc = 100 µs; D = 80 µs -> d = 1.25
-    assert imminence_factor(1_000_000, 100_000.0, 10 * US, 80 * US) == pytest.approx(1.25)
-    assert imminence_factor(1_000_000, 100_000.0, 10 * US, 150 * US) == pytest.approx(100 / 150)
+    # 1 MB left, 100 kB window (75 kB per RTT on average), 10 µs RTT -> Tc = 133.3 µs;
+    # D = 160 µs -> d = 0.833; D = 80 µs -> d = 1.667
+    assert imminence_factor(1_000_000, 100_000.0, 10 * US, 160 * US) == pytest.approx(1e6 / 75e3 * 10 / 160)
+    assert imminence_factor(1_000_000, 100_000.0, 10 * US, 80 * US) == pytest.approx(1e6 / 75e3 * 10 / 80)
 
 
 def test_imminence_is_clamped_and_falls_back_to_one() -> None:

@@ -2,7 +2,7 @@
 SIGCOMM 2012).
 
 D2TCP is DCTCP (:mod:`safs.sim.transports.dctcp`) with one change, the paper's gamma
-correction of the window decrease (Section 3, "D2TCP's congestion avoidance algorithm"):
+correction of the window decrease (Section 3.1, "D2TCP's congestion avoidance algorithm"):
 
 - penalty p = alpha^d, where alpha is DCTCP's moving average of the marked fraction and d the
   deadline imminence factor;
@@ -12,13 +12,15 @@ correction of the window decrease (Section 3, "D2TCP's congestion avoidance algo
 Since alpha is in [0, 1], a near-deadline flow (d > 1) gets p < alpha and backs off less, a
 far-deadline flow (d < 1) gets p > alpha and backs off more.
 
-d = Tc / D (Section 3): Tc is the time the flow still needs at its current rate,
-remaining (unacknowledged) bytes / (cwnd per RTT) = remaining * SRTT / cwnd; D is the time
-left to the deadline. d is clamped to [0.5, 2] (the paper's bounds, Section 3, which keep the
-penalty within a factor of alpha^2..alpha^0.5 of DCTCP's so no flow starves or floods).
+d = Tc / D (Section 3.1): Tc is the time the flow still needs under deadline-agnostic
+(DCTCP) behaviour, Tc = B / ((3/4) W) round trips, with B the bytes still to send and W the
+current window: the window follows TCP's sawtooth between W/2 and W, so it averages 3/4 of W
+per round trip. D is the time left to the deadline. This model counts B as the unacknowledged
+bytes and turns round trips into ns with SRTT (the RFC 6298 estimate DCTCP keeps anyway):
+Tc = B * SRTT / (0.75 * cwnd). d is clamped to [0.5, 2] (the paper's bounds, Section 3.1,
+which keep the penalty between alpha^2 and alpha^0.5, so no flow starves or floods).
 Flows without a deadline, flows already past it, and flows with no RTT sample yet use d = 1
-(plain DCTCP). The paper takes the current window as the sending rate per RTT; this model uses
-cwnd / SRTT for it (SRTT: the RFC 6298 estimate DCTCP keeps anyway).
+(plain DCTCP).
 
 The receiver is DCTCP's (:class:`safs.sim.transports.dctcp.DctcpReceiver`); D2TCP changes
 only the sender.
@@ -34,12 +36,13 @@ from safs.sim.network import Host
 from safs.sim.transports import TransportStats
 from safs.sim.transports.dctcp import DctcpConfig, DctcpSender
 
-D2TCP_D_MIN = 0.5  # D2TCP paper, Section 3: lower bound of the imminence factor d
+D2TCP_D_MIN = 0.5  # D2TCP paper, Section 3.1: lower bound of the imminence factor d
 D2TCP_D_MAX = 2.0  # ... and its upper bound
+D2TCP_AVG_WINDOW = 0.75  # D2TCP paper, Section 3.1: Tc = B / ((3/4) W), TCP's sawtooth average
 
 
 def imminence_factor(remaining_bytes: int, cwnd_bytes: float, srtt_ns: int, time_left_ns: int) -> float:
-    """Deadline imminence factor d = Tc / D, clamped to [0.5, 2] (D2TCP paper, Section 3).
+    """Deadline imminence factor d = Tc / D, clamped to [0.5, 2] (D2TCP paper, Section 3.1).
 
     Args:
         remaining_bytes: bytes not yet acknowledged (>= 0).
@@ -49,7 +52,8 @@ def imminence_factor(remaining_bytes: int, cwnd_bytes: float, srtt_ns: int, time
 
     Returns:
         d in [0.5, 2]; 1.0 (plain DCTCP) when the deadline is past or no RTT is known yet.
-        Tc = remaining_bytes * srtt_ns / cwnd_bytes (time to finish at cwnd per RTT).
+        Tc = remaining_bytes * srtt_ns / (0.75 * cwnd_bytes): time to finish at the average
+        window of DCTCP's sawtooth, 3/4 of the current one per RTT (paper, Section 3.1).
 
     Raises:
         InvalidInput: ``remaining_bytes`` negative or ``cwnd_bytes`` not positive.
@@ -60,12 +64,12 @@ def imminence_factor(remaining_bytes: int, cwnd_bytes: float, srtt_ns: int, time
         raise InvalidInput("cwnd_bytes", f"must be > 0 bytes, got {cwnd_bytes!r}")
     if time_left_ns <= 0 or srtt_ns <= 0:
         return 1.0
-    d = remaining_bytes * srtt_ns / (cwnd_bytes * time_left_ns)
+    d = remaining_bytes * srtt_ns / (D2TCP_AVG_WINDOW * cwnd_bytes * time_left_ns)
     return min(max(d, D2TCP_D_MIN), D2TCP_D_MAX)
 
 
 def gamma_penalty(alpha: float, d: float) -> float:
-    """D2TCP penalty p = alpha^d (paper, Section 3); the cut is cwnd * (1 - p/2).
+    """D2TCP penalty p = alpha^d (paper, Section 3.1); the cut is cwnd * (1 - p/2).
 
     Args:
         alpha: DCTCP's marked-fraction average, in [0, 1].
