@@ -59,8 +59,8 @@ def _ip(req: dict, field: str) -> str:
 
 def _text(req: dict, field: str, max_len: int, default: str | None = "") -> str | None:
     value = req.get(field, default)
-    if value is None and default is None:
-        return None
+    if value is None:  # null: the default
+        return default
     if not isinstance(value, str) or len(value) > max_len:
         raise InvalidInput(field, f"must be text of at most {max_len} characters, got {value!r}")
     return value
@@ -156,7 +156,7 @@ def parse_request(req: object) -> tuple[str, Expect | Send | Background | None]:
         if dist not in names:
             raise InvalidInput("distribution", f"must be one of {', '.join(names)}, got {dist!r}")
         return op, Background(
-            tuple(_ip({"ip": ip}, "dst_ips") for ip in ips), dist, float(load),
+            tuple(_ip({"dst_ips": ip}, "dst_ips") for ip in ips), dist, float(load),
             _int(req, "link_rate_bps", 1, 10**12, "1..10^12 bit/s"),
             _int(req, "duration_ns", 1, _U63, "1..2^63-1 ns"),
             _int(req, "flow_id_base", FLOW_ID_MIN, FLOW_ID_MAX, "1..2^32-1"),

@@ -13,9 +13,10 @@ probe of the last segment after ``rto_ns`` (doubling to ``rto_max_ns``).
 
 What differs from the simulator is time: timers run on ``time.monotonic_ns`` in a
 :class:`safs.emu.loop.Loop` that wakes with ~50 µs precision, so pacing is a token bucket
-holding at most ``PACE_BURST_NS`` of credit at the current rate (the average rate holds when a
-wake-up is late; the burst stays far below the switch meter's burst, which is at least
-``unscheduled_bytes``). Emulated RTTs through BMv2 are about a millisecond, not microseconds,
+holding at most half of ``unscheduled_bytes`` (at least two full packets) of credit: the average
+rate holds when a wake-up is late (a busy machine deschedules the agent for milliseconds), and
+a catch-up burst stays within the switch meter's burst, which is at least ``unscheduled_bytes``
+(``SchedulerConfig.meter_for``), so it stays green. Emulated RTTs through BMv2 are about a millisecond, not microseconds,
 so the time constants are scaled (:func:`emu_config`). Wire encoding uses
 :func:`safs.protocol.pack_header_into` / :func:`safs.protocol.unpack_header` (struct; scapy is
 far too slow for a data path).
@@ -46,7 +47,6 @@ from safs.sim.transports.safs import NACK_ENTRY_BYTES, NO_DEADLINE_NS, SLOW_GAP_
 from safs.timebase import wrap
 
 NS_PER_S = 1_000_000_000
-PACE_BURST_NS = 1_000_000  # token-bucket depth: credit for at most 1 ms at the current rate
 MAX_PACKETS_PER_WAKE = 64  # one flow never holds the loop longer than this many sends
 RECV_BATCH = 256  # datagrams read per readable event
 SOCKET_BUFFER_BYTES = 4 << 20
@@ -82,6 +82,7 @@ class SafsStats:
         data_packets_received, duplicate_packets, unknown_flow_packets (DATA for a flow not
         expected (yet); kept and replayed when the expect arrives), malformed_packets.
         send_blocked: sends refused by the socket (buffer full); retried later.
+        send_errors: sends that failed otherwise (no route...); counted as lost.
     """
 
     requests_sent: int = 0
@@ -100,6 +101,7 @@ class SafsStats:
     unknown_flow_packets: int = 0
     malformed_packets: int = 0
     send_blocked: int = 0
+    send_errors: int = 0
 
     def as_dict(self) -> dict[str, int]:
         """The counters by name."""
@@ -164,6 +166,9 @@ class SafsEndpoint:
         except (BlockingIOError, InterruptedError):
             self.stats.send_blocked += 1
             return False
+        except OSError:  # e.g. no route, ICMP unreachable reported here: the packet is lost
+            self.stats.send_errors += 1
+            return True
 
     def control(self, msg: int, dst_ip: str, flow_id: int, remaining: int, ts: int, flags: int = 0,
                 offsets: tuple[int, ...] = ()) -> None:
@@ -269,6 +274,7 @@ class SafsSender:
         self.poll_timer: Timer | None = None
         self.requests = self.grants = self.data_packets = self.retransmitted_bytes = self.fallbacks = 0
         self.buf = bytearray(HEADER_LEN + self.seg)
+        self.burst_bytes = max(2 * (self.seg + WIRE_OVERHEAD_BYTES), ep.cfg.unscheduled_bytes // 2)
 
     # ---- control messages ------------------------------------------------------------------
     def _request(self) -> None:
@@ -306,9 +312,11 @@ class SafsSender:
         now = self.loop.now()
         if self.lease_expiry_ns is not None and now >= self.lease_expiry_ns:
             self._fallback()
-        # Token bucket: unused credit older than PACE_BURST_NS is forgotten.
-        if self.next_send_ns < now - PACE_BURST_NS:
-            self.next_send_ns = now - PACE_BURST_NS
+        # Token bucket: credit beyond burst_bytes at the current rate is forgotten.
+        rate = self.rate_bps if self.next_offset >= self.cfg.unscheduled_bytes else self.line_rate
+        depth_ns = self.burst_bytes * 8 * NS_PER_S // rate if rate > 0 else 0
+        if self.next_send_ns < now - depth_ns:
+            self.next_send_ns = now - depth_ns
         for _ in range(MAX_PACKETS_PER_WAKE):
             if self.next_send_ns > now:
                 break
@@ -492,7 +500,6 @@ class SafsSender:
             if self.probe_timer is not None:
                 self.probe_timer.cancel()
                 self.probe_timer = None
-            self.next_send_ns = max(self.next_send_ns, self.loop.now() - PACE_BURST_NS)
             self._pace()
 
 

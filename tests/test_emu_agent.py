@@ -1,0 +1,414 @@
+"""The host agent (safs.emu.agent) as real processes on real sockets, without Mininet or BMv2.
+
+Two agents run on two loopback addresses of this namespace. A small GRANT responder in the test
+stands where the receiver's ToR would be: senders address DATA and REQUEST to it; it answers
+REQUESTs with GRANTs built with safs.protocol (and pushes a newer grant when DATA carries an
+older epoch, like the P4 program), forwards DATA to the receiving agent, and records arrival
+times, so the achieved rate is measured on the wire. Tolerances are generous: the machine has
+two busy cores and the agent is Python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from safs.controller_app import fabric_clock
+from safs.emu.control import AgentClient
+from safs.errors import InvalidInput
+from safs.packet import parse_safs
+from safs.protocol import (
+    HEADER_LEN,
+    SAFS_UDP_PORT,
+    MsgType,
+    epoch_newer,
+    lease_ns_to_us,
+    pack_header,
+    rate_bps_to_kbps,
+    unpack_header,
+)
+
+ETH_IP_UDP = 14 + 20 + 8  # wire bytes around the UDP payload (protocol.WIRE_OVERHEAD_BYTES - 36)
+MBIT = 1_000_000
+
+
+def _subnet() -> str:
+    """A random 127.x.y. prefix, so concurrent runs do not share addresses."""
+    return f"127.{random.randint(1, 254)}.{random.randint(1, 254)}."
+
+
+class GrantResponder:
+    """Stands in for the receiver's ToR: answers REQUEST with the installed grant, pushes the
+    installed grant when DATA carries an older epoch, forwards DATA to ``receiver_ip``.
+
+    ``answering`` False: no GRANTs at all (a dead controller/switch path); DATA still flows.
+    ``drop_every`` N > 0: drop every Nth DATA packet (never forwarded).
+    """
+
+    def __init__(self, ip: str, receiver_ip: str, rate_bps: int, epoch: int = 1, lease_ns: int = 50_000_000,
+                 drop_every: int = 0) -> None:
+        self.receiver_ip = receiver_ip
+        self.rate_bps, self.epoch, self.lease_ns = rate_bps, epoch, lease_ns
+        self.answering = True
+        self.drop_every = drop_every
+        self.requests: list[float] = []
+        self.data: list[tuple[float, int, int]] = []  # (monotonic s, wire bytes, epoch)
+        self.pushes = 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.sock.bind((ip, SAFS_UDP_PORT))
+        self.sock.settimeout(0.05)
+        self.running = True
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def install(self, rate_bps: int, epoch: int, lease_ns: int | None = None) -> None:
+        self.rate_bps, self.epoch = rate_bps, epoch
+        if lease_ns is not None:
+            self.lease_ns = lease_ns
+
+    def close(self) -> None:
+        self.running = False
+        self.thread.join(2)
+        self.sock.close()
+
+    def _grant(self, addr: tuple[str, int], flow_id: int, remaining: int, flags: int) -> None:
+        self.sock.sendto(pack_header(MsgType.GRANT, flow_id, remaining, fabric_clock(),
+                                     rate_bps_to_kbps(self.rate_bps), self.epoch,
+                                     lease_ns_to_us(self.lease_ns), flags), addr)
+
+    def _run(self) -> None:
+        n_data = 0
+        while self.running:
+            try:
+                raw, addr = self.sock.recvfrom(65536)
+            except socket.timeout:
+                continue
+            now = time.monotonic()
+            msg, flags, _, _, flow_id, remaining, _, _, epoch, _, _ = unpack_header(raw)
+            if msg == MsgType.REQUEST:
+                self.requests.append(now)
+                if self.answering:
+                    self._grant(addr, flow_id, remaining, flags)
+            elif msg == MsgType.DATA:
+                n_data += 1
+                self.data.append((now, len(raw) + ETH_IP_UDP, epoch))
+                if self.answering and epoch_newer(self.epoch, epoch):
+                    self.pushes += 1
+                    self._grant(addr, flow_id, remaining, flags)
+                if not (self.drop_every and n_data % self.drop_every == 0):
+                    self.sock.sendto(raw, (self.receiver_ip, SAFS_UDP_PORT))
+
+    def rate_bps_between(self, t0: float, t1: float) -> float:
+        """Wire rate of the DATA that arrived in [t0, t1) (monotonic s), bit/s."""
+        got = sum(size for t, size, _ in self.data if t0 <= t < t1)
+        return got * 8 / (t1 - t0)
+
+
+class Agents:
+    """Agent processes of one test; each is stopped with SIGTERM at the end."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.procs: list[tuple[subprocess.Popen, Path]] = []
+
+    def start(self, name: str, ip: str, *extra: str, prefix: tuple[str, ...] = ()) -> AgentClient:
+        path = self.tmp / f"{name}.sock"
+        cmd = [*prefix, sys.executable, "-m", "safs.emu.agent", "--host", name, "--ip", ip,
+               "--control", str(path), *extra]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append((proc, path))
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert line.startswith("READY "), (line, proc.stderr.read() if proc.poll() is not None else "")  # type: ignore[union-attr]
+        return AgentClient.connect(path, timeout_s=10)
+
+    def stop_all(self) -> list[int]:
+        codes = []
+        for proc, path in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+            try:
+                codes.append(proc.wait(10))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes.append(proc.wait())
+            assert not path.exists(), f"{path} left behind"
+        return codes
+
+
+@pytest.fixture
+def agents(tmp_path: Path):
+    group = Agents(tmp_path)
+    try:
+        yield group
+    finally:
+        codes = group.stop_all()
+    assert all(code == 0 for code in codes), codes
+
+
+def wait_events(clients: list[AgentClient], want: int, timeout_s: float = 10.0) -> list[dict]:
+    """Poll every agent's events until ``want`` arrived (polling, no fixed sleep)."""
+    got: list[dict] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        for c in clients:
+            got += c.events()
+        time.sleep(0.005)
+    return got
+
+
+def _by_role(events: list[dict]) -> dict[str, dict]:
+    return {e["role"]: e for e in events if e["event"] == "done"}
+
+
+# ---- wire helpers ----------------------------------------------------------------------------
+def test_pack_header_matches_scapy_parser() -> None:
+    raw = pack_header(MsgType.GRANT, 0xDEADBEEF, (1 << 48) - 3, (1 << 47) + 5, 123456, 7, 9999, flags=1)
+    h = parse_safs(raw)
+    assert len(raw) == HEADER_LEN
+    assert (h.type, h.flow_id, h.remaining_bytes, h.timestamp_ns, h.rate_kbps, h.epoch, h.lease_us, h.flags) == \
+        (MsgType.GRANT, 0xDEADBEEF, (1 << 48) - 3, (1 << 47) + 5, 123456, 7, 9999, 1)
+    fields = unpack_header(h.to_bytes())
+    assert fields[:2] == (int(MsgType.GRANT), 1) and fields[4:10] == (0xDEADBEEF, (1 << 48) - 3, (1 << 47) + 5, 123456, 7, 9999)
+
+
+# ---- SAFS sender against the in-test responder -----------------------------------------------
+def test_paces_at_grant_reuses_it_renews_lease_and_takes_inband_push(agents: Agents) -> None:
+    net = _subnet()
+    a_ip, b_ip, sw_ip = net + "1", net + "2", net + "3"
+    default, granted, pushed = 5 * MBIT, 20 * MBIT, 40 * MBIT
+    lease_ns = 40_000_000
+    sw = GrantResponder(sw_ip, b_ip, granted, epoch=1, lease_ns=lease_ns)
+    try:
+        common = ("--default-rate-bps", str(default), "--line-rate-bps", str(100 * MBIT))
+        a = agents.start("a", a_ip, *common)
+        b = agents.start("b", b_ip, *common)
+        size = 2_400_000  # ~0.5 s at 20 Mbit/s, then ~0.25 s at 40 Mbit/s
+        b.expect(11, a_ip, size, "safs")
+        t_start = time.monotonic()
+        a.send(11, sw_ip, size, "safs", no_bubble_ts_ns=fabric_clock() + 10**9, label="t/pace")
+        time.sleep(0.45)
+        sw.install(pushed, epoch=2)  # a changed grant: reaches the sender in-band via DATA's epoch
+        t_push = time.monotonic()
+        events = wait_events([a, b], 2)
+        done = _by_role(events)
+        assert set(done) == {"sender", "receiver"}, events
+        assert done["receiver"]["bytes"] == size
+        t_end = sw.data[-1][0]
+        rate1 = sw.rate_bps_between(t_start + 0.1, t_push)
+        rate2 = sw.rate_bps_between(t_push + 0.03, t_end - 0.01)
+        print(f"granted {granted/MBIT} Mbit/s: achieved {rate1/MBIT:.2f}; pushed {pushed/MBIT}: achieved {rate2/MBIT:.2f}")
+        assert 0.8 * granted <= rate1 <= 1.1 * granted
+        assert 0.75 * pushed <= rate2 <= 1.1 * pushed
+        assert sw.pushes >= 1 and any(ep == 2 for _, _, ep in sw.data)
+        # Grant reuse: REQUESTs grow with the lease, not with DATA packets.
+        duration = t_end - t_start
+        renewals_max = duration / (0.75 * lease_ns / 1e9) + 3
+        sender = done["sender"]
+        assert sender["requests"] == len(sw.requests)
+        assert 1 + int(duration / (lease_ns / 1e9)) <= sender["requests"] <= renewals_max, (sender, duration)
+        assert sender["data_packets"] >= 20 * sender["requests"]
+        assert sender["fallbacks"] == 0
+        # FCT from the receiver's finish (fabric time) is consistent with the two rates.
+        fct_s = (done["receiver"]["finish_ns"] - sender["start_ns"]) / 1e9
+        assert 0.5 < fct_s < 1.2, fct_s
+        stats = a.stats()["safs"]
+        assert stats["lease_fallbacks"] == 0 and stats["grants_received"] >= sender["requests"]
+    finally:
+        sw.close()
+
+
+def test_falls_back_to_default_rate_when_grants_stop(agents: Agents) -> None:
+    net = _subnet()
+    a_ip, b_ip, sw_ip = net + "1", net + "2", net + "3"
+    default, granted = 5 * MBIT, 20 * MBIT
+    sw = GrantResponder(sw_ip, b_ip, granted, epoch=1, lease_ns=30_000_000)
+    try:
+        common = ("--default-rate-bps", str(default), "--line-rate-bps", str(100 * MBIT))
+        a = agents.start("a", a_ip, *common)
+        b = agents.start("b", b_ip, *common)
+        size = 900_000
+        b.expect(21, a_ip, size, "safs")
+        a.send(21, sw_ip, size, "safs")
+        time.sleep(0.2)
+        sw.answering = False  # grants stop: the 30 ms lease runs out
+        t_stop = time.monotonic()
+        time.sleep(0.45)
+        rate_after = sw.rate_bps_between(t_stop + 0.08, t_stop + 0.45)
+        polls = [t for t in sw.requests if t > t_stop + 0.08]
+        print(f"after the lease: {rate_after/MBIT:.2f} Mbit/s (default {default/MBIT}), {len(polls)} REQUEST polls")
+        assert 0.7 * default <= rate_after <= 1.2 * default
+        assert len(polls) >= 20  # epoch 0: REQUEST every grant_poll_ns (2 ms)
+        assert a.stats()["safs"]["lease_fallbacks"] >= 1
+        sw.answering = True  # the grant comes back on the next poll
+        done = _by_role(wait_events([a, b], 2))
+        assert done["receiver"]["bytes"] == size and done["sender"]["fallbacks"] >= 1
+    finally:
+        sw.close()
+
+
+def test_lost_data_is_recovered(agents: Agents) -> None:
+    net = _subnet()
+    a_ip, b_ip, sw_ip = net + "1", net + "2", net + "3"
+    sw = GrantResponder(sw_ip, b_ip, 40 * MBIT, drop_every=25)
+    try:
+        a = agents.start("a", a_ip, "--default-rate-bps", str(10 * MBIT))
+        b = agents.start("b", b_ip)
+        size = 300_000
+        b.expect(31, a_ip, size, "safs")
+        a.send(31, sw_ip, size, "safs")
+        done = _by_role(wait_events([a, b], 2))
+        assert done["receiver"]["bytes"] == size
+        assert done["sender"]["retransmitted_bytes"] > 0
+        assert b.stats()["safs"]["nacks_sent"] >= 1
+    finally:
+        sw.close()
+
+
+# ---- TCP baseline and background -------------------------------------------------------------
+def test_tcp_baseline_and_states_congestion_control(agents: Agents) -> None:
+    net = _subnet()
+    a = agents.start("a", net + "1")
+    b = agents.start("b", net + "2")
+    reply = b.expect(41, net + "1", 3_000_000, "tcp")
+    a.send(41, net + "2", 3_000_000, "tcp", port=reply["port"], flow_class="background")
+    done = _by_role(wait_events([a, b], 2))
+    assert done["receiver"]["bytes"] == 3_000_000 and done["sender"]["transport"] == "tcp"
+    tcp = a.stats()["tcp"]
+    available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    assert tcp["tcp_congestion_control"] in available
+    assert tcp["tcp_congestion_control"] == ("dctcp" if "dctcp" in available else "cubic")
+    assert tcp["tcp_ecn"] in (0, 1, 2) and tcp["bytes_sent"] == 3_000_000
+
+
+def test_background_generator_draws_flows_from_a_shipped_distribution(agents: Agents) -> None:
+    net = _subnet()
+    a = agents.start("a", net + "1")
+    b = agents.start("b", net + "2")
+    reply = a.background(dst_ips=[net + "2"], distribution="homa_DCTCP_MsgSizeDist.txt", load=0.5,
+                         link_rate_bps=50 * MBIT, duration_ns=300_000_000, flow_id_base=1000,
+                         max_size_bytes=200_000, seed=3)
+    assert reply["mean_gap_ns"] > 0
+    time.sleep(0.35)
+    started = a.stats()["background"][0]["started"]
+    assert started >= 1
+    received = [e for e in wait_events([b], started) if e["role"] == "receiver"]
+    assert len(received) == started
+    assert all(1000 <= e["flow_id"] < 1000 + started and 1 <= e["bytes"] <= 200_000 for e in received)
+
+
+# ---- control protocol ------------------------------------------------------------------------
+BAD_REQUESTS = [
+    ({"op": "fly"}, "op"),
+    ({"op": "send", "flow_id": 0, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "safs"}, "flow_id"),
+    ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.300", "size_bytes": 1, "transport": "safs"}, "dst_ip"),
+    ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 0, "transport": "safs"}, "size_bytes"),
+    ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "quic"}, "transport"),
+    ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "safs",
+      "flow_class": "urgent"}, "flow_class"),
+    ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "safs",
+      "no_bubble_ts_ns": -5}, "no_bubble_ts_ns"),
+    ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "safs",
+      "label": "x" * 129}, "label"),
+    ({"op": "expect", "flow_id": 1, "src_ip": "10.0.0.1", "size_bytes": 1 << 48, "transport": "safs"}, "size_bytes"),
+    ({"op": "background", "dst_ips": ["10.0.0.2"], "distribution": "nope.txt", "load": 0.5,
+      "link_rate_bps": 1, "duration_ns": 1, "flow_id_base": 1}, "distribution"),
+    ({"op": "background", "dst_ips": ["10.0.0.2"], "distribution": "homa_DCTCP_MsgSizeDist.txt",
+      "load": 1.5, "link_rate_bps": 1, "duration_ns": 1, "flow_id_base": 1}, "load"),
+    ({"op": "background", "dst_ips": ["10.0.0.2", "ten"], "distribution": "homa_DCTCP_MsgSizeDist.txt",
+      "load": 0.5, "link_rate_bps": 1, "duration_ns": 1, "flow_id_base": 1}, "dst_ips"),
+]
+
+
+def test_bad_requests_name_the_field_and_agent_keeps_running(agents: Agents) -> None:
+    net = _subnet()
+    a = agents.start("a", net + "1")
+    for request_, field in BAD_REQUESTS:
+        with pytest.raises(InvalidInput) as err:
+            a.request(request_)
+        assert err.value.field == field and err.value.message, request_
+        assert a.stats()["ok"] is True  # still serving, nothing changed
+        assert a.stats()["active"] == {"safs_senders": 0, "tcp_senders": 0, "safs_receivers_incomplete": 0}
+        assert a.stats()["background"] == []
+
+
+def test_raw_protocol_errors_and_duplicate_flow(agents: Agents, tmp_path: Path) -> None:
+    net = _subnet()
+    a = agents.start("a", net + "1", "--default-rate-bps", str(MBIT))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+        raw.connect(str(tmp_path / "a.sock"))
+        f = raw.makefile("rwb")
+        for line in (b"not json\n", b"[1, 2]\n"):
+            f.write(line)
+            f.flush()
+            reply = json.loads(f.readline())
+            assert reply["ok"] is False and reply["error"].startswith("request: ")
+    a.send(5, net + "9", 10_000_000, "safs")  # nobody listens: it keeps sending at 1 Mbit/s
+    with pytest.raises(InvalidInput) as err:
+        a.send(5, net + "9", 10_000, "safs")
+    assert err.value.field == "flow_id"
+    with pytest.raises(InvalidInput) as err:
+        a.send(6, net + "1", 10_000, "safs")
+    assert err.value.field == "dst_ip"
+    assert a.stats()["active"]["safs_senders"] == 1
+
+
+def test_dst_host_required_with_hint_address(agents: Agents, tmp_path: Path) -> None:
+    net = _subnet()
+    a = agents.start("a", net + "1", "--hint-addr", f"unix:{tmp_path}/nobody.sock")
+    with pytest.raises(InvalidInput) as err:
+        a.send(7, net + "2", 1000, "safs")
+    assert err.value.field == "dst_host"
+    a.send(7, net + "2", 1000, "tcp")  # TCP flows are not hinted
+    a.shutdown()
+
+
+# ---- two network namespaces and a veth pair (root) -------------------------------------------
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+@pytest.mark.root
+def test_two_namespaces_over_veth(agents: Agents) -> None:
+    if not shutil.which("ip"):
+        pytest.skip("needs iproute2: ip is not on PATH")
+    tag = f"{os.getpid() % 10000}{random.randint(0, 99)}"
+    ns1, ns2 = f"safsA{tag}", f"safsB{tag}"
+    created: list[str] = []
+    try:
+        for ns in (ns1, ns2):
+            _ip("netns", "add", ns)
+            created.append(ns)
+        _ip("link", "add", f"va{tag}", "netns", ns1, "type", "veth", "peer", "name", f"vb{tag}", "netns", ns2)
+        for ns, dev, addr in ((ns1, f"va{tag}", "10.77.0.1/24"), (ns2, f"vb{tag}", "10.77.0.2/24")):
+            _ip("-n", ns, "addr", "add", addr, "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        a = agents.start("a", "10.77.0.1", "--set-tcp-ecn", "--default-rate-bps", str(20 * MBIT),
+                         prefix=("ip", "netns", "exec", ns1))
+        b = agents.start("b", "10.77.0.2", "--set-tcp-ecn", prefix=("ip", "netns", "exec", ns2))
+        b.expect(51, "10.77.0.1", 400_000, "safs")
+        b.expect(52, "10.77.0.1", 2_000_000, "tcp")
+        a.send(51, "10.77.0.2", 400_000, "safs")  # no switch: default grant rate, REQUESTs ignored
+        a.send(52, "10.77.0.2", 2_000_000, "tcp")
+        done = [e for e in wait_events([a, b], 4) if e["event"] == "done"]
+        assert {(e["flow_id"], e["role"]) for e in done} == {(51, "sender"), (51, "receiver"),
+                                                             (52, "sender"), (52, "receiver")}
+        assert a.stats()["tcp"]["tcp_ecn"] == 1 and b.stats()["tcp"]["tcp_ecn"] == 1
+        assert b.stats()["safs"]["data_packets_received"] >= 400_000 // 1436
+    finally:
+        codes = agents.stop_all()
+        agents.procs.clear()
+        for ns in created:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    assert all(code == 0 for code in codes), codes
