@@ -26,7 +26,9 @@ import pytest
 from safs.controller_app import fabric_clock
 from safs.emu.control import AgentClient
 from safs.errors import InvalidInput
+from safs.hintapi.server import start
 from safs.packet import parse_safs
+from safs.pipeline_model import PipelineModel
 from safs.protocol import (
     HEADER_LEN,
     SAFS_UDP_PORT,
@@ -37,6 +39,8 @@ from safs.protocol import (
     rate_bps_to_kbps,
     unpack_header,
 )
+from safs.scheduler import Scheduler, SchedulerConfig
+from two_tors import two_tors  # the shared two-ToR test topology
 
 ETH_IP_UDP = 14 + 20 + 8  # wire bytes around the UDP payload (protocol.WIRE_OVERHEAD_BYTES - 36)
 MBIT = 1_000_000
@@ -208,22 +212,22 @@ def test_paces_at_grant_reuses_it_renews_lease_and_takes_inband_push(agents: Age
         rate1 = sw.rate_bps_between(t_start + 0.1, t_push)
         rate2 = sw.rate_bps_between(t_push + 0.03, t_end - 0.01)
         print(f"granted {granted/MBIT} Mbit/s: achieved {rate1/MBIT:.2f}; pushed {pushed/MBIT}: achieved {rate2/MBIT:.2f}")
-        assert 0.8 * granted <= rate1 <= 1.1 * granted
-        assert 0.75 * pushed <= rate2 <= 1.1 * pushed
-        assert sw.pushes >= 1 and any(ep == 2 for _, _, ep in sw.data)
+        assert 0.8 * granted <= rate1 <= 1.1 * granted, rate1
+        assert 0.75 * pushed <= rate2 <= 1.1 * pushed, rate2
+        assert sw.pushes >= 1 and any(ep == 2 for _, _, ep in sw.data), sw.pushes
         # Grant reuse: REQUESTs grow with the lease, not with DATA packets.
         duration = t_end - t_start
         renewals_max = duration / (0.75 * lease_ns / 1e9) + 3
         sender = done["sender"]
         assert sender["requests"] == len(sw.requests)
         assert 1 + int(duration / (lease_ns / 1e9)) <= sender["requests"] <= renewals_max, (sender, duration)
-        assert sender["data_packets"] >= 20 * sender["requests"]
-        assert sender["fallbacks"] == 0
+        assert sender["data_packets"] >= 20 * sender["requests"], sender
+        assert sender["fallbacks"] == 0, sender
         # FCT from the receiver's finish (fabric time) is consistent with the two rates.
         fct_s = (done["receiver"]["finish_ns"] - sender["start_ns"]) / 1e9
         assert 0.5 < fct_s < 1.2, fct_s
         stats = a.stats()["safs"]
-        assert stats["lease_fallbacks"] == 0 and stats["grants_received"] >= sender["requests"]
+        assert stats["lease_fallbacks"] == 0 and stats["grants_received"] >= sender["requests"], stats
     finally:
         sw.close()
 
@@ -371,6 +375,43 @@ def test_dst_host_required_with_hint_address(agents: Agents, tmp_path: Path) -> 
     assert err.value.field == "dst_host"
     a.send(7, net + "2", 1000, "tcp")  # TCP flows are not hinted
     a.shutdown()
+
+
+def test_announces_and_completes_over_the_hint_api_on_a_unix_socket(agents: Agents, tmp_path: Path) -> None:
+    """A real hint server (gRPC on unix:PATH, a Scheduler over PipelineModel targets of the
+    shared two-ToR topology) sees the agent's Announce (names, class, label, timestamp) and
+    its Complete after the receiver's DONE."""
+    topo = two_tors()
+    targets = {sw: PipelineModel(sw, fabric_clock) for sw in topo.switches()}
+    sched = Scheduler(topo, targets, SchedulerConfig())
+    sched.setup(fabric_clock())
+    server = start(sched, f"unix:{tmp_path}/hints.sock", fabric_clock)
+    net = _subnet()
+    try:
+        a = agents.start("a", net + "1", "--hint-addr", f"unix:{tmp_path}/hints.sock",
+                         "--default-rate-bps", str(20 * MBIT))
+        b = agents.start("d", net + "2")
+        deadline = fabric_clock() + 2 * 10**9
+        b.expect(71, net + "1", 200_000, "safs")
+        a.send(71, net + "2", 200_000, "safs", dst_host="d", no_bubble_ts_ns=deadline, label="job/s1/mb0",
+               send_at_ns=fabric_clock() + 200_000_000)  # announced at once, data 200 ms later
+        t_end = time.monotonic() + 5
+        while 71 not in sched.registry and time.monotonic() < t_end:
+            time.sleep(0.005)
+        with server.servicer.lock:
+            hint = sched.registry.get(71)
+        assert (hint.sender, hint.receiver, hint.label, hint.flow_class.value, hint.no_bubble_ts_ns) == \
+            ("a", "d", "job/s1/mb0", "pipeline", deadline % (1 << 48))
+        done = _by_role(wait_events([a, b], 2))
+        assert done["receiver"]["bytes"] == 200_000
+        assert done["sender"]["start_ns"] - deadline + 2 * 10**9 >= 150_000_000  # waited for send_at
+        while a.stats()["hints"]["completed"] < 1 and time.monotonic() < t_end:
+            time.sleep(0.005)
+        hints = a.stats()["hints"]
+        assert (hints["announced"], hints["completed"], hints["errors"]) == (1, 1, 0), hints
+        assert 71 not in sched.registry
+    finally:
+        server.stop()
 
 
 # ---- two network namespaces and a veth pair (root) -------------------------------------------

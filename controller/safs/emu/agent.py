@@ -64,7 +64,8 @@ class Agent:
         self.events: list[dict[str, Any]] = []
         self.cfg = emu_config(args.default_rate_bps, args.mtu_bytes, args.unscheduled_bytes)
         self.safs = SafsEndpoint(self.loop, args.ip, self.cfg, args.line_rate_bps,
-                                 self._sender_done("safs"), self._receiver_done("safs"))
+                                 self._sender_done("safs"), self._receiver_done("safs"),
+                                 burst_bytes=args.pace_burst_bytes)
         self.tcp = TcpEndpoint(self.loop, args.ip, args.tcp_port, self._sender_done("tcp"),
                                self._receiver_done("tcp"), self._tcp_error, set_ecn=args.set_tcp_ecn)
         self.tcp_sending: set[int] = set()
@@ -232,7 +233,8 @@ class Agent:
                        "safs_receivers_incomplete": sum(1 for r in self.safs.receivers.values() if r.got is not None)},
             "config": {"default_rate_bps": self.cfg.default_rate_bps, "line_rate_bps": self.args.line_rate_bps,
                        "mtu_bytes": self.cfg.mtu_bytes, "segment_bytes": self.cfg.segment_bytes,
-                       "unscheduled_bytes": self.cfg.unscheduled_bytes, "grant_poll_ns": self.cfg.grant_poll_ns,
+                       "unscheduled_bytes": self.cfg.unscheduled_bytes, "pace_burst_bytes": self.safs.burst_bytes,
+                       "grant_poll_ns": self.cfg.grant_poll_ns,
                        "renew_fraction": self.cfg.renew_fraction, "rto_ns": self.cfg.rto_ns,
                        "reorder_window_ns": self.cfg.reorder_window_ns},
         }
@@ -270,6 +272,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mtu-bytes", type=_positive, default=1500)
     p.add_argument("--unscheduled-bytes", type=int, default=SchedulerConfig().unscheduled_bytes,
                    help="first bytes of a flow sent at line rate before any grant (match the scheduler's)")
+    p.add_argument("--pace-burst-bytes", type=_positive, default=None,
+                   help="token-bucket depth of SAFS pacing, wire bytes (default: half of --unscheduled-bytes; "
+                        "keep it within the switch meter's burst so catch-up bursts stay green)")
     p.add_argument("--tcp-port", type=_positive, default=DEFAULT_TCP_PORT, help="TCP listening port (baseline)")
     p.add_argument("--set-tcp-ecn", action="store_true",
                    help="write net.ipv4.tcp_ecn=1 in this network namespace at start")

@@ -13,7 +13,8 @@ probe of the last segment after ``rto_ns`` (doubling to ``rto_max_ns``).
 
 What differs from the simulator is time: timers run on ``time.monotonic_ns`` in a
 :class:`safs.emu.loop.Loop` that wakes with ~50 µs precision, so pacing is a token bucket
-holding at most half of ``unscheduled_bytes`` (at least two full packets) of credit: the average
+holding at most ``burst_bytes`` (default half of ``unscheduled_bytes``, at least two full
+packets) of credit: the average
 rate holds when a wake-up is late (a busy machine deschedules the agent for milliseconds), and
 a catch-up burst stays within the switch meter's burst, which is at least ``unscheduled_bytes``
 (``SchedulerConfig.meter_for``), so it stays green. Emulated RTTs through BMv2 are about a millisecond, not microseconds,
@@ -120,6 +121,8 @@ class SafsEndpoint:
         on_receiver_done: ``f(flow_id, finish_ns, size_bytes)`` when the last byte arrived
             (``finish_ns`` fabric time).
         port: UDP port (default and on the wire: 23285; another only for tests).
+        burst_bytes: token-bucket depth of each sender, wire bytes (None: half of
+            ``config.unscheduled_bytes``; never below two full packets).
 
     Raises:
         OSError: the socket cannot be bound.
@@ -127,8 +130,10 @@ class SafsEndpoint:
 
     def __init__(self, loop: Loop, ip: str, config: SafsConfig, line_rate_bps: int,
                  on_sender_done: Callable[[int, dict], None],
-                 on_receiver_done: Callable[[int, int, int], None], port: int = SAFS_UDP_PORT) -> None:
+                 on_receiver_done: Callable[[int, int, int], None], port: int = SAFS_UDP_PORT,
+                 burst_bytes: int | None = None) -> None:
         self.loop = loop
+        self.burst_bytes = config.unscheduled_bytes // 2 if burst_bytes is None else burst_bytes
         self.ip = ip
         self.port = port
         self.cfg = config
@@ -274,7 +279,7 @@ class SafsSender:
         self.poll_timer: Timer | None = None
         self.requests = self.grants = self.data_packets = self.retransmitted_bytes = self.fallbacks = 0
         self.buf = bytearray(HEADER_LEN + self.seg)
-        self.burst_bytes = max(2 * (self.seg + WIRE_OVERHEAD_BYTES), ep.cfg.unscheduled_bytes // 2)
+        self.burst_bytes = max(2 * (self.seg + WIRE_OVERHEAD_BYTES), ep.burst_bytes)
 
     # ---- control messages ------------------------------------------------------------------
     def _request(self) -> None:
