@@ -25,6 +25,7 @@ import pytest
 
 from safs.controller_app import fabric_clock
 from safs.emu.control import AgentClient
+from safs.emu.driver import RealtimeNetwork
 from safs.errors import InvalidInput
 from safs.hintapi.server import start
 from safs.packet import parse_safs
@@ -40,6 +41,7 @@ from safs.protocol import (
     unpack_header,
 )
 from safs.scheduler import Scheduler, SchedulerConfig
+from safs.workloads.api import FlowSpec
 from two_tors import two_tors  # the shared two-ToR test topology
 
 ETH_IP_UDP = 14 + 20 + 8  # wire bytes around the UDP payload (protocol.WIRE_OVERHEAD_BYTES - 36)
@@ -412,6 +414,42 @@ def test_announces_and_completes_over_the_hint_api_on_a_unix_socket(agents: Agen
         assert 71 not in sched.registry
     finally:
         server.stop()
+
+
+class _ThreeFlows:
+    """A workload: two pipeline flows into c (one starting 50 ms later) and one background."""
+
+    def __init__(self) -> None:
+        self.finished: dict[str, int] = {}
+
+    def start(self, api) -> None:  # noqa: ANN001 - safs.workloads.api.WorkloadAPI
+        for spec, at in ((FlowSpec("a", "c", 150_000, 400_000_000, "p/a->c"), 0),
+                         (FlowSpec("b", "c", 150_000, 400_000_000, "p/b->c"), 50_000_000),
+                         (FlowSpec("a", "b", 500_000, None, "bg/a->b", "background"), 0)):
+            api.start_flow(spec, lambda t, label=spec.label: self.finished.__setitem__(label, t), send_at_ns=at)
+
+    def done(self) -> bool:
+        return len(self.finished) == 3
+
+
+@pytest.mark.parametrize("policy", ["safs", "dctcp"])
+def test_driver_runs_a_workload_over_real_agents(agents: Agents, policy: str) -> None:
+    """emu-net's RealtimeNetwork driving three real agents (no switch: SAFS flows keep the
+    default grant): every flow finishes, no FCT is shorter than its bytes at the rate."""
+    net = _subnet()
+    ips = {"a": net + "1", "b": net + "2", "c": net + "3"}
+    rate = 20 * MBIT
+    clients = {h: agents.start(h, ip, "--default-rate-bps", str(rate), "--line-rate-bps", str(rate))
+               for h, ip in ips.items()}
+    run = RealtimeNetwork(clients, ips, policy)
+    workload = _ThreeFlows()
+    run.run(workload, max_time_ns=10 * 10**9)
+    records = {r.label: r for r in run.records()}
+    assert workload.done() and all(r.finish_ns is not None for r in records.values()), records
+    for r in records.values():
+        if r.flow_class == "pipeline" and policy == "safs":
+            assert r.finish_ns - r.start_ns >= (r.size_bytes - 32_768) * 8 * 10**9 // rate
+    assert records["p/b->c"].start_ns >= 50_000_000
 
 
 # ---- two network namespaces and a veth pair (root) -------------------------------------------
