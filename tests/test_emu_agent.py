@@ -457,6 +457,21 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True)
 
 
+# Prints the UDP checksum of the first SAFS frame seen on the namespace's interfaces.
+CAPTURE_UDP_CHECKSUM = """
+import socket, struct
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
+s.settimeout(10)
+print("listening", flush=True)
+while True:
+    f = s.recv(2048)
+    ihl = (f[14] & 0x0F) * 4
+    if f[23] == 17 and struct.unpack_from("!H", f, 14 + ihl + 2)[0] == 23285:
+        print("udp checksum", struct.unpack_from("!H", f, 14 + ihl + 6)[0])
+        break
+"""
+
+
 @pytest.mark.root
 def test_two_namespaces_over_veth(agents: Agents) -> None:
     if not shutil.which("ip"):
@@ -476,6 +491,9 @@ def test_two_namespaces_over_veth(agents: Agents) -> None:
         a = agents.start("a", "10.77.0.1", "--set-tcp-ecn", "--default-rate-bps", str(20 * MBIT),
                          prefix=("ip", "netns", "exec", ns1))
         b = agents.start("b", "10.77.0.2", "--set-tcp-ecn", prefix=("ip", "netns", "exec", ns2))
+        capture = subprocess.Popen(["ip", "netns", "exec", ns2, sys.executable, "-c", CAPTURE_UDP_CHECKSUM],
+                                   stdout=subprocess.PIPE, text=True)
+        assert capture.stdout.readline().strip() == "listening"  # type: ignore[union-attr]
         b.expect(51, "10.77.0.1", 400_000, "safs")
         b.expect(52, "10.77.0.1", 2_000_000, "tcp")
         a.send(51, "10.77.0.2", 400_000, "safs")  # no switch: default grant rate, REQUESTs ignored
@@ -485,6 +503,8 @@ def test_two_namespaces_over_veth(agents: Agents) -> None:
                                                              (52, "sender"), (52, "receiver")}
         assert a.stats()["tcp"]["tcp_ecn"] == 1 and b.stats()["tcp"]["tcp_ecn"] == 1
         assert b.stats()["safs"]["data_packets_received"] >= 400_000 // 1436
+        out, _ = capture.communicate(timeout=10)
+        assert out.strip() == "udp checksum 0"  # docs/protocol.md: SAFS packets carry checksum 0
     finally:
         codes = agents.stop_all()
         agents.procs.clear()

@@ -51,6 +51,7 @@ NS_PER_S = 1_000_000_000
 MAX_PACKETS_PER_WAKE = 64  # one flow never holds the loop longer than this many sends
 RECV_BATCH = 256  # datagrams read per readable event
 SOCKET_BUFFER_BYTES = 4 << 20
+SO_NO_CHECK = 11  # Linux <asm-generic/socket.h>: send UDP over IPv4 with checksum 0 (not in Python's socket)
 _DATA, _REQUEST, _GRANT, _DONE = (int(t) for t in (MsgType.DATA, MsgType.REQUEST, MsgType.GRANT, MsgType.DONE))
 
 
@@ -147,6 +148,10 @@ class SafsEndpoint:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
+        try:  # docs/protocol.md: SAFS packets carry UDP checksum 0 (switches rewrite fields)
+            self.sock.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
+        except OSError:
+            pass  # not Linux: the receiver's ToR zeroes the checksum when it rewrites a field
         self.sock.bind((ip, port))
         self.sock.setblocking(False)
         self._rbuf = bytearray(65536)
