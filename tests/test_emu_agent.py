@@ -263,6 +263,32 @@ def test_falls_back_to_default_rate_when_grants_stop(agents: Agents) -> None:
         sw.close()
 
 
+def test_default_grant_applies_when_the_switch_drops_the_flows_grant(agents: Agents) -> None:
+    """docs/protocol.md rule 2: an epoch-0 GRANT (no grant installed any more) applies at once,
+    even while the sender holds epoch 1 with lease left; it is not a lease fallback."""
+    net = _subnet()
+    a_ip, b_ip, sw_ip = net + "1", net + "2", net + "3"
+    default, granted = 5 * MBIT, 25 * MBIT
+    sw = GrantResponder(sw_ip, b_ip, granted, epoch=1, lease_ns=100_000_000)
+    try:
+        a = agents.start("a", a_ip, "--default-rate-bps", str(default))
+        b = agents.start("b", b_ip)
+        size = 1_000_000
+        b.expect(25, a_ip, size, "safs")
+        a.send(25, sw_ip, size, "safs")
+        time.sleep(0.15)
+        sw.install(default, epoch=0)  # the controller removed the grant: REQUESTs get the default
+        t_removed = time.monotonic()
+        time.sleep(0.4)  # the renewal REQUEST (at 75 ms of the lease) brings the epoch-0 GRANT
+        rate = sw.rate_bps_between(t_removed + 0.15, t_removed + 0.4)
+        print(f"after the grant was removed: {rate / MBIT:.2f} Mbit/s (default {default / MBIT})")
+        assert 0.7 * default <= rate <= 1.3 * default, rate
+        done = _by_role(wait_events([a, b], 2))
+        assert done["receiver"]["bytes"] == size and done["sender"]["fallbacks"] == 0, done
+    finally:
+        sw.close()
+
+
 def test_lost_data_is_recovered(agents: Agents) -> None:
     net = _subnet()
     a_ip, b_ip, sw_ip = net + "1", net + "2", net + "3"
