@@ -395,6 +395,16 @@ def test_raw_protocol_errors_and_duplicate_flow(agents: Agents, tmp_path: Path) 
     assert a.stats()["active"]["safs_senders"] == 1
 
 
+def test_setup_errors_exit_2_with_a_message(tmp_path: Path) -> None:
+    base = [sys.executable, "-m", "safs.emu.agent", "--host", "a", "--control", str(tmp_path / "a.sock")]
+    for extra, text in ((["--ip", "192.0.2.1"], "Cannot assign requested address"),  # not on this host
+                        (["--ip", "10.0.0.256"], "--ip: must be an IPv4 address"),
+                        (["--ip", "127.0.0.1", "--default-rate-bps", "0"], "--default-rate-bps: must be an integer > 0")):
+        proc = subprocess.run(base + extra, capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2 and text in proc.stderr, (extra, proc.stderr)
+        assert not (tmp_path / "a.sock").exists()
+
+
 def test_dst_host_required_with_hint_address(agents: Agents, tmp_path: Path) -> None:
     net = _subnet()
     a = agents.start("a", net + "1", "--hint-addr", f"unix:{tmp_path}/nobody.sock")

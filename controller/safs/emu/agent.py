@@ -100,7 +100,7 @@ class Agent:
         self.safs.close()
         self.tcp.close()
         if self.hint_pool is not None:
-            self.hint_pool.shutdown(wait=True, cancel_futures=False)
+            self.hint_pool.shutdown(wait=True, cancel_futures=True)  # queued calls dropped; a running one ends within its timeout
         if self.hints is not None:
             self.hints.close()
         self.loop.close()
