@@ -221,6 +221,11 @@ def test_safs_refreshes_on_newer_epoch_pushed_in_band() -> None:
     tx2.epoch, tx2.rate_bps = 2, 8 * G
     tx2.receive(late)
     assert (tx2.epoch, tx2.rate_bps) == (2, 8 * G)
+    # ... but the switch's default grant (epoch 0: no entry installed) always applies (rule 2)
+    default = Packet(net.hosts["h0"].ip, net.hosts["h1"].ip, PROTO_UDP, 1, 1, 78)
+    default.safs_type, default.epoch, default.rate_kbps = int(MsgType.GRANT), EPOCH_NONE, 3_000_000
+    tx2.receive(default)
+    assert (tx2.epoch, tx2.rate_bps) == (EPOCH_NONE, 3 * G)
 
 
 def test_safs_recovers_lost_data_and_lost_done() -> None:

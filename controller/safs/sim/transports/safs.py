@@ -6,8 +6,9 @@ Sender (../shared/BRIEF.md, "Design decisions / How grants reach senders"):
   DATA at the default rate (``SafsConfig.default_rate_bps``; the same number the controller
   installs as the switch's default grant).
 - A GRANT with a newer epoch (``safs.protocol.epoch_newer``) replaces rate and epoch; a GRANT
-  with the current epoch renews the lease; older GRANTs are ignored. Epoch 0 (``EPOCH_NONE``)
-  is the switch's default grant: its rate is used, it carries no lease.
+  with the current epoch renews the lease; older GRANTs are ignored, except epoch 0
+  (``EPOCH_NONE``), the switch's default grant (no entry installed for the flow), which always
+  applies (docs/protocol.md rule 2): its rate is used, it carries no lease.
 - DATA is paced per flow: after a packet of ``size`` wire bytes the next one may leave
   ``ceil(size*8e9/rate)`` ns later (a token bucket with a one-packet burst). Flows of a host
   share its NIC FIFO.
@@ -378,8 +379,8 @@ class SafsSender:
     def _on_grant(self, pkt: Packet) -> None:
         epoch = pkt.epoch
         newer = epoch_newer(epoch, self.epoch)
-        if not newer and epoch != self.epoch:
-            return  # stale grant
+        if not newer and epoch != self.epoch and epoch != EPOCH_NONE:
+            return  # stale grant (epoch 0, the switch's default grant, always applies: protocol rule 2)
         now = self.engine.now
         rate = pkt.rate_kbps * 1000
         if epoch == EPOCH_NONE:  # the switch's default grant: no lease
