@@ -5,8 +5,7 @@ the specification): REQUEST at flow start, the first ``unscheduled_bytes`` at li
 DATA paced at the held grant (default rate, epoch 0, until a GRANT arrives); a GRANT with a
 newer epoch replaces the grant, the same epoch renews the lease, an older one is ignored, epoch
 0 always applies (docs/protocol.md, "Grants", rule 2: the switch has no grant for the flow any
-more; the simulator's sender ignores an epoch-0 GRANT while it holds a newer epoch, and relies
-on the lease running out instead); a REQUEST at ``renew_fraction`` of the lease renews it; an expired lease falls
+more); a REQUEST at ``renew_fraction`` of the lease renews it; an expired lease falls
 back to the default rate and epoch 0; while holding epoch 0 or a grant too slow for in-band
 pushes (``SLOW_GAP_POLLS``) the sender re-sends a REQUEST every ``grant_poll_ns``; every DATA
 carries remaining bytes, latest start and its epoch, so the receiver's ToR pushes newer grants
