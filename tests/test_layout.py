@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -20,5 +21,7 @@ def test_mininet_folder_never_shadows_the_real_mininet_package() -> None:
              "print(json.dumps(None if s is None else s.origin))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     origin = out.stdout.strip()
-    # None (absent), null (namespace: no code) or a real module file outside the repository.
-    assert origin in ("null", "None") or not origin.strip('"').startswith(str(ROOT))
+    # None (absent), null (namespace: no code) or a real module file that is not in ./mininet/
+    # (a .venv inside the repository may hold Debian's package, linked in: docs/mininet.md).
+    if origin not in ("null", "None"):
+        assert not Path(json.loads(origin)).resolve().is_relative_to(ROOT / "mininet")
