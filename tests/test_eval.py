@@ -159,3 +159,17 @@ def test_eval_writes_results_samples_summary_and_plots(tmp_path: Path, capsys: p
             assert (d / "plots" / f"{metric}.{ext}").stat().st_size > 1000
     assert (d / "summary.csv").read_text().startswith("policy,background_flows,load,runs,")
     assert "95% t-interval" in capsys.readouterr().out
+
+
+def test_ablation_shares_of_the_gain() -> None:
+    from safs.eval.experiments import ablation
+
+    def row(policy: str, bulk: int, value: float) -> dict:
+        return {"policy": policy, "background_flows": bulk, "m_mean": value}
+
+    rows = [row("dctcp", 2, 100.0), row("safs", 2, 50.0), row("safs-no-grants", 2, 90.0),
+            row("safs-no-classes", 2, 50.0), row("dctcp", 0, 50.0), row("safs", 0, 50.2)]
+    (only,) = ablation(rows, "m")  # bg=0: SAFS gains nothing there, so no row
+    assert only["background_flows"] == 2 and only["gain"] == pytest.approx(50.0)
+    assert only["kept_without_grants"] == pytest.approx(0.2)  # grants carried 80% of the gain
+    assert only["kept_without_classes"] == pytest.approx(1.0)

@@ -36,6 +36,8 @@ def add_parser(sub: Any, int_list: Any, name_list: Any) -> None:
                     help="run on an existing Ray cluster instead (auto, ray://host:10001, or local)")
     ev.add_argument("--quick", action="store_true", help="smoke-size runs (fewer steps, seeds and levels)")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
+    ev.add_argument("--replot", action="store_true",
+                    help="no runs: redo summaries and plots from OUT/NAME/results.json and samples.jsonl")
 
 
 def _fmt(mean: float, half: float) -> str:
@@ -61,6 +63,17 @@ def _verdict_table(name: str, verdict: list[dict[str, Any]]) -> Table:
         table.add_column(col)
     for v in verdict:
         table.add_row(v["check"], v["ours"], v["paper"], "yes" if v["pass"] else "NO")
+    return table
+
+
+def _ablation_table(name: str, rows: list[dict[str, Any]]) -> Table:
+    table = Table(title=f"{name}: share of SAFS's gain over {rows[0]['reference']} kept by each ablation "
+                        f"({rows[0]['metric']})")
+    for col in ("bg", "gain", "without grants", "without classes"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(str(r["background_flows"]), f"{r['gain']:.4g}", f"{r['kept_without_grants']:.0%}",
+                      f"{r['kept_without_classes']:.0%}")
     return table
 
 
@@ -114,6 +127,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
                 raise InvalidInput("--policies", f"unknown policy {p!r}; valid: {', '.join(POLICIES)}")
         overrides["policies"] = args.policies
     # Load and check every scenario before the first run.
+    if args.replot:
+        return _replot(args, console, exps)
     scenarios = []
     for e in exps:
         scenario = e.load(args.quick, overrides)
@@ -142,6 +157,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.print(_summary_table(e, result["summary"]))
         if result["verdict"]:
             console.print(_verdict_table(e.name, result["verdict"]))
+        if result["ablation"]:
+            console.print(_ablation_table(e.name, result["ablation"]))
         console.print(f"{e.name}: {len(mine)} runs -> {args.out / e.name} (results.json/csv, samples.jsonl, "
                       f"summary.csv/json, {len(result['plots'])} plot files)")
     if run_checks:
@@ -151,6 +168,31 @@ def run(args: argparse.Namespace, console: Console) -> int:
     console.print(f"simulated {len(flat)} runs in {timings['simulation_wall_s']:.0f} s "
                   f"({'Ray ' + args.ray if args.ray else f'{check_jobs(args.jobs)} local worker(s)'})")
     return status
+
+
+def _replot(args: argparse.Namespace, console: Console, exps: list[Any]) -> int:
+    """Summaries and plots of earlier runs, from their results.json and samples.jsonl."""
+    from safs.eval.experiments import write_outputs
+    from safs.runner import RunOutput
+
+    for e in exps:
+        d = args.out / e.name
+        try:
+            records = json.loads((d / "results.json").read_text())
+            lines = [json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()]
+        except (OSError, ValueError) as exc:
+            raise InvalidInput("--out", f"cannot read earlier results in {d}: {exc}") from None
+        if len(lines) != len(records):
+            raise InvalidInput("--out", f"{d}: samples.jsonl has {len(lines)} lines for {len(records)} records")
+        records = [{k: (float("nan") if v is None else v) for k, v in r.items()} for r in records]
+        samples = [{k: v for k, v in x.items() if isinstance(v, list)} for x in lines]
+        result = write_outputs(e, [RunOutput(r, s) for r, s in zip(records, samples)], d)
+        console.print(_summary_table(e, result["summary"]))
+        if result["verdict"]:
+            console.print(_verdict_table(e.name, result["verdict"]))
+        if result["ablation"]:
+            console.print(_ablation_table(e.name, result["ablation"]))
+    return 0
 
 
 def _checks(args: argparse.Namespace, console: Console, ex: Any, map_ordered: Any) -> int:

@@ -134,6 +134,32 @@ def _verdict_urgent(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def ablation(rows: list[dict[str, Any]], metric: str, reference: str = "dctcp") -> list[dict[str, Any]]:
+    """How much of SAFS's gain over ``reference`` each ablation keeps, per background level.
+
+    gain = mean(reference) - mean(safs) of ``metric`` (lower is better); an ablation keeps
+    ``(mean(reference) - mean(ablation)) / gain`` of it (1: the removed mechanism was not needed
+    here; 0: all of the gain came from it). Levels where SAFS gains less than 1% of the
+    reference are skipped (nothing to attribute). Rows: ``background_flows``, ``metric``,
+    ``gain``, ``kept_without_grants`` (policy ``safs-no-grants``), ``kept_without_classes``
+    (``safs-no-classes``); a missing policy gives NaN.
+    """
+    out = []
+    for bulk in sorted({r["background_flows"] for r in rows}):
+        ref, safs = _row(rows, reference, bulk), _row(rows, "safs", bulk)
+        if ref is None or safs is None:
+            continue
+        gain = ref[f"{metric}_mean"] - safs[f"{metric}_mean"]
+        if not gain > 0.01 * abs(ref[f"{metric}_mean"]):
+            continue
+        row: dict[str, Any] = {"background_flows": bulk, "metric": metric, "reference": reference, "gain": gain}
+        for key, policy in (("kept_without_grants", "safs-no-grants"), ("kept_without_classes", "safs-no-classes")):
+            abl = _row(rows, policy, bulk)
+            row[key] = (ref[f"{metric}_mean"] - abl[f"{metric}_mean"]) / gain if abl else float("nan")
+        out.append(row)
+    return out
+
+
 # ---- the experiments -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Experiment:
@@ -147,6 +173,7 @@ class Experiment:
         metrics: headline record keys (summarised with CIs and plotted).
         cdf: sample key (docs/results.md, "Samples") plotted as CDFs per policy, or None.
         verdict: rows comparing the summary with the paper's claim.
+        ablation_metric: the metric :func:`ablation` attributes SAFS's gain with.
     """
 
     name: str
@@ -158,6 +185,7 @@ class Experiment:
     quick: dict[str, Any] = field(default_factory=dict)
     cdf: str | None = None
     lines: bool = False  # plot metrics as lines over background flows (else grouped bars)
+    ablation_metric: str = ""
 
     def load(self, quick: bool = False, overrides: dict[str, Any] | None = None) -> Scenario:
         """The experiment's scenario with its overrides (then ``quick``'s, then ``overrides``)."""
@@ -174,14 +202,14 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment(
         "zerobubble", "ZeroBubble ZB-H1 training under 0-5 background flows: mean iteration time (/ no contention)",
         "eval/zerobubble.yaml", ("iteration_time_ms", "iteration_time_ratio", "pipeline_deadline_misses"),
-        _verdict_zerobubble, lines=True,
+        _verdict_zerobubble, lines=True, ablation_metric="iteration_time_ms",
         quick={"seeds": [1, 2], "background": {"bulk_flows": [0, 2]},
                "workload": {"kind": "zerobubble", "params": {"stages": 4, "microbatches": 4, "iterations": 1,
                                                              "compute_jitter": 0.05}}}),
     Experiment(
         "afd-16a2f", "16A2F attention-FFN disaggregated decode: TPOT p50/p99 (paper: SAFS p99 -38.7% vs D2TCP, -66.2% vs Homa)",
         "eval/afd-16a2f.yaml", ("tpot_p50_ms", "tpot_p99_ms", "pipeline_deadline_misses"), _verdict_afd,
-        cdf="tpot_ms",
+        cdf="tpot_ms", ablation_metric="tpot_p99_ms",
         quick={"seeds": [1, 2], "background": {"bulk_flows": [0, 2]},
                "workload": {"kind": "afd", "params": {"layers_simulated": 1, "decode_steps": 4,
                                                       "compute_jitter": 0.05}}}),
@@ -189,6 +217,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
         "urgent", "urgent-flow microbenchmark: urgent deadline misses and mean urgent FCT (paper: 0 misses, 14.3 ms)",
         "urgent.yaml", ("urgent_deadline_misses", "urgent_fct_mean_ms", "urgent_fct_p99_ms"), _verdict_urgent,
         overrides={"policies": ALL_POLICIES, "seeds": [1, 2, 3]}, cdf="urgent_fct_ms",
+        ablation_metric="urgent_deadline_misses",
         quick={"seeds": [1, 2], "max_time_ms": 50}),
 )}
 
@@ -230,7 +259,7 @@ def write_outputs(exp: Experiment, outputs: list[RunOutput], out_dir: Path) -> d
     with the paper), and the plots (:mod:`safs.eval.plots`).
 
     Returns:
-        ``{"summary": rows, "verdict": rows, "plots": [paths]}``.
+        ``{"summary": rows, "verdict": rows, "ablation": rows, "plots": [paths]}``.
 
     Raises:
         InvalidInput: ``out_dir`` cannot be written (field ``--out``).
@@ -247,16 +276,18 @@ def write_outputs(exp: Experiment, outputs: list[RunOutput], out_dir: Path) -> d
             fh.write(json.dumps({**{k: o.record[k] for k in identity}, **o.samples}) + "\n")
     rows = summarize(records, exp.metrics)
     verdict = exp.verdict(rows)
+    ablations = ablation(rows, exp.ablation_metric) if exp.ablation_metric else []
     clean = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
     (out_dir / "summary.json").write_text(json.dumps({"experiment": exp.name, "confidence": CONFIDENCE,
                                                       "interval": "Student-t over seeds x repetitions",
-                                                      "rows": clean, "paper": verdict}, indent=1) + "\n")
+                                                      "rows": clean, "paper": verdict,
+                                                      "ablation": ablations}, indent=1) + "\n")
     with (out_dir / "summary.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(clean[0]) if clean else ["policy"])
         writer.writeheader()
         writer.writerows(clean)
     plots = plot_experiment(exp, records, [o.samples for o in outputs], rows, out_dir / "plots")
-    return {"summary": rows, "verdict": verdict, "plots": plots}
+    return {"summary": rows, "verdict": verdict, "ablation": ablations, "plots": plots}
 
 
 # ---- the baselines' own-paper checks ---------------------------------------------------------

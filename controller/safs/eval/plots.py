@@ -55,6 +55,8 @@ def plot_experiment(exp: Any, records: list[dict[str, Any]], samples: list[dict[
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     levels = sorted({r["background_flows"] for r in rows})
     colors = {p: plt.get_cmap("tab10")(i % 10) for i, p in enumerate(policies)}
+    # Distinct dashes too, so policies with identical results (lines on top of each other) show.
+    dashes = {p: ("-", "--", ":", "-.")[i % 4] for i, p in enumerate(policies)}
     seeds = len({(r["seed"], r["repetition"]) for r in records})
     for metric in exp.metrics:
         fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -65,7 +67,8 @@ def plot_experiment(exp: Any, records: list[dict[str, Any]], samples: list[dict[
             half = np.array([p[f"{metric}_ci95"] if p else np.nan for p in pts], dtype=float)
             err = np.where(np.isnan(half), 0.0, half)
             if exp.lines:
-                ax.errorbar(levels, mean, yerr=err, label=policy, color=colors[policy], marker="o", capsize=3)
+                ax.errorbar(levels, mean, yerr=err, label=policy, color=colors[policy], marker="o", capsize=3,
+                            linestyle=dashes[policy])
             else:
                 x = np.arange(len(levels)) + (i - (len(policies) - 1) / 2) * width
                 ax.bar(x, mean, width, yerr=err, label=policy, color=colors[policy], capsize=2)
@@ -86,7 +89,7 @@ def plot_experiment(exp: Any, records: list[dict[str, Any]], samples: list[dict[
                                 if r["policy"] == policy and r["background_flows"] == bulk for v in s.get(exp.cdf, [])])
                 if len(vals):
                     ax.step(vals, np.arange(1, len(vals) + 1) / len(vals), where="post", label=policy,
-                            color=colors[policy])
+                            color=colors[policy], linestyle=dashes[policy])
             ax.set_title(f"{bulk} background flows", fontsize=9)
             ax.set_xlabel(LABELS.get(exp.cdf, exp.cdf))
             ax.grid(alpha=0.3)
