@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from safs.emu.driver import AgentError, RealtimeNetwork
+from safs.emu.control import AgentError
+from safs.emu.driver import RealtimeNetwork
 from safs.errors import InvalidInput
 from safs.timebase import TIME_MOD, wrap
 from safs.topology import load_topology
@@ -124,7 +125,7 @@ def test_transport_per_policy_and_class(topo):
         sends = [r for r in fabric.requests if r["op"] == "send"]
         assert [s["transport"] for s in sends] == [pipeline_transport, "tcp"]
         assert sends[0]["no_bubble_ts_ns"] == net.fabric(nb) and sends[1]["no_bubble_ts_ns"] is None
-        assert sends[0]["send_at_ns"] == net.fabric(1000)
+        assert sends[0]["send_at_ns"] == net.fabric(1000) and sends[0]["dst_host"] == "stage1"
         expects = [r for r in fabric.requests if r["op"] == "expect"]
         assert expects[0]["host"] == "stage1" and expects[0]["src_ip"] == "10.0.0.1"
         # a TCP receiver's port goes to the sender

@@ -158,7 +158,8 @@ class ControllerConfig:
             Topology switches not listed are not written (a warning is logged).
         p4info_path: compiled P4Info text (default ``p4src/build/safs.p4info.txtpb``).
         bmv2_json_path: compiled BMv2 JSON pushed with it (default ``p4src/build/safs.json``).
-        hint_addr: ``host:port`` the hint API binds (port 0: any free port).
+        hint_addr: ``host:port`` the hint API binds (port 0: any free port), or ``unix:/PATH``
+            (a Unix socket; the Mininet runner uses one so host namespaces reach it).
         tick_ns: period of ``Scheduler.tick``, ns, 1 µs..60 s. Default 1 ms.
         duration_s: stop after this many seconds (> 0), or None to run until stopped.
         scheduler: :class:`SchedulerConfig`.
@@ -205,8 +206,11 @@ class ControllerConfig:
         if self.duration_s is not None and not self.duration_s > 0:
             raise InvalidInput("--duration-s", f"must be > 0 seconds, got {self.duration_s!r}")
         host, sep, port = self.hint_addr.rpartition(":")
-        if not sep or not host or not port.isdigit() or int(port) > 65535:
-            raise InvalidInput("--hint-addr", f"must be HOST:PORT with port 0..65535, got {self.hint_addr!r}")
+        if self.hint_addr.startswith("unix:"):  # a Unix socket (reachable from other network namespaces)
+            if not self.hint_addr.startswith("unix:/"):
+                raise InvalidInput("--hint-addr", f"a Unix socket address must be absolute, unix:/PATH; got {self.hint_addr!r}")
+        elif not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise InvalidInput("--hint-addr", f"must be HOST:PORT with port 0..65535, or unix:/PATH, got {self.hint_addr!r}")
         if not self.rpc_timeout_s > 0:
             raise InvalidInput("rpc_timeout_s", f"must be > 0 seconds, got {self.rpc_timeout_s!r}")
         if not 0 < self.reconnect_min_s <= self.reconnect_max_s:
@@ -376,9 +380,11 @@ class ControllerApp:
 
     @property
     def hint_address(self) -> str:
-        """``host:port`` the hint API listens on (after :meth:`start`)."""
+        """``host:port`` (or ``unix:/PATH``) the hint API listens on (after :meth:`start`)."""
         if self.hint_server is None:
             raise InvalidInput("hint_address", "the controller is not started")
+        if self.config.hint_addr.startswith("unix:"):
+            return self.config.hint_addr
         return self.hint_server.target
 
     # ------------------------------------------------------------------ lifecycle

@@ -20,7 +20,7 @@ from safs.errors import InvalidInput
 from safs.metrics import flow_metrics
 from safs.scenario import Scenario
 
-TARGETS = ("sim",)
+TARGETS = ("sim", "mininet")  # mininet: safs.emu.run, docs/mininet.md
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,10 @@ def check(scenario: Scenario, target: str = "sim") -> None:
         if policy not in POLICIES:
             raise InvalidInput("policies", f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}",
                                source=scenario.source)
+    if target == "mininet":
+        from safs.emu.run import check_policies
+
+        check_policies(scenario.policies, scenario.source)
     seen = set()
     for spec in expand(scenario):
         if (spec.background_flows, spec.load) not in seen:  # workloads differ only by these
@@ -167,7 +171,8 @@ def run_one_sim(scenario: Scenario, spec: RunSpec, samples: dict[str, list[float
 def run_scenario(scenario: Scenario, target: str = "sim",
                  progress: Callable[[RunSpec], None] | None = None, jobs: int | None = 1,
                  ray_address: str | None = None) -> list[dict[str, Any]]:
-    """Run every combination of a scenario on ``target`` (only ``sim`` for now).
+    """Run every combination of a scenario on ``target`` (``sim``, or ``mininet``: serial, as root
+    with Mininet and BMv2, docs/mininet.md).
 
     ``jobs`` local worker processes (1: serial, None: one per CPU) or an existing Ray cluster
     at ``ray_address`` (:func:`safs.eval.parallel.map_ordered`); the records are the same
@@ -187,6 +192,10 @@ def run_scenario_outputs(scenario: Scenario, target: str = "sim",
 
     check(scenario, target)
     specs = list(expand(scenario))
+    if target == "mininet":  # one emulated network, runs one after another in real time
+        from safs.emu.run import run_mininet
+
+        return [RunOutput(record, samples) for record, samples in run_mininet(scenario, specs, progress)]
     done = (lambda i: progress(specs[i])) if progress else None
     return map_ordered(run_one_output, [(scenario, spec, target) for spec in specs], jobs, ray_address, done)
 

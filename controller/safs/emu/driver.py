@@ -34,7 +34,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
-from safs.errors import InvalidInput, SafsError
+from safs.emu.control import AgentError
+from safs.errors import InvalidInput
 from safs.metrics import FlowRecord
 from safs.timebase import diff, wrap
 from safs.workloads.api import FlowSpec
@@ -46,18 +47,16 @@ POLICIES = tuple(POLICY_TRANSPORT)
 
 
 class AgentPort(Protocol):
-    """One host agent's control connection: send one request, get its reply.
+    """One host agent's control connection (:class:`safs.emu.control.AgentClient`): send one
+    request, get its reply.
 
-    ``request({"op": ..., ...})`` returns the reply mapping (``{"ok": true, ...}``) and raises
-    :class:`AgentError` for ``{"ok": false, "error": ...}`` or a broken connection.
+    ``request({"op": ..., ...})`` returns the ``{"ok": true, ...}`` reply and raises
+    :class:`safs.errors.InvalidInput` (the agent named a field) or
+    :class:`safs.emu.control.AgentError` (other refusals, broken connection).
     """
 
-    def request(self, message: Mapping[str, Any]) -> Mapping[str, Any]:
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
         ...
-
-
-class AgentError(SafsError):
-    """An agent refused a request or its connection broke."""
 
 
 @dataclass
@@ -169,7 +168,7 @@ class RealtimeNetwork:
         send = {"op": "send", "flow_id": flow_id, "dst_ip": self.host_ips[spec.receiver],
                 "size_bytes": spec.size_bytes, "transport": transport, "flow_class": spec.flow_class,
                 "no_bubble_ts_ns": None if spec.no_bubble_ts_ns is None else self.fabric(spec.no_bubble_ts_ns),
-                "send_at_ns": self.fabric(start), "label": spec.label}
+                "send_at_ns": self.fabric(start), "label": spec.label, "dst_host": spec.receiver}
         if reply.get("port") is not None:
             send["port"] = int(reply["port"])
         self.agents[spec.sender].request(send)
