@@ -5,7 +5,8 @@ For each experiment of ``safs eval`` (zerobubble, afd-16a2f, urgent) one represe
 its evaluation scenario at the default size, the heaviest background level, seed 1 -- is
 simulated in a fresh subprocess, once as shipped and once with every host family doubled
 (AFD: 32 attention and 4 FFN instances; ZeroBubble: 8 pipeline stages; urgent: twice the
-incast degree and loose flows; twice the background hosts; background flows unchanged). Each
+incast degree and loose flows, and twice the round period so rounds still do not overlap;
+twice the background hosts; background flows unchanged). Each
 subprocess reports its wall time and its peak RSS (``resource.getrusage``, KiB on Linux);
 the benchmark prints both and the ratios doubled / default. A full ``safs eval`` sweep is
 this per-run cost times its run count, divided by the workers (docs/evaluation.md gives the
@@ -32,9 +33,11 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-# Workload parameters that count hosts, per workload kind, and their shipped defaults.
+# Workload parameters doubled with the hosts, per workload kind, and their shipped defaults.
+# Urgent: twice the senders make each round's incast twice as long, so the round period doubles
+# too (the workload refuses overlapping rounds).
 HOST_PARAMS = {"afd": {"n_attn": 16, "n_ffn": 2}, "zerobubble": {"stages": 4},
-               "urgent": {"incast_degree": 8, "loose_flows": 2}}
+               "urgent": {"incast_degree": 8, "loose_flows": 2, "round_period_us": 4000}}
 
 
 def double_topology(topo: dict[str, Any]) -> dict[str, Any]:
@@ -104,7 +107,9 @@ def main() -> None:
         res = {}
         for doubled in (False, True):
             out = subprocess.run([sys.executable, __file__, "--policy", args.policy, "--child", name, str(int(doubled))],
-                                 check=True, capture_output=True, text=True)
+                                 capture_output=True, text=True)
+            if out.returncode:
+                sys.exit(f"{name} ({'x2' if doubled else 'default'}) failed:\n{out.stderr}")
             res[doubled] = r = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"{name:<12} {'x2' if doubled else 'default':<8} {r['wall_s']:>8.2f} {r['peak_rss_kib'] / 1024:>13.1f} "
                   f"{r['events']:>10} {r['pipeline_flows']:>7}", flush=True)
