@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 
@@ -21,6 +22,10 @@ def _missing(marker: str) -> str | None:
             return "needs root for Mininet"
         if not shutil.which("mn"):
             return "needs Mininet: mn is not on PATH (apt-get install mininet)"
+        spec = importlib.util.find_spec("mininet")  # a namespace package (this repo's mininet/) does not count
+        if spec is None or not (spec.origin or "").endswith("__init__.py"):
+            return ("needs Mininet's Python package in this environment: link Debian's into the venv "
+                    "(README, 'Mininet')")
     return None
 
 

@@ -28,6 +28,8 @@ cleanup runs as for an error; children die with this process even on SIGKILL (PD
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import shutil
 import signal
@@ -169,6 +171,7 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
         app.stop()
         hint_sock.unlink(missing_ok=True)
     wall = time.perf_counter() - started
+    (run_dir / f"flows-{tag}.json").write_text(json.dumps([dataclasses.asdict(f) for f in flows], indent=0))
     record: dict[str, Any] = {
         "scenario": scenario.name, "target": "mininet", "policy": spec.policy, "seed": spec.seed,
         "repetition": spec.repetition, **spec.params(),

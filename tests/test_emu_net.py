@@ -1,0 +1,215 @@
+"""The Mininet network of a topology (safs.emu.net) and the mininet target (safs.emu.run).
+
+Tiers: the traffic-control commands and argument checks run everywhere; building a network
+needs root and Mininet (marker ``mininet``), with a switch class that forwards nothing, so it
+runs without BMv2; the urgent-class bottleneck test and the end-to-end run need BMv2 as well.
+Every test that builds asserts that nothing is left afterwards (interfaces, host shells,
+switch processes), also after an exception and after SIGTERM or SIGKILL midway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from safs.emu import net as emunet
+from safs.errors import InvalidInput
+from safs.topology import load_topology
+
+ROOT = Path(__file__).resolve().parents[1]
+AFD = ROOT / "topologies" / "mininet-afd.yaml"
+
+
+def test_bottleneck_commands_strict_priority_layout():
+    cmds = [" ".join(c) for c in emunet.bottleneck_commands("s1-eth1", 10_000_000, 65536, 1500)]
+    assert cmds[0] == "tc qdisc add dev s1-eth1 root handle 1: htb default 10"
+    assert "classid 1:1 htb rate 10000000bit ceil 10000000bit" in cmds[1]
+    # control class first, then slack classes 6..2 in priority order, everything else last
+    prios = {c.split("classid ")[1].split()[0]: int(c.split(" prio ")[1].split()[0])
+             for c in cmds if " class add " in c and "1:1 " not in c.split("classid")[1][:5]}
+    assert prios == {"1:17": 0, "1:16": 1, "1:15": 2, "1:14": 3, "1:13": 4, "1:12": 5, "1:10": 7}
+    filters = [c for c in cmds if " filter " in c]
+    assert len(filters) == 6 and all("match ip dport 23285 0xffff" in f and "at 30" in f for f in filters)
+    assert all("bfifo limit 65536" in c for c in cmds if "qdisc add" in c and "parent 1:1" in c)
+    red = [" ".join(c) for c in emunet.bottleneck_commands("x", 10_000_000, 65536, 1500, 15140)]
+    assert sum("red limit 65536 min 15140 max 16654" in c and c.endswith("ecn") for c in red) == 7
+
+
+def test_bottleneck_bad_input():
+    with pytest.raises(InvalidInput, match="rate_bps"):
+        emunet.bottleneck_commands("x", 1000, 65536, 1500)
+    with pytest.raises(InvalidInput, match="buffer_bytes"):
+        emunet.bottleneck_commands("x", 10_000_000, 1000, 1500)
+    with pytest.raises(InvalidInput, match="ecn_threshold_bytes"):
+        emunet.bottleneck_commands("x", 10_000_000, 65536, 1500, 65000)
+
+
+def test_qdisc_drops_sums_leaves_not_root():
+    text = textwrap.dedent("""\
+        qdisc htb 1: root refcnt 2 r2q 10 default 0x10
+         Sent 100 bytes 2 pkt (dropped 7, overlimits 0 requeues 0)
+        qdisc bfifo 10: parent 1:10 limit 64Kb
+         Sent 50 bytes 1 pkt (dropped 5, overlimits 0 requeues 0)
+        qdisc bfifo 16: parent 1:16 limit 64Kb
+         Sent 50 bytes 1 pkt (dropped 2, overlimits 0 requeues 0)
+        """)
+    assert emunet.qdisc_drops("x", runner=lambda args: text) == 7
+
+
+def test_mininet_target_refuses_simulator_only_policies():
+    from safs.runner import check
+    from safs.scenario import load_scenario
+
+    scenario = load_scenario(ROOT / "scenarios" / "mininet-afd.yaml", {"policies": ["safs", "d2tcp"]})
+    with pytest.raises(InvalidInput, match="d2tcp.*does not run on target mininet"):
+        check(scenario, "mininet")
+    check(load_scenario(ROOT / "scenarios" / "mininet-afd.yaml"), "mininet")
+
+
+# ---------------------------------------------------------------------------- root + Mininet
+
+_BUILD = textwrap.dedent("""\
+    import os, signal, sys, time, pathlib
+    from mininet.node import Switch
+    from safs.emu import net as emunet
+    from safs.topology import load_topology
+
+    class NoSwitch(Switch):
+        def start(self, controllers):
+            pass
+
+    emu = emunet.build(load_topology(sys.argv[1]), pathlib.Path(sys.argv[2]), switch_cls=NoSwitch)
+    try:
+        # a child of this run in a host namespace, as the agents are started
+        emu.host("a0").popen(["sleep", "600"], preexec_fn=emunet._die_with_parent)
+        print("BUILT", flush=True)
+        if sys.argv[3] == "raise":
+            raise RuntimeError("boom")
+        time.sleep(600)
+    finally:
+        emu.stop()
+    """)
+
+
+def _start_build(tmp_path: Path, mode: str) -> subprocess.Popen:
+    script = tmp_path / "build.py"
+    script.write_text(_BUILD)
+    proc = subprocess.Popen([sys.executable, str(script), str(AFD), str(tmp_path / "run"), mode],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if "BUILT" not in line:
+        proc.kill()
+        pytest.fail(f"build failed: {line}{proc.stderr.read()[-2000:]}")
+    return proc
+
+
+def _assert_clean(topo, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while emunet.leftovers(topo) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert emunet.leftovers(topo) == []
+    assert not [pid for pid, cmd in emunet._processes(__import__("re").compile(r"^sleep 600$"))]
+
+
+@pytest.mark.mininet
+def test_build_hosts_addresses_neighbours_and_bottleneck(tmp_path):
+    from mininet.node import Switch
+
+    class NoSwitch(Switch):
+        def start(self, controllers):
+            pass
+
+    topo = load_topology(AFD)
+    emu = emunet.build(topo, tmp_path, switch_cls=NoSwitch)
+    try:
+        f0 = emu.host("f0")
+        addr = f0.cmd("ip -o -4 addr show dev f0-eth0")
+        assert "10.0.1.1" in addr
+        assert "02:00:0a:00:01:01" in f0.cmd("ip -o link show dev f0-eth0")
+        neigh = f0.cmd("ip neigh show dev f0-eth0")
+        assert "10.0.0.1 lladdr 02:00:0a:00:00:01 PERMANENT" in neigh
+        assert "htb" in f0.cmd("tc qdisc show dev f0-eth0")
+        # switch ports numbered as the topology numbers them; f0 is tor0's port 5
+        assert topo.port_of("tor0", "f0") == 5
+        qd = emunet.run_cmd(["tc", "qdisc", "show", "dev", "tor0-eth5"]).stdout
+        assert qd.count("bfifo") == 7 and "htb 1: root" in qd
+        assert len(emu.bottlenecks) == len(topo.hosts())
+        assert all(b.rate_bps == 10_000_000 for b in emu.bottlenecks)
+    finally:
+        emu.stop()
+    _assert_clean(topo)
+
+
+@pytest.mark.mininet
+@pytest.mark.parametrize("how", ["raise", "sigterm", "sigkill"])
+def test_nothing_left_after_failure_or_kill(tmp_path, how):
+    topo = load_topology(AFD)
+    proc = _start_build(tmp_path, "raise" if how == "raise" else "wait")
+    assert emunet.leftovers(topo), "the network exists while the run is alive"
+    if how == "sigterm":
+        proc.send_signal(signal.SIGTERM)  # default action; the test below uses the runner's handler
+    elif how == "sigkill":
+        proc.kill()
+    proc.wait(timeout=60)
+    if how == "sigkill":
+        # host shells and children die with the process; root-namespace switch links remain
+        # until the next build removes them (remove_leftovers)
+        emunet.remove_leftovers(topo)
+    _assert_clean(topo)
+
+
+# ---------------------------------------------------------------------------- + BMv2
+
+@pytest.mark.mininet
+@pytest.mark.bmv2
+def test_urgent_class_wins_at_the_bottleneck(tmp_path):
+    """Two SAFS flows into f0 through BMv2 and the bottleneck: a lax one started first and a
+    late (urgent) one; the urgent one finishes first although it started second and is as big."""
+    from safs.emu.run import run_mininet
+    from safs.runner import expand
+    from safs.scenario import load_scenario
+
+    import yaml
+
+    trace = tmp_path / "two.csv"
+    trace.write_text("start_ns,sender,receiver,bytes,no_bubble_ts_ns,label,class\n"
+                     "0,a0,f0,150000,5000000000,lax,pipeline\n"
+                     "50000000,a1,f0,150000,60000000,urgent,pipeline\n")
+    raw = yaml.safe_load((ROOT / "scenarios" / "mininet-afd.yaml").read_text())
+    # Both senders at line rate (no grant needed for the whole flow): 20 Mbit/s offered to f0's
+    # 10 Mbit/s link, so the bottleneck's order alone decides who finishes first.
+    raw["scheduler"]["unscheduled_bytes"] = 200_000
+    scenario = load_scenario(ROOT / "scenarios" / "mininet-afd.yaml",
+                             {"workload": {"kind": "trace", "params": {"path": str(trace)}},
+                              "background": {"bulk_flows": [0]}, "policies": ["safs"], "repetitions": 1,
+                              "max_time_ms": 10000, "scheduler": raw["scheduler"]})
+    (record, _), = run_mininet(scenario, list(expand(scenario)), keep_dir=tmp_path / "run")
+    (flows_file,) = (tmp_path / "run").glob("flows-*.json")
+    flows = {r["label"]: r for r in json.loads(flows_file.read_text())}
+    assert flows["urgent"]["finish_ns"] < flows["lax"]["finish_ns"], flows
+    # FIFO would have shared the link: the urgent flow, 50 ms later, would finish last
+    assert flows["urgent"]["finish_ns"] - flows["urgent"]["start_ns"] < 0.8 * (
+        flows["lax"]["finish_ns"] - flows["lax"]["start_ns"])
+    _assert_clean(load_topology(AFD))
+
+
+@pytest.mark.mininet
+@pytest.mark.bmv2
+def test_end_to_end_cli_run_and_clean(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "safs.cli", "run", str(ROOT / "scenarios" / "mininet-afd.yaml"),
+                          "--target", "mininet", "--out", str(tmp_path), "--quiet"],
+                         capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    records = json.loads((tmp_path / "results.json").read_text())
+    assert {r["target"] for r in records} == {"mininet"}
+    assert all(r["pipeline_unfinished"] == 0 for r in records if r["background_flows"] == 0)
+    _assert_clean(load_topology(AFD))
+    assert os.path.exists(tmp_path / "results.csv")
