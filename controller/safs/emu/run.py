@@ -205,25 +205,19 @@ def count_misses(flows: Iterable[FlowRecord], tolerance_ns: int) -> int:
 
 
 def _control_data_bytes(stats: dict[str, dict], flows: list[FlowRecord]) -> tuple[int | None, int]:
-    """Control bytes (the agents' ``control_bytes`` counters, if they report them) and data
-    bytes (bytes of flows that finished)."""
+    """Control bytes on the wire (every REQUEST and DONE the agents sent and every GRANT they
+    received, :data:`safs.protocol.WIRE_OVERHEAD_BYTES` each) and data bytes (sizes of the
+    flows that finished). Control is None when no agent reports SAFS counters."""
+    from safs.protocol import WIRE_OVERHEAD_BYTES
+
     data = sum(f.size_bytes for f in flows if f.finish_ns is not None)
-    values = [_find(s, "control_bytes") for s in stats.values()]
-    values = [v for v in values if isinstance(v, int)]
-    return (sum(values) if values else None), data
-
-
-def _find(mapping: Any, key: str) -> Any:
-    if isinstance(mapping, dict):
-        if key in mapping:
-            return mapping[key]
-        total = None
-        for value in mapping.values():
-            found = _find(value, key)
-            if isinstance(found, int):
-                total = (total or 0) + found
-        return total
-    return None
+    messages = None
+    for s in stats.values():
+        safs = s.get("safs") if isinstance(s, dict) else None
+        if isinstance(safs, dict):
+            messages = (messages or 0) + sum(int(safs.get(k, 0)) for k in ("requests_sent", "dones_sent",
+                                                                            "grants_received"))
+    return (None if messages is None else messages * WIRE_OVERHEAD_BYTES), data
 
 
 def calibrate_clocks(emu: Any, app: Any) -> dict[str, int]:
