@@ -213,3 +213,33 @@ def test_end_to_end_cli_run_and_clean(tmp_path):
     assert all(r["pipeline_unfinished"] == 0 for r in records if r["background_flows"] == 0)
     _assert_clean(load_topology(AFD))
     assert os.path.exists(tmp_path / "results.csv")
+
+
+@pytest.mark.mininet
+def test_agents_start_in_every_host_and_stop(tmp_path):
+    """run.start_agents/stop_agents on a network without switches: every host's agent answers
+    over its control socket from its namespace, and nothing is left after stop."""
+    from mininet.node import Switch
+
+    from safs.emu.run import start_agents, stop_agents
+    from safs.scheduler import SchedulerConfig
+
+    class NoSwitch(Switch):
+        def start(self, controllers):
+            pass
+
+    topo = load_topology(AFD)
+    emu = emunet.build(topo, tmp_path, switch_cls=NoSwitch)
+    try:
+        agents, procs = start_agents(emu, tmp_path, "t", f"unix:{tmp_path / 'no-hints.sock'}",
+                                     SchedulerConfig(default_rate_bps=2_500_000), 1500)
+        try:
+            stats = {h: a.request({"op": "stats"}) for h, a in agents.items()}
+            assert set(stats) == set(topo.hosts())
+            assert stats["f0"]["ip"] == "10.0.1.1" and stats["f0"]["config"]["line_rate_bps"] == 10_000_000
+        finally:
+            stop_agents(agents, procs)
+        assert all(p.poll() is not None for p in procs)
+    finally:
+        emu.stop()
+    _assert_clean(topo)
