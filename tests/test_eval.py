@@ -173,3 +173,15 @@ def test_ablation_shares_of_the_gain() -> None:
     assert only["background_flows"] == 2 and only["gain"] == pytest.approx(50.0)
     assert only["kept_without_grants"] == pytest.approx(0.2)  # grants carried 80% of the gain
     assert only["kept_without_classes"] == pytest.approx(1.0)
+
+
+def test_baseline_checks_report_a_missing_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import safs.eval.experiments as ex
+
+    monkeypatch.setattr(ex, "CHECK_MODULES", ("no_such_baseline",))
+    assert main(["eval", "baseline-checks", "--jobs", "1", "--out", str(tmp_path)]) == 1
+    assert "safs.eval.checks.no_such_baseline is missing" in capsys.readouterr().out
+    rows = json.loads((tmp_path / "baseline-checks" / "checks.json").read_text())
+    assert rows == [{"baseline": "no_such_baseline", "error": "safs.eval.checks.no_such_baseline is missing "
+                                                                "(docs/baselines.md)"}]

@@ -163,6 +163,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
                       f"summary.csv/json, {len(result['plots'])} plot files)")
     if run_checks:
         status = _checks(args, console, ex, map_ordered)
+    if not flat:
+        return status
     timings["total_wall_s"] = time.perf_counter() - started
     (args.out / "timing.json").write_text(json.dumps(timings, indent=1) + "\n")
     console.print(f"simulated {len(flat)} runs in {timings['simulation_wall_s']:.0f} s "
@@ -212,12 +214,20 @@ def _checks(args: argparse.Namespace, console: Console, ex: Any, map_ordered: An
         writer = csv.DictWriter(fh, fieldnames=keys)
         writer.writeheader()
         writer.writerows(rows)
+    # The common keys in columns; the rest (setup, source, extra figures) below the table.
+    main = [k for k in ("baseline", "metric", "paper_value", "measured", "deviation", "error") if k in keys]
     table = Table(title="baselines' own-paper checks (docs/baselines.md)")
-    for k in keys:
-        table.add_column(k)
+    for k in main:
+        table.add_column(k, justify="left" if k in ("baseline", "metric", "error") else "right")
     for r in rows:
-        table.add_row(*[str(r.get(k, "")) for k in keys])
+        table.add_row(*[f"{r[k]:.4g}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in main])
     console.print(table)
+    for r in rows:
+        for k, v in r.items():
+            if k not in main:
+                console.print(f"  {r['baseline']} {k}: {v:.4g}" if isinstance(v, float) else f"  {r['baseline']} {k}: {v}",
+                              highlight=False)
+    console.print(f"-> {out / 'checks.json'} (and checks.csv)")
     for m in missing:
         console.print(f"[red]safs eval: error: safs.eval.checks.{m} is missing: the {m} check did not run[/red]")
     return 1 if missing else 0
