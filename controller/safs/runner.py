@@ -133,7 +133,14 @@ class RunOutput:
 
 
 def run_one_output(scenario: Scenario, spec: RunSpec, target: str = "sim") -> RunOutput:
-    """One run on ``target`` with its samples; module-level so process pools and Ray can call it."""
+    """One simulator run with its samples; module-level so process pools and Ray can call it.
+
+    Raises:
+        InvalidInput: ``target`` other than ``sim`` (Mininet runs go one after another through
+            :func:`safs.emu.run.run_mininet`, never through a pool).
+    """
+    if target != "sim":
+        raise InvalidInput("--target", f"only sim runs go through the pool, got {target!r}")
     samples: dict[str, list[float]] = {}
     record = run_one_sim(scenario, spec, samples)
     return RunOutput(record, samples)
