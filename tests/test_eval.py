@@ -185,3 +185,17 @@ def test_baseline_checks_report_a_missing_module(tmp_path: Path, monkeypatch: py
     rows = json.loads((tmp_path / "baseline-checks" / "checks.json").read_text())
     assert rows == [{"baseline": "no_such_baseline", "error": "safs.eval.checks.no_such_baseline is missing "
                                                                 "(docs/baselines.md)"}]
+
+
+def test_urgent_pass_criterion() -> None:
+    exp = EXPERIMENTS["urgent"]
+
+    def row(policy: str, misses: float, fct: float) -> dict:
+        return {"policy": policy, "background_flows": 2, "load": 0.2, "urgent_deadline_misses_mean": misses,
+                "urgent_fct_mean_ms_mean": fct}
+
+    good = exp.verdict([row("safs", 0, 1.0), row("dctcp", 5, 2.0), row("pfabric", 0, 1.5)])
+    assert [v["pass"] for v in good] == [True, True]
+    bad = exp.verdict([row("safs", 0, 1.8), row("pfabric", 0, 0.9)])  # zero misses, not the lowest FCT
+    assert [v["pass"] for v in bad] == [True, False]
+    assert exp.verdict([row("safs", 1, 0.5)])[0]["pass"] is False
