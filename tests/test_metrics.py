@@ -33,3 +33,11 @@ def test_no_samples_gives_nan_not_zero() -> None:
     m = flow_metrics([])
     assert m["pipeline_flows"] == 0
     assert math.isnan(m["pipeline_fct_p99_ms"])
+
+
+def test_miss_tolerance_is_a_parameter() -> None:
+    """A scenario's miss_tolerance_us widens what counts as on time (emulated fabrics)."""
+    late_by_1ms = [_rec(1, "pipeline", 0, 1_000_100, 100)]
+    assert flow_metrics(late_by_1ms)["pipeline_deadline_misses"] == 1
+    assert flow_metrics(late_by_1ms, miss_tolerance_ns=1_000_000)["pipeline_deadline_misses"] == 0
+    assert flow_metrics(late_by_1ms, miss_tolerance_ns=999_999)["pipeline_deadline_misses"] == 1

@@ -53,6 +53,7 @@ def test_shipped_scenarios_load(path: Path) -> None:
     ("repetitions: 0", "repetitions"),
     ("colour: blue", "colour"),
     ("topology: missing.yaml", "topology"),
+    ("miss_tolerance_us: -1", "miss_tolerance_us"),
 ])
 def test_bad_values_name_the_file_and_key(tmp_path: Path, mutation: str, key: str) -> None:
     text = GOOD

@@ -135,3 +135,13 @@ def test_safs_beats_dctcp_on_urgent_incast_with_background_bulk() -> None:
     assert dctcp_res.control_bytes == 0 and safs_res.scheduler_control_messages > dctcp_res.scheduler_control_messages
     # background flows ran through the same switch under both policies (DCTCP marks seen)
     assert safs_res.ecn_marked_packets > 0 and dctcp_res.ecn_marked_packets > 0
+
+
+def test_safs_timers_scale_through_sim_config() -> None:
+    """Slow emulated fabrics (scenarios/mininet-*.yaml) stretch the SAFS sender's timers."""
+    from safs.sim.run import SimConfig
+
+    cfg = SimConfig(safs_grant_poll_ns=2_000_000, safs_reorder_window_ns=5_000_000).safs_config()
+    assert (cfg.grant_poll_ns, cfg.reorder_window_ns) == (2_000_000, 5_000_000)
+    with pytest.raises(InvalidInput, match="sim.safs_grant_poll_ns"):
+        SimConfig(safs_grant_poll_ns=0)

@@ -38,9 +38,14 @@ class FlowRecord:
     def missed(self) -> bool:
         """True for a flow with a no-bubble timestamp that finished more than
         :data:`MISS_TOLERANCE_NS` after it, or not at all."""
+        return self.missed_by(MISS_TOLERANCE_NS)
+
+    def missed_by(self, tolerance_ns: int) -> bool:
+        """True for a flow with a no-bubble timestamp that finished more than ``tolerance_ns``
+        after it, or not at all."""
         if self.no_bubble_ts_ns is None:
             return False
-        return self.finish_ns is None or self.finish_ns > self.no_bubble_ts_ns + MISS_TOLERANCE_NS
+        return self.finish_ns is None or self.finish_ns > self.no_bubble_ts_ns + tolerance_ns
 
     @property
     def fct_ns(self) -> int | None:
@@ -59,8 +64,11 @@ def mean_ms(values_ns: Sequence[int]) -> float:
     return float(np.mean(values_ns)) / NS_PER_MS if len(values_ns) else float("nan")
 
 
-def flow_metrics(records: Iterable[FlowRecord]) -> dict[str, float]:
+def flow_metrics(records: Iterable[FlowRecord], miss_tolerance_ns: int = MISS_TOLERANCE_NS) -> dict[str, float]:
     """Deadline misses and FCT statistics of pipeline and background flows.
+
+    A miss is a pipeline flow later than ``miss_tolerance_ns`` past its no-bubble timestamp
+    (default :data:`MISS_TOLERANCE_NS`; a scenario's ``miss_tolerance_us`` sets it per run).
 
     Returns keys: ``pipeline_flows``, ``pipeline_deadline_misses``, ``pipeline_unfinished``,
     ``pipeline_late_p99_ms`` (p99 over finished pipeline flows of how late they were, 0 for
@@ -77,7 +85,7 @@ def flow_metrics(records: Iterable[FlowRecord]) -> dict[str, float]:
     b_fct = [r.fct_ns for r in background if r.fct_ns is not None]
     return {
         "pipeline_flows": len(pipeline),
-        "pipeline_deadline_misses": sum(r.missed for r in pipeline),
+        "pipeline_deadline_misses": sum(r.missed_by(miss_tolerance_ns) for r in pipeline),
         "pipeline_unfinished": sum(r.finish_ns is None for r in pipeline),
         "pipeline_late_p99_ms": percentile_ms(p_late, 99),
         "pipeline_fct_mean_ms": mean_ms(p_fct),

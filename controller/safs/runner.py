@@ -59,18 +59,24 @@ def _build(scenario: Scenario, spec: RunSpec) -> tuple[Any, Any, Any]:
 
     topology = load_topology(scenario.topology_path())
     try:
+        config = SimConfig.from_mapping(scenario.sim, scheduler=scenario.scheduler,
+                                        max_time_ns=int(scenario.max_time_ms * 1_000_000))
+        topology.mtu_bytes = config.mtu_bytes  # ideal times and no-bubble floors at the run's MTU
         workload = build_workload(
             scenario.workload.kind, scenario.workload.params, topology, seed=_run_seed(spec),
             background_flows=spec.background_flows, load=spec.load,
             distribution=scenario.background.distribution, source=scenario.source,
         )
-        config = SimConfig.from_mapping(scenario.sim, scheduler=scenario.scheduler,
-                                        max_time_ns=int(scenario.max_time_ms * 1_000_000))
     except InvalidInput as exc:
         if exc.source:
             raise
         raise InvalidInput(exc.field, exc.message, source=scenario.source) from None
     return topology, workload, config
+
+
+def miss_tolerance_ns(scenario: Scenario) -> int:
+    """The scenario's deadline-miss tolerance (``miss_tolerance_us``) in ns."""
+    return round(scenario.miss_tolerance_us * 1000)
 
 
 def _run_seed(spec: RunSpec) -> int:
@@ -162,7 +168,8 @@ def run_one_sim(scenario: Scenario, spec: RunSpec, samples: dict[str, list[float
         "repetition": spec.repetition, **spec.params(),
     }
     record.update(result.workload_metrics)
-    record.update(flow_metrics(result.flows))
+    record.update(flow_metrics(result.flows, miss_tolerance_ns(scenario)))
+    record["miss_tolerance_ms"] = scenario.miss_tolerance_us / 1000
     record["control_bytes_per_data_byte"] = result.control_bytes / result.data_bytes if result.data_bytes else float("nan")
     record["control_bytes"] = result.control_bytes
     record["data_bytes"] = result.data_bytes

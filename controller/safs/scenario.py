@@ -86,6 +86,10 @@ class Scenario(_Strict):
     seeds: list[int] = Field(default_factory=lambda: [1], min_length=1)
     repetitions: int = Field(default=1, ge=1, le=100)
     max_time_ms: float = Field(default=1000.0, gt=0, le=600_000)
+    # A pipeline transfer later than this past its no-bubble timestamp is a deadline miss:
+    # the timing resolution of the target (2 us: safs.metrics.MISS_TOLERANCE_NS; emulated
+    # fabrics set more, their timers jitter by about a millisecond).
+    miss_tolerance_us: float = Field(default=2.0, ge=0, le=10_000_000)
     sim: dict[str, Any] = Field(default_factory=dict)
     scheduler: dict[str, Any] = Field(default_factory=dict)
     _path: Path | None = PrivateAttr(None)  # the resolved file (relative paths start there)

@@ -108,11 +108,15 @@ class Topology:
             ``ip`` (int, hosts only), ``buffer_bytes`` (switches only). Edge attributes:
             ``rate_bps`` (int), ``delay_ns`` (int), ``ports`` (dict switch name -> port number).
         source: the file it came from ("" when built in memory).
+        mtu_bytes: the fabric's largest IP packet, bytes, the default of
+            :meth:`min_transfer_ns`; the runner sets it to the run's ``sim.mtu_bytes`` before it
+            builds the workload, so ideal times and no-bubble floors use the MTU the run uses.
     """
 
     name: str
     graph: nx.Graph
     source: str = ""
+    mtu_bytes: int = 9000
     _ip_to_host: dict[int, str] = field(default_factory=dict, repr=False)
     _next_hop: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
     _path_cost: dict[tuple[str, str], tuple[int, int, list[int]]] = field(default_factory=dict, repr=False)
@@ -227,7 +231,7 @@ class Topology:
         return [(self.host_ip(h), 32, self.next_hop_port(switch, h))
                 for h in sorted(self.hosts(), key=self.host_ip)]
 
-    def min_transfer_ns(self, src_host: str, dst_host: str, size_bytes: int, mtu_bytes: int = 9000) -> int:
+    def min_transfer_ns(self, src_host: str, dst_host: str, size_bytes: int, mtu_bytes: int | None = None) -> int:
         """Uncontended transfer time of ``size_bytes`` of payload from ``src_host`` to ``dst_host``, ns.
 
         The packet-level lower bound the simulator can reach: payload in MTU-sized SAFS DATA
@@ -241,6 +245,8 @@ class Topology:
         """
         if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 1:
             raise InvalidInput("size_bytes", f"must be an integer >= 1, got {size_bytes!r}")
+        if mtu_bytes is None:
+            mtu_bytes = self.mtu_bytes
         payload = mtu_bytes - _DATA_HEADERS_IN_MTU
         if payload < 1:
             raise InvalidInput("mtu_bytes", f"must exceed {_DATA_HEADERS_IN_MTU} bytes of headers, got {mtu_bytes}")

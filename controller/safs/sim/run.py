@@ -92,6 +92,12 @@ class SimConfig:
             poll made decode steps about 2x slower: digests are the fast path for new flows).
         renew_fraction: SAFS lease renewal point, default 3/4 of the lease.
         safs_rto_ns: SAFS probe timeout, default 500 µs (docs/simulator.md "Loss recovery").
+        safs_grant_poll_ns: SAFS REQUEST poll period while a sender holds no grant of its own or
+            a very slow one (``SafsConfig.grant_poll_ns``), default 10 µs. Scale it with the
+            fabric: it must stay above a control round trip (at 10 Mbit/s a 1500-byte frame
+            alone takes 1.2 ms, so scenarios/mininet-*.yaml use 2 ms, as the emulation agent).
+        safs_reorder_window_ns: how long a missing SAFS segment may stay missing before it is
+            reported lost (``SafsConfig.reorder_window_ns``), default 200 µs; scaled likewise.
         buffer_dt_alpha: dynamic-threshold alpha of switch port buffers (0 = plain shared
             buffer). Default 1 (Choudhury and Hahne 1998; a common shared-buffer ASIC default):
             one class alone may fill half the port buffer, so a starved class-0 queue cannot
@@ -120,6 +126,8 @@ class SimConfig:
     digest_poll_ns: int = 10_000
     renew_fraction: float = 0.75
     safs_rto_ns: int = 500_000
+    safs_grant_poll_ns: int = 10_000
+    safs_reorder_window_ns: int = 200_000
     buffer_dt_alpha: float = 1.0
     dctcp: Mapping[str, Any] = field(default_factory=dict)
     homa: Mapping[str, Any] = field(default_factory=dict)
@@ -131,7 +139,7 @@ class SimConfig:
             # 576: the smallest MTU every IPv4 host must accept (RFC 791); 65535: IPv4 total length.
             raise InvalidInput("sim.mtu_bytes", f"must be an integer in 576..65535, got {self.mtu_bytes!r}")
         for name, low in (("max_time_ns", 1), ("hint_latency_ns", 0), ("activation_lead_ns", 0), ("digest_poll_ns", 1),
-                          ("safs_rto_ns", 1)):
+                          ("safs_rto_ns", 1), ("safs_grant_poll_ns", 1), ("safs_reorder_window_ns", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise InvalidInput(f"sim.{name}", f"must be an integer >= {low} ns, got {v!r}")
@@ -175,6 +183,7 @@ class SimConfig:
         sched = self.scheduler_config(None)
         return SafsConfig(mtu_bytes=self.mtu_bytes, default_rate_bps=sched.default_rate_bps,
                           renew_fraction=self.renew_fraction, rto_ns=self.safs_rto_ns,
+                          grant_poll_ns=self.safs_grant_poll_ns, reorder_window_ns=self.safs_reorder_window_ns,
                           unscheduled_bytes=sched.unscheduled_bytes)
 
     def dctcp_config(self) -> DctcpConfig:
