@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from safs.errors import InvalidInput
-from safs.runner import RunOutput, RunSpec, check, expand, run_one_output, write_results
+from safs.runner import RunOutput, RunSpec, check, expand, write_results
 from safs.scenario import Scenario, load_scenario
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
