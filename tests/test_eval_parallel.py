@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,12 @@ def test_bad_jobs_named(jobs) -> None:
 
 def test_default_jobs_is_cpu_count() -> None:
     assert check_jobs(None) == default_jobs() >= 1
+
+
+def test_run_refuses_bad_jobs_before_any_run(tmp_path, capsys) -> None:
+    from safs.cli import main
+
+    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "zerobubble.yaml"
+    assert main(["run", str(scenario), "--jobs", "0", "--out", str(tmp_path / "out")]) == 2
+    assert "--jobs: must be an integer >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

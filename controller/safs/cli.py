@@ -147,6 +147,10 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     scenarios = [load_scenario(p, overrides) for p in args.scenarios]
     for scenario in scenarios:
         check(scenario, args.target)
+    if args.ray is None:
+        from safs.eval.parallel import check_jobs
+
+        check_jobs(args.jobs)
     prepare_out_dir(args.out)
     all_records: list[dict[str, Any]] = []
     total = sum(len(list(expand(s))) for s in scenarios)
