@@ -27,7 +27,8 @@ model's clock is set to the middle of that window. A DATA packet is compared onl
 whole slack window lies inside one class of the scheduler's slack table and at least 1 ms away
 from the class edges; otherwise (a stall on a busy machine) it is re-sent with a new probe, up
 to ``ATTEMPTS`` times. The scheduler's classes 5 (slack 0..100 µs) and 4 (100 µs..1 ms) are
-narrower than 2 ms, so only classes 6 (late), 3 (1..10 ms) and 2 (>= 10 ms) are exercised.
+narrower than 2 ms, so only classes 6 (late), 3 (1 ms..1 s with this test's thresholds) and 2
+(>= 1 s) are exercised.
 
 Meters: the topology's links are 8 kbit/s, so grants and meters are tiny (cir ~1000 bytes/s,
 committed and peak bursts 2 x 1514 bytes = the scheduler's floor with ``unscheduled_bytes=0``).
@@ -52,6 +53,7 @@ from scapy.packet import Raw
 from base_test import (OTHER_IP, PORT_OTHER, PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, SENDER_IP,
                        SENDER_MAC, SWITCH_MAC, SafsTest, ip_int)
 from safs import p4names as n
+from safs.allocator import AllocatorConfig
 from safs.hints import FlowHint
 from safs.p4rt.target import P4RuntimeTarget
 from safs.packet import SAFS, safs_data, safs_done, safs_request
@@ -69,9 +71,12 @@ DEFAULT_RATE_BPS = 8_000
 OFFSET_NS = TIME_MOD - 30 * NS_PER_S  # fabric time wraps 30 s after the switch started
 MS = 1_000_000
 EDGE_MARGIN_NS = 1 * MS  # a DATA slack window must stay this far from class edges
-ATTEMPTS = 5
+ATTEMPTS = 25
+# Class 3 spans 1 ms..1 s here (default 1..10 ms), so a DATA packet at 500 ms of slack stays clear
+# of the class edges even when a loaded 2-core machine stalls the exchange for tens of ms.
+SLACK_THRESHOLDS_NS = (0, 100_000, 1_000_000, 1_000_000_000)
 PROBE_FLOW = 9999  # flow without an entry: its GRANT carries the switch time
-FLOW_A, FLOW_B, FLOW_UNKNOWN = 20, 21, 30
+FLOW_A, FLOW_B, FLOW_C, FLOW_UNKNOWN = 20, 21, 22, 30  # C: the slack retries (own meter slot)
 BIG_PAYLOAD = 1000  # burst packets, bytes of payload
 REFILL_SLACK_S = 1.0
 
@@ -157,7 +162,8 @@ class DifferentialTest(SafsTest):
         try:
             self.poll_until(lambda: self.bmv2.is_primary, "primary arbitration of (0, 2)")
             cfg = SchedulerConfig(admit_on_request=False, default_rate_bps=DEFAULT_RATE_BPS,
-                                  unscheduled_bytes=0)
+                                  unscheduled_bytes=0,
+                                  allocator=AllocatorConfig(slack_thresholds_ns=SLACK_THRESHOLDS_NS))
             self.sched = Scheduler(build_topology(TOPOLOGY, "differential"), {SWITCH: FanOut(self.model, self.bmv2)},
                                    cfg)
             self.sched.setup(0, {SWITCH: OFFSET_NS})  # clone sessions included
@@ -168,6 +174,7 @@ class DifferentialTest(SafsTest):
             far = (now + 3600 * NS_PER_S) & TIME_MASK
             self.sched.announce(FlowHint(FLOW_A, "snd", "rcv", 10**6, far, "diff/a"), now)
             self.sched.announce(FlowHint(FLOW_B, "snd", "rcv", 10**6, far, "diff/b"), now)
+            self.sched.announce(FlowHint(FLOW_C, "snd", "rcv", 10**6, far, "diff/c"), now)
             self.slot_bytes: dict[int, int] = {}
             self.slot_first: dict[int, float] = {}
             self.meter = self.sched.installed_meters(SWITCH)
@@ -291,18 +298,20 @@ class DifferentialTest(SafsTest):
         (m, b, _), = self.exchange([safs_done(SENDER_IP, OTHER_IP, FLOW_A, now, **kw)])
         self.compare(m, b, "DONE")
 
-        # DATA at slacks well inside classes 6, 3, 2 (small packets: clearly green).
+        # DATA at slacks well inside classes 6, 3, 2 (small packets: clearly green), on flow C,
+        # whose meter slot is not used below: retries on a busy machine cannot use up flow A's.
+        gc, slot_c = self.grants[FLOW_C], self.grants[FLOW_C]["meter_slot"]
         seq = 1000
-        for slack, qclass in ((-10 * NS_PER_S, 6), (5_500_000, 3), (10 * NS_PER_S, 2)):
+        for slack, qclass in ((-10 * NS_PER_S, 6), (500 * MS, 3), (10 * NS_PER_S, 2)):
             for attempt in range(ATTEMPTS):
                 seq += 1
                 self.probe()
                 latest = (self.fabric_estimate(time.monotonic()) + slack) & TIME_MASK
-                pkt = safs_data(SENDER_IP, RECEIVER_IP, FLOW_A, seq, latest, ga["epoch"], 64, **kw)
+                pkt = safs_data(SENDER_IP, RECEIVER_IP, FLOW_C, seq, latest, gc["epoch"], 64, **kw)
                 (m, b, _), = self.exchange([pkt])
                 lo, hi = self.last_window
                 s_hi, s_lo = latest - (lo & TIME_MASK), latest - (hi & TIME_MASK)
-                self.check_color(m, b, len(bytes(pkt)), slot_a, f"DATA slack {slack}")
+                self.check_color(m, b, len(bytes(pkt)), slot_c, f"DATA slack {slack}")
                 if self.slack_clear(s_lo, s_hi, qclass):
                     self.compare(m, b, f"DATA slack {slack} ns")
                     self.assertEqual(b["qclass"], qclass)
