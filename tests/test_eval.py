@@ -199,3 +199,62 @@ def test_urgent_pass_criterion() -> None:
     bad = exp.verdict([row("safs", 0, 1.8), row("pfabric", 0, 0.9)])  # zero misses, not the lowest FCT
     assert [v["pass"] for v in bad] == [True, False]
     assert exp.verdict([row("safs", 1, 0.5)])[0]["pass"] is False
+
+
+# ---- options that do not apply, re-runs and --replot -------------------------------------------
+@pytest.mark.parametrize("argv, needle", [
+    (["eval", "--list", "zerobubble"], "--list: lists every experiment and takes no NAME"),
+    (["eval", "baseline-checks", "--seeds", "1,2"], "--seeds: does not apply to baseline-checks"),
+    (["eval", "all", "--policies", "safs"], "--policies: does not apply to baseline-checks"),
+    (["eval", "zerobubbles"], "NAME: unknown experiment 'zerobubbles'"),
+    (["eval", "zerobubble", "--ray", "auto", "--jobs", "1"], "--ray: cannot be combined with --jobs"),
+])
+def test_options_that_would_be_ignored_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   argv: list[str], needle: str) -> None:
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_rerun_keeps_earlier_files_merges_timing_and_replot_reports_missing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ev"
+    out.mkdir()
+    (out / "timing.json").write_text(json.dumps({"urgent": {"runs": 7}}))  # an earlier sweep's entry
+    argv = ["eval", "zerobubble", "--quick", "--policies", "dctcp", "--seeds", "1", "--jobs", "1", "--quiet",
+            "--out", str(out)]
+    assert main(argv) == 0
+    assert "no safs in --policies: the comparison with the paper is skipped" in capsys.readouterr().out
+    d = out / "zerobubble"
+    first = (d / "results.json").read_text()
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    (kept,) = d.glob("results.2*.json")
+    assert kept.read_text() == first and f"moved to {kept.name}" in text
+    for name in ("results.csv", "samples.jsonl", "summary.json", "summary.csv"):
+        stem, ext = name.split(".")
+        assert len(list(d.glob(f"{stem}.2*.{ext}"))) == 1, name
+    timing = json.loads((out / "timing.json").read_text())
+    assert timing["urgent"] == {"runs": 7}  # other experiments' timings stay
+    assert timing["zerobubble"]["runs"] == 2 and timing["zerobubble"]["sweep"] == ["zerobubble"]
+    assert timing["zerobubble"]["sweep_simulation_wall_s"] > 0
+    # Replot everything with only zerobubble present: one line per missing experiment, the rest redone.
+    assert main(["eval", "all", "--replot", "--out", str(out)]) == 1
+    text = capsys.readouterr().out
+    missing = [ln for ln in text.splitlines() if "no earlier results to replot" in ln]
+    assert len(missing) == 2 and "afd-16a2f" in missing[0] and "urgent" in missing[1]
+    assert "zerobubble: mean ± 95% t-interval" in text
+
+
+def test_baseline_checks_table_shows_deviation_in_percent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import safs.eval.experiments as ex
+
+    monkeypatch.setattr(ex, "CHECK_MODULES", ("fake",))
+    monkeypatch.setattr(ex, "check_missing", lambda: [])
+    monkeypatch.setattr(ex, "run_check", lambda module, quick: {
+        "metric": "p99 slowdown", "paper_value": 2.33, "measured": 1.7709, "deviation": 1.7709 / 2.33 - 1})
+    assert main(["eval", "baseline-checks", "--jobs", "1", "--out", str(tmp_path)]) == 0
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if "p99 slowdown" in ln)
+    assert "-24%" in row and "1.77" in row and "-0.24" not in row

@@ -77,3 +77,18 @@ def test_not_yaml_and_not_a_mapping(tmp_path: Path) -> None:
         load_scenario(_write(tmp_path, "- a\n- b\n"))
     with pytest.raises(InvalidInput, match="cannot read"):
         load_scenario(tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize("line, field, needle", [
+    ("seeds: [-1]", "seeds", "must be integers >= 0, got -1"),
+    ("seeds: [1, 2, 1]", "seeds", "duplicate seed 1"),
+    ("policies: [safs, dctcp, safs]", "policies", "duplicate policy 'safs'"),
+])
+def test_negative_or_repeated_seeds_and_repeated_policies_refused(tmp_path: Path, line: str, field: str,
+                                                                  needle: str) -> None:
+    # A repeated seed would count the same runs twice and narrow the confidence intervals.
+    key = line.split(":")[0]
+    text = "\n".join(ln for ln in GOOD.splitlines() if not ln.startswith(key + ":")) + f"\n{line}\n"
+    with pytest.raises(InvalidInput) as info:
+        load_scenario(_write(tmp_path, text))
+    assert info.value.field == field and needle in info.value.message

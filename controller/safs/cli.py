@@ -11,6 +11,7 @@ with status 2; no traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -23,8 +24,29 @@ from rich.table import Table
 
 from safs import __version__
 from safs.errors import InvalidInput, SafsError
-from safs.runner import TARGETS, check, expand, prepare_out_dir, run_scenario, write_results
+from safs.numfmt import sig
+from safs.runner import (RESULT_FILES, TARGETS, archive_previous, check, check_out_dir, check_target_available, expand,
+                         missing_dirs, prepare_out_dir, remove_empty, run_scenario, write_results)
 from safs.scenario import load_scenario
+
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout safs is installed from (pip install -e)
+DEFAULT_P4INFO = Path("p4src/build/safs.p4info.txtpb")
+DEFAULT_BMV2_JSON = Path("p4src/build/safs.json")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``safs run: error: MESSAGE (see safs run --help)``, exit 2."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _unique(values: list[Any], text: str) -> list[Any]:
+    # A repeated seed or policy would count the same runs twice and narrow the intervals.
+    dup = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if dup is not None:
+        raise argparse.ArgumentTypeError(f"duplicate {dup} in {text!r}; each may appear once")
+    return values
 
 
 def _int_list(text: str) -> list[int]:
@@ -34,18 +56,18 @@ def _int_list(text: str) -> list[int]:
         values = []
     if not values or any(v < 0 for v in values):
         raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 0, got {text!r}")
-    return values
+    return _unique(values, text)
 
 
 def _name_list(text: str) -> list[str]:
     names = text.split(",")
     if not all(names):
         raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
-    return names
+    return _unique(names, text)
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="safs", description="Slack-Aware Flow Scheduling for pipelined AI workloads")
+    parser = _Parser(prog="safs", description="Slack-Aware Flow Scheduling for pipelined AI workloads")
     parser.add_argument("--version", action="version", version=f"safs {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run scenario files and print a table per scenario")
@@ -57,7 +79,8 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--jobs", type=int, default=None, help="local worker processes (default: one per CPU)")
     run.add_argument("--ray", metavar="ADDRESS", default=None,
-                     help="run on an existing Ray cluster instead (auto, ray://host:10001, or local)")
+                     help="run on an existing Ray cluster instead: auto, local, ray://HOST:PORT or HOST:PORT "
+                          "(not with --jobs)")
     from safs.eval.command import add_parser as add_eval_parser
 
     add_eval_parser(sub, _int_list, _name_list)
@@ -67,10 +90,10 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="a topology switch's P4Runtime address (repeat per switch; device id default 0)")
     ctl.add_argument("--hint-addr", default="127.0.0.1:50051", metavar="HOST:PORT",
                      help="address the hint API binds (default 127.0.0.1:50051)")
-    ctl.add_argument("--p4info", default="p4src/build/safs.p4info.txtpb", metavar="FILE",
-                     help="compiled P4Info (default p4src/build/safs.p4info.txtpb)")
-    ctl.add_argument("--bmv2-json", default="p4src/build/safs.json", metavar="FILE",
-                     help="compiled BMv2 JSON (default p4src/build/safs.json)")
+    ctl.add_argument("--p4info", default=None, metavar="FILE",
+                     help=f"compiled P4Info (default {DEFAULT_P4INFO} in the safs checkout)")
+    ctl.add_argument("--bmv2-json", default=None, metavar="FILE",
+                     help=f"compiled BMv2 JSON (default {DEFAULT_BMV2_JSON} in the safs checkout)")
     ctl.add_argument("--tick-ms", default="1", metavar="MS", help="scheduler tick period in ms (default 1)")
     ctl.add_argument("--duration-s", default=None, metavar="S", help="stop after S seconds (default: until SIGINT/SIGTERM)")
     ctl.add_argument("--scheduler-config", default=None, metavar="YAML",
@@ -83,11 +106,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}" if abs(value) < 1e4 else f"{value:.0f}"
-    return str(value)
+    return sig(value, digits)
 
 
 def _mean(rows: list[dict[str, Any]], key: str) -> float:
@@ -143,15 +162,33 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
             if policy not in POLICIES:
                 raise InvalidInput("--policies", f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
         overrides["policies"] = args.policies
-    # Everything is checked before the first run, so a typo in the last file costs nothing.
+    # Everything is checked before the first run and before the output directory is created,
+    # so a typo in the last file or a bad option costs nothing and leaves nothing behind.
+    from safs.eval.parallel import check_jobs, check_ray
+
+    check_out_dir(args.out)
+    if args.target == "mininet" and (args.jobs is not None or args.ray is not None):
+        raise InvalidInput("--target mininet", f"runs one run at a time in real time; drop "
+                                               f"{'--jobs' if args.jobs is not None else '--ray'}")
+    check_ray(args.ray, args.jobs)
+    if args.ray is None:
+        check_jobs(args.jobs)
+    check_target_available(args.target)
     scenarios = [load_scenario(p, overrides) for p in args.scenarios]
     for scenario in scenarios:
         check(scenario, args.target)
-    if args.ray is None:
-        from safs.eval.parallel import check_jobs
-
-        check_jobs(args.jobs)
+    created = missing_dirs(args.out)
     prepare_out_dir(args.out)
+    try:
+        return _run_all(args, console, scenarios)
+    except BaseException:
+        remove_empty(created)  # e.g. Ray unreachable: no empty --out left behind
+        raise
+
+
+def _run_all(args: argparse.Namespace, console: Console, scenarios: list[Any]) -> int:
+    for old, new in archive_previous(args.out, RESULT_FILES):
+        console.print(f"earlier {old.name} moved to {new}", highlight=False)
     all_records: list[dict[str, Any]] = []
     total = sum(len(list(expand(s))) for s in scenarios)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -178,7 +215,28 @@ def _cmd_controller(args: argparse.Namespace) -> int:
     import threading
 
     from safs.controller_app import ControllerApp, config_from_args
+    from safs.errors import TargetError
+    from safs.p4rt.p4info import P4InfoIndex
+    from safs.topology import load_topology
 
+    load_topology(Path(args.topology))  # a bad --topology first, before the --switch checks
+    for option, attr, default in (("--p4info", "p4info", DEFAULT_P4INFO), ("--bmv2-json", "bmv2_json", DEFAULT_BMV2_JSON)):
+        if getattr(args, attr) is None:
+            path = REPO_ROOT / default
+            if not path.is_file():
+                raise InvalidInput(option, f"default {path} does not exist (build it: docs/controller.md, "
+                                           f"or pass {option} FILE)")
+            setattr(args, attr, str(path))
+    try:
+        P4InfoIndex.from_file(args.p4info)
+    except InvalidInput as exc:
+        raise InvalidInput("--p4info", exc.message) from None
+    try:
+        json.loads(Path(args.bmv2_json).read_text())
+    except OSError as exc:
+        raise InvalidInput("--bmv2-json", f"cannot read {args.bmv2_json}: {exc.strerror}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput("--bmv2-json", f"{args.bmv2_json} is not a BMv2 JSON file: {exc}") from None
     config = config_from_args(args)
     app = ControllerApp(config)  # checks the switch names against the topology
     logging.basicConfig(level=getattr(logging, args.log_level),
@@ -187,7 +245,15 @@ def _cmd_controller(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, lambda signum, frame: stop.set())
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        app.start()
+        try:
+            app.start()
+        except TargetError as exc:  # name the switch as the user gave it
+            text = str(exc)
+            spec = next((s for s in config.switches if s.grpc_addr in text or f"{s.name}:" in text), None)
+            if spec is None:
+                raise
+            _, code, message = exc.failures[0]
+            raise InvalidInput(f"--switch {spec.name}={spec.grpc_addr}", f"switch unusable ({code}): {message}") from None
         app.run(stop)
     finally:
         app.stop()

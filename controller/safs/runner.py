@@ -8,9 +8,12 @@ key name (``tpot_p99_ms``); NaN (no samples) is written as ``null``.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import itertools
 import json
 import math
+import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,7 @@ from safs.metrics import flow_metrics
 from safs.scenario import Scenario
 
 TARGETS = ("sim", "mininet")  # mininet: safs.emu.run, docs/mininet.md
+RESULT_FILES = ("results.json", "results.csv", "samples.jsonl")  # moved aside, not overwritten
 
 
 @dataclass(frozen=True)
@@ -220,12 +224,98 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def check_target_available(target: str) -> None:
+    """Cheap check, starting nothing, that ``target`` can run on this machine.
+
+    ``sim`` always can; ``mininet`` needs root, the Mininet Python package and BMv2's
+    ``simple_switch_grpc`` on PATH (docs/mininet.md).
+
+    Raises:
+        InvalidInput: field ``--target mininet``, one line naming everything missing.
+    """
+    if target != "mininet":
+        return
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root (run as root, e.g. sudo .venv/bin/safs run ... --target mininet)")
+    if importlib.util.find_spec("mininet") is None:
+        missing.append("Mininet (the mininet Python package, docs/mininet.md)")
+    if shutil.which("simple_switch_grpc") is None:
+        missing.append("BMv2 (simple_switch_grpc on PATH)")
+    if missing:
+        raise InvalidInput("--target mininet", "needs " + "; ".join(missing))
+
+
+def check_out_dir(out_dir: Path, option: str = "--out") -> None:
+    """Refuse an output path that is an existing file, creating nothing.
+
+    Raises:
+        InvalidInput: field ``option`` (e.g. ``--out README.md``), "is a file, not a directory".
+    """
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InvalidInput(f"{option} {out_dir}", "is a file, not a directory")
+
+
+def archive_previous(out_dir: Path, names: tuple[str, ...], stamp: str | None = None) -> list[tuple[Path, Path]]:
+    """Move earlier output files ``out_dir/NAME`` aside so a new run loses nothing.
+
+    ``results.json`` becomes ``results.<stamp>.json`` (``stamp``: local time, YYYYMMDDTHHMMSS;
+    ``-1``, ``-2``... appended if that name is taken). Files that do not exist are skipped.
+
+    Returns:
+        ``(old path, new path)`` per file moved.
+
+    Raises:
+        InvalidInput: a file cannot be moved (field ``--out``).
+    """
+    stamp = stamp or time.strftime("%Y%m%dT%H%M%S")
+    moved = []
+    for name in names:
+        old = out_dir / name
+        if not old.is_file():
+            continue
+        stem, dot, ext = name.partition(".")
+        for n in itertools.count():
+            new = out_dir / f"{stem}.{stamp}{'' if n == 0 else f'-{n}'}{dot}{ext}"
+            if not new.exists():
+                break
+        try:
+            old.rename(new)
+        except OSError as exc:
+            raise InvalidInput("--out", f"cannot move earlier {old} aside: {exc.strerror}") from None
+        moved.append((old, new))
+    return moved
+
+
+def missing_dirs(path: Path) -> list[Path]:
+    """``path`` and its parents that do not exist yet, deepest first (what
+    :func:`prepare_out_dir` will create; :func:`remove_empty` undoes it after a failure)."""
+    out = []
+    for d in (path, *path.parents):
+        if d.exists():
+            break
+        out.append(d)
+    return out
+
+
+def remove_empty(dirs: list[Path]) -> None:
+    """Remove each of ``dirs`` that is an empty directory (deepest first), so a run that failed
+    before writing anything leaves no empty output directory; non-empty ones stay."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+
+
 def prepare_out_dir(out_dir: Path) -> None:
     """Create ``out_dir`` (and parents) now, so a bad ``--out`` fails before any run.
 
     Raises:
-        InvalidInput: the directory cannot be created or written (field ``--out``).
+        InvalidInput: ``out_dir`` is a file (:func:`check_out_dir`), or the directory cannot
+            be created or written (field ``--out``).
     """
+    check_out_dir(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / ".safs-write-test"

@@ -93,6 +93,19 @@ class Scenario(_Strict):
     sim: dict[str, Any] = Field(default_factory=dict)
     scheduler: dict[str, Any] = Field(default_factory=dict)
     _path: Path | None = PrivateAttr(None)  # the resolved file (relative paths start there)
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds_range(cls, v: list[int]) -> list[int]:
+        for seed in v:
+            if seed < 0:
+                raise ValueError(f"must be integers >= 0, got {seed}")
+        return _unique(v, "seed")
+
+    @field_validator("policies")
+    @classmethod
+    def _policies_unique(cls, v: list[str]) -> list[str]:
+        return _unique(v, "policy")
     _source: str = PrivateAttr("")  # the file name as the user gave it, for messages
 
     @property
@@ -109,6 +122,16 @@ class Scenario(_Strict):
         """The topology file, resolved relative to the scenario file."""
         base = self.path.parent if self.path else Path.cwd()
         return (base / self.topology).resolve()
+
+
+def _unique(values: list[Any], what: str) -> list[Any]:
+    # A repeated seed or policy would count the same runs twice and narrow the intervals.
+    seen = set()
+    for v in values:
+        if v in seen:
+            raise ValueError(f"duplicate {what} {v!r}; each may appear once")
+        seen.add(v)
+    return values
 
 
 def _format_loc(loc: tuple) -> str:

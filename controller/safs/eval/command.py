@@ -21,6 +21,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from safs.errors import InvalidInput
+from safs.numfmt import percent, sig
+
+# An experiment directory's data files: moved aside (results.<time>.json), never overwritten.
+EXPERIMENT_FILES = ("results.json", "results.csv", "samples.jsonl", "summary.json", "summary.csv")
+CHECK_FILES = ("checks.json", "checks.csv")
 
 
 def add_parser(sub: Any, int_list: Any, name_list: Any) -> None:
@@ -33,7 +38,8 @@ def add_parser(sub: Any, int_list: Any, name_list: Any) -> None:
     ev.add_argument("--policies", type=name_list, help="override the policies, e.g. safs,dctcp")
     ev.add_argument("--jobs", type=int, default=None, help="local worker processes (default: one per CPU)")
     ev.add_argument("--ray", metavar="ADDRESS", default=None,
-                    help="run on an existing Ray cluster instead (auto, ray://host:10001, or local)")
+                    help="run on an existing Ray cluster instead: auto, local, ray://HOST:PORT or HOST:PORT "
+                         "(not with --jobs)")
     ev.add_argument("--quick", action="store_true", help="smoke-size runs (fewer steps, seeds and levels)")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
     ev.add_argument("--replot", action="store_true",
@@ -43,8 +49,8 @@ def add_parser(sub: Any, int_list: Any, name_list: Any) -> None:
 def _fmt(mean: float, half: float) -> str:
     if mean is None or math.isnan(mean):
         return "-"
-    text = f"{mean:.4g}"
-    return text if half is None or math.isnan(half) else f"{text} ± {half:.2g}"
+    text = sig(mean, 3)
+    return text if half is None or math.isnan(half) else f"{text} ± {sig(half, 2)}"
 
 
 def _summary_table(exp: Any, rows: list[dict[str, Any]]) -> Table:
@@ -72,7 +78,7 @@ def _ablation_table(name: str, rows: list[dict[str, Any]]) -> Table:
     for col in ("bg", "gain", "without grants", "without classes"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(str(r["background_flows"]), f"{r['gain']:.4g}", f"{r['kept_without_grants']:.0%}",
+        table.add_row(str(r["background_flows"]), sig(r["gain"]), f"{r['kept_without_grants']:.0%}",
                       f"{r['kept_without_classes']:.0%}")
     return table
 
@@ -101,10 +107,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
             ``--jobs``/``--ray``, unwritable ``--out``, or a bad scenario.
     """
     from safs.eval import experiments as ex
-    from safs.eval.parallel import check_jobs, map_ordered
-    from safs.runner import prepare_out_dir, run_one_output
+    from safs.eval.parallel import check_jobs, check_ray
+    from safs.runner import check_out_dir, missing_dirs, remove_empty
 
     if args.list:
+        if args.names:
+            raise InvalidInput("--list", f"lists every experiment and takes no NAME; got {' '.join(args.names)}")
         return _list(console)
     if not args.names:
         raise InvalidInput("NAME", f"give experiment name(s); valid: {', '.join([*ex.EXPERIMENTS, ex.CHECKS_NAME, 'all'])}")
@@ -112,8 +120,20 @@ def run(args: argparse.Namespace, console: Console) -> int:
     for n in args.names:
         names += [*ex.EXPERIMENTS, ex.CHECKS_NAME] if n == "all" else [n]
     names = list(dict.fromkeys(names))
-    exps = [ex.experiment(n) for n in names if n != ex.CHECKS_NAME]
+    exps = []
+    for n in names:
+        if n != ex.CHECKS_NAME:
+            try:
+                exps.append(ex.experiment(n))
+            except InvalidInput as exc:
+                raise InvalidInput("NAME", exc.message) from None
     run_checks = ex.CHECKS_NAME in names
+    for option, value in (("--seeds", args.seeds), ("--policies", args.policies)):
+        if value and run_checks:
+            raise InvalidInput(option, f"does not apply to {ex.CHECKS_NAME} (each check uses its paper's setup); "
+                                       f"name the experiments instead: {', '.join(ex.EXPERIMENTS)}")
+    check_out_dir(args.out)
+    check_ray(args.ray, args.jobs)
     if args.ray is None:
         check_jobs(args.jobs)
     overrides: dict[str, Any] = {}
@@ -126,6 +146,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
             if p not in POLICIES:
                 raise InvalidInput("--policies", f"unknown policy {p!r}; valid: {', '.join(POLICIES)}")
         overrides["policies"] = args.policies
+        if "safs" not in args.policies:
+            console.print("no safs in --policies: the comparison with the paper is skipped", highlight=False)
     # Load and check every scenario before the first run.
     if args.replot:
         return _replot(args, console, exps)
@@ -138,9 +160,25 @@ def run(args: argparse.Namespace, console: Console) -> int:
             scenario = e.load(args.quick, {**overrides, "policies": have})
         scenarios.append(scenario)
     task_lists = [ex.tasks(s) for s in scenarios]
+    # Directories created here are removed again if the sweep fails before writing into them.
+    created = [args.out / e.name for e in exps if not (args.out / e.name).exists()] + missing_dirs(args.out)
+    try:
+        return _run_all(args, console, ex, exps, task_lists, run_checks)
+    except BaseException:
+        remove_empty(created)
+        raise
+
+
+def _run_all(args: argparse.Namespace, console: Console, ex: Any, exps: list[Any], task_lists: list[list[tuple]],
+             run_checks: bool) -> int:
+    """The runs, output files and tables of :func:`run` once everything is checked."""
+    from safs.eval.parallel import check_jobs, map_ordered
+    from safs.runner import archive_previous, prepare_out_dir, run_one_output
+
     prepare_out_dir(args.out)
     for e in exps:
         prepare_out_dir(args.out / e.name)
+        _moved(console, archive_previous(args.out / e.name, EXPERIMENT_FILES))
     flat = [t for ts in task_lists for t in ts]
     started = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -148,11 +186,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
         bar = progress.add_task("simulating", total=len(flat))
         outputs = map_ordered(run_one_output, flat, args.jobs, args.ray, lambda i: progress.advance(bar))
     status = 0
-    timings: dict[str, float] = {"simulation_wall_s": time.perf_counter() - started, "runs": len(flat)}
+    simulation_wall_s = time.perf_counter() - started
+    timings: dict[str, dict[str, Any]] = {}
     pos = 0
     for e, ts in zip(exps, task_lists):
         mine = outputs[pos:pos + len(ts)]
         pos += len(ts)
+        timings[e.name] = {"runs": len(mine), "quick": bool(args.quick),
+                           "run_cpu_s": sum(o.record["wall_time_s"] for o in mine)}
         result = ex.write_outputs(e, mine, args.out / e.name)
         console.print(_summary_table(e, result["summary"]))
         if result["verdict"]:
@@ -165,11 +206,35 @@ def run(args: argparse.Namespace, console: Console) -> int:
         status = _checks(args, console, ex, map_ordered)
     if not flat:
         return status
-    timings["total_wall_s"] = time.perf_counter() - started
-    (args.out / "timing.json").write_text(json.dumps(timings, indent=1) + "\n")
-    console.print(f"simulated {len(flat)} runs in {timings['simulation_wall_s']:.0f} s "
-                  f"({'Ray ' + args.ray if args.ray else f'{check_jobs(args.jobs)} local worker(s)'})")
+    executor = f"Ray {args.ray}" if args.ray else f"{check_jobs(args.jobs)} local worker(s)"
+    sweep = {"sweep": [e.name for e in exps], "sweep_runs": len(flat), "sweep_simulation_wall_s": simulation_wall_s,
+             "sweep_total_wall_s": time.perf_counter() - started, "executor": executor,
+             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    _merge_timing(console, args.out / "timing.json", {name: {**t, **sweep} for name, t in timings.items()})
+    console.print(f"simulated {len(flat)} runs in {simulation_wall_s:.0f} s ({executor})")
     return status
+
+
+def _moved(console: Console, moved: list[tuple[Path, Path]]) -> None:
+    for old, new in moved:
+        console.print(f"earlier {old} moved to {new.name}", highlight=False)
+
+
+def _merge_timing(console: Console, path: Path, entries: dict[str, dict[str, Any]]) -> None:
+    """Merge ``entries`` (experiment name -> its timing) into ``path``; other experiments' entries
+    stay. A file in another form is moved aside first (nothing is lost)."""
+    from safs.runner import archive_previous
+
+    old: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            old = None  # type: ignore[assignment]
+        if not isinstance(old, dict) or not all(isinstance(v, dict) for v in old.values()):
+            _moved(console, archive_previous(path.parent, (path.name,)))
+            old = {}
+    path.write_text(json.dumps({**old, **entries}, indent=1) + "\n")
 
 
 def _replot(args: argparse.Namespace, console: Console, exps: list[Any]) -> int:
@@ -177,15 +242,20 @@ def _replot(args: argparse.Namespace, console: Console, exps: list[Any]) -> int:
     from safs.eval.experiments import write_outputs
     from safs.runner import RunOutput
 
+    missing = 0
     for e in exps:
         d = args.out / e.name
         try:
             records = json.loads((d / "results.json").read_text())
             lines = [json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()]
+            if len(lines) != len(records):
+                raise ValueError(f"samples.jsonl has {len(lines)} lines for {len(records)} records")
         except (OSError, ValueError) as exc:
-            raise InvalidInput("--out", f"cannot read earlier results in {d}: {exc}") from None
-        if len(lines) != len(records):
-            raise InvalidInput("--out", f"{d}: samples.jsonl has {len(lines)} lines for {len(records)} records")
+            missing += 1
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            console.print(f"[yellow]{e.name}: no earlier results to replot in {d} ({why}); "
+                          f"run: safs eval {e.name} --out {args.out}[/yellow]", highlight=False)
+            continue
         records = [{k: (float("nan") if v is None else v) for k, v in r.items()} for r in records]
         samples = [{k: v for k, v in x.items() if isinstance(v, list)} for x in lines]
         result = write_outputs(e, [RunOutput(r, s) for r, s in zip(records, samples)], d)
@@ -194,7 +264,7 @@ def _replot(args: argparse.Namespace, console: Console, exps: list[Any]) -> int:
             console.print(_verdict_table(e.name, result["verdict"]))
         if result["ablation"]:
             console.print(_ablation_table(e.name, result["ablation"]))
-    return 0
+    return 1 if missing else 0
 
 
 def _checks(args: argparse.Namespace, console: Console, ex: Any, map_ordered: Any) -> int:
@@ -209,6 +279,9 @@ def _checks(args: argparse.Namespace, console: Console, ex: Any, map_ordered: An
     keys = list(dict.fromkeys(k for r in rows for k in r))
     out = args.out / ex.CHECKS_NAME
     out.mkdir(parents=True, exist_ok=True)
+    from safs.runner import archive_previous
+
+    _moved(console, archive_previous(out, CHECK_FILES))
     (out / "checks.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
     with (out / "checks.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=keys)
@@ -220,7 +293,8 @@ def _checks(args: argparse.Namespace, console: Console, ex: Any, map_ordered: An
     for k in main:
         table.add_column(k, justify="left" if k in ("baseline", "metric", "error") else "right")
     for r in rows:
-        table.add_row(*[f"{r[k]:.4g}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in main])
+        table.add_row(*[percent(r[k]) if k == "deviation" and isinstance(r.get(k), float)
+                        else sig(r[k]) if isinstance(r.get(k), float) else str(r.get(k, "")) for k in main])
     console.print(table)
     for r in rows:
         for k, v in r.items():

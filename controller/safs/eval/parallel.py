@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
+import socket
+import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -51,6 +54,36 @@ def check_jobs(jobs: int | None) -> int:
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise InvalidInput("--jobs", f"must be an integer >= 1, got {jobs!r}")
     return jobs
+
+
+RAY_FORMS = "auto, local, ray://HOST:PORT or HOST:PORT"
+_HOST_PORT = r"[A-Za-z0-9_.\-]+:([0-9]{1,5})"
+
+
+def check_ray(address: str | None, jobs: int | None = None, timeout_s: float = 5.0) -> None:
+    """``--ray ADDRESS`` checked before anything runs: its form, not given with ``--jobs``, and
+    for ``HOST:PORT`` / ``ray://HOST:PORT`` that something accepts TCP connections there
+    (waiting at most ``timeout_s`` seconds; Ray itself would retry for minutes).
+
+    Raises:
+        InvalidInput: field ``--ray``: not one of :data:`RAY_FORMS` (port 1..65535), an
+            explicit ``jobs`` as well (a Ray cluster schedules its own workers), or nothing
+            listening at the address.
+    """
+    if address is None:
+        return
+    if jobs is not None:
+        raise InvalidInput("--ray", "cannot be combined with --jobs (Ray runs one task per cluster CPU); give one of them")
+    match = re.fullmatch(f"(?:ray://)?{_HOST_PORT}", address)
+    if address not in ("auto", "local") and not (match and 1 <= int(match.group(1)) <= 65535):
+        raise InvalidInput("--ray", f"expected {RAY_FORMS} (port 1..65535), got {address!r}")
+    if match:
+        host, port = address.removeprefix("ray://").rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            raise InvalidInput("--ray", f"cannot connect to Ray at {address!r}: {why}") from None
 
 
 @dataclass(frozen=True)
@@ -132,11 +165,15 @@ def _map_ray(fn: Callable[..., Any], tasks: list[tuple], address: str,
         raise InvalidInput("--ray", "needs the ray package: pip install 'safs[ray]'") from None
     started_here = not ray.is_initialized()
     if started_here:
+        check_ray(address)
         try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise InvalidInput("--ray", f"cannot connect to Ray at {address!r}: {exc}") from None
+            with warnings.catch_warnings():  # Ray warns (UserWarning) before it fails
+                warnings.simplefilter("ignore")
+                ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False)
+        except Exception as exc:  # noqa: BLE001  Ray raises ConnectionError, RuntimeError, ValueError...
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InvalidInput("--ray", f"cannot connect to Ray at {address!r}: {first}") from None
     try:
         remote = ray.remote(num_cpus=1)(_call)
         refs = [remote.remote(fn, args) for args in tasks]
