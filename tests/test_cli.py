@@ -179,7 +179,7 @@ def test_tables_use_one_number_format() -> None:
     assert [_fmt(x) for x in (5432.1, 12698.0, 12807.0, 29.46, 0.1234)] == ["5430", "12700", "12800", "29.5", "0.123"]
     assert eval_fmt(29.5, 110.3) == "29.5 ± 110" and eval_fmt(5432.1, 1.06) == "5430 ± 1.1"
     assert percent(-0.2412) == "-24%" and percent(0.05) == "+5%"
-    assert _fmt(float("nan")) == "-"
+    assert _fmt(float("nan")) == "-" and _fmt(0.0) == "0"
 
 
 # ---- safs controller: every bad option one line, naming the option -------------------------------

@@ -72,7 +72,8 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run scenario files and print a table per scenario")
     run.add_argument("scenarios", nargs="+", type=Path, metavar="SCENARIO", help="scenario YAML file(s)")
-    run.add_argument("--out", type=Path, default=Path("results"), help="directory for results.json/csv (default: results)")
+    run.add_argument("--out", type=Path, default=Path("results"), help="directory for results.json/csv (default: results); earlier results there are moved "
+                          "aside as results.<YYYYMMDDTHHMMSS>.json/csv")
     run.add_argument("--target", default="sim", choices=TARGETS, help="where to run (default: sim)")
     run.add_argument("--seeds", type=_int_list, help="override the scenario's seeds, e.g. 1,2,3")
     run.add_argument("--policies", type=_name_list, help="override the policies, e.g. safs,dctcp")

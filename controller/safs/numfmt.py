@@ -17,8 +17,10 @@ def sig(value: Any, digits: int = 3) -> str:
         return "-"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
-    if isinstance(value, int) or value == 0 or math.isinf(value):
+    if isinstance(value, int) or math.isinf(value):
         return str(value)
+    if value == 0:
+        return "0"
     magnitude = math.floor(math.log10(abs(value)))
     if magnitude >= digits - 1:
         return f"{round(value, digits - 1 - magnitude):.0f}"

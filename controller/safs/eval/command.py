@@ -33,7 +33,8 @@ def add_parser(sub: Any, int_list: Any, name_list: Any) -> None:
     ev = sub.add_parser("eval", help="run the paper's experiments: results, CIs over seeds, plots (docs/evaluation.md)")
     ev.add_argument("names", nargs="*", metavar="NAME", help="experiment(s), 'baseline-checks' or 'all' (see --list)")
     ev.add_argument("--list", action="store_true", help="list the experiments and exit")
-    ev.add_argument("--out", type=Path, default=Path("results/eval"), help="output directory (default results/eval)")
+    ev.add_argument("--out", type=Path, default=Path("results/eval"), help="output directory (default results/eval); earlier files of an experiment "
+                         "are moved aside as NAME.<YYYYMMDDTHHMMSS>.EXT, timing.json is merged per experiment")
     ev.add_argument("--seeds", type=int_list, help="override the seeds, e.g. 1,2,3")
     ev.add_argument("--policies", type=name_list, help="override the policies, e.g. safs,dctcp")
     ev.add_argument("--jobs", type=int, default=None, help="local worker processes (default: one per CPU)")
