@@ -201,18 +201,47 @@ def test_urgent_class_wins_at_the_bottleneck(tmp_path):
     _assert_clean(load_topology(AFD))
 
 
+def test_run_lock_serialises_networks(tmp_path):
+    """A second network waits for the first (same interface names); a holder is named."""
+    path = tmp_path / "emu.lock"
+    first = emunet.acquire_run_lock(path)
+    try:
+        with pytest.raises(emunet.EmuError, match=f"pid {os.getpid()}"):
+            emunet.acquire_run_lock(path, timeout_s=0.2)
+    finally:
+        first.close()
+    emunet.acquire_run_lock(path, timeout_s=0.2).close()  # free again
+
+
 @pytest.mark.mininet
 @pytest.mark.bmv2
 def test_end_to_end_cli_run_and_clean(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "safs.cli", "run", str(ROOT / "scenarios" / "mininet-afd.yaml"),
-                          "--target", "mininet", "--out", str(tmp_path), "--quiet"],
-                         capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    """`safs run --target mininet` on a tiny AFD scenario (2 decode steps, both policies, one
+    background level): records like the simulator's, every pipeline flow finished, every SAFS
+    flow announced over the hint API, nothing left afterwards."""
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "scenarios" / "mininet-afd.yaml").read_text())
+    raw["topology"] = str(AFD)
+    raw["workload"]["params"].update(decode_steps=2, layers_simulated=1)
+    raw.update(repetitions=1, background={"bulk_flows": [1]})
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(yaml.safe_dump(raw))
+    out = subprocess.run([sys.executable, "-m", "safs.cli", "run", str(scenario), "--target", "mininet",
+                          "--out", str(tmp_path / "out"), "--quiet"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    records = json.loads((tmp_path / "results.json").read_text())
-    assert {r["target"] for r in records} == {"mininet"}
-    assert all(r["pipeline_unfinished"] == 0 for r in records if r["background_flows"] == 0)
+    records = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert {(r["target"], r["policy"]) for r in records} == {("mininet", "safs"), ("mininet", "dctcp")}
+    for r in records:
+        assert r["pipeline_flows"] > 0 and r["pipeline_unfinished"] == 0, r
+        assert r["agent_errors"] == 0 and r["tpot_samples"] >= 1, r
+        assert r["tcp_dctcp"] in (0, 1) and r["clock_offset_correction_max_ms"] >= 0
+    safs = next(r for r in records if r["policy"] == "safs")
+    assert safs["hints_announced"] == safs["pipeline_flows"] and safs["hints_errors"] == 0, safs
+    assert safs["control_bytes"] > 0
     _assert_clean(load_topology(AFD))
-    assert os.path.exists(tmp_path / "results.csv")
+    assert os.path.exists(tmp_path / "out" / "results.csv")
 
 
 @pytest.mark.mininet

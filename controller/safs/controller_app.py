@@ -418,7 +418,7 @@ class ControllerApp:
             log.info("installed routes, slack classes and defaults on %s", ", ".join(self.links))
             self.hint_server = hint_server.start(self.scheduler, cfg.hint_addr, self.clock, lock=self.lock,
                                                  activation_lead_ns=cfg.activation_lead_ns)
-            log.info("hint API listening on %s", self.hint_server.target)
+            log.info("hint API listening on %s", self.hint_address)
         except BaseException:
             self.stop()
             raise

@@ -9,7 +9,7 @@
 It announces SAFS flows to the controller (hint API, at once), sends them at their start
 time with the SAFS transport (:mod:`safs.emu.safs_transport`) or over Linux TCP
 (:mod:`safs.emu.tcp_transport`), receives flows it was told to expect, tells the controller
-when its SAFS flows completed (hint API Complete, after the receiver's DONE), and keeps
+when its SAFS flows completed (hint API Complete, once the last byte is sent), and keeps
 ``done`` events (fabric-time finish) for the driver to poll. Control protocol:
 :mod:`safs.emu.control`; settings and behaviour: docs/mininet.md, "Host agent".
 
@@ -65,13 +65,14 @@ class Agent:
         self.cfg = emu_config(args.default_rate_bps, args.mtu_bytes, args.unscheduled_bytes)
         self.safs = SafsEndpoint(self.loop, args.ip, self.cfg, args.line_rate_bps,
                                  self._sender_done("safs"), self._receiver_done("safs"),
-                                 burst_bytes=args.pace_burst_bytes)
+                                 burst_bytes=args.pace_burst_bytes, on_sender_sent=self._sender_sent)
         self.tcp = TcpEndpoint(self.loop, args.ip, args.tcp_port, self._sender_done("tcp"),
                                self._receiver_done("tcp"), self._tcp_error, set_ecn=args.set_tcp_ecn)
         self.tcp_sending: set[int] = set()
         self.hints = None
         self.hint_pool: ThreadPoolExecutor | None = None
         self.hint_counts = {"announced": 0, "completed": 0, "errors": 0}
+        self.hints_submitted = 0  # calls handed to the hint thread (pending = this - the three above)
         self.last_hint_error = ""
         if args.hint_addr:
             from safs.hintapi.client import HintClient  # noqa: PLC0415 (grpc only when used)
@@ -164,6 +165,7 @@ class Agent:
             hint = FlowHint(req.flow_id, self.host, req.dst_host, req.size_bytes, no_bubble,
                             req.label or f"flow{req.flow_id}", FlowClass(req.flow_class))
             start_fabric = wrap(req.send_at_ns) if req.send_at_ns else fabric_clock()
+            self.hints_submitted += 1
             self.hint_pool.submit(self._announce, hint, start_fabric)  # type: ignore[union-attr]
         self.safs.start_sender(req.flow_id, req.dst_ip, req.size_bytes, no_bubble,
                                req.flow_class == "background", start_at)
@@ -206,9 +208,14 @@ class Agent:
                                 "transport": transport, **info})
             if transport == "tcp":
                 self.tcp_sending.discard(flow_id)
-            elif self.hint_pool is not None:
-                self.hint_pool.submit(self._complete, flow_id)
         return done
+
+    def _sender_sent(self, flow_id: int) -> None:
+        """A SAFS sender put its last byte on the wire: complete the flow at the hint API (after
+        its announce: one worker thread runs both in order)."""
+        if self.hint_pool is not None:
+            self.hints_submitted += 1
+            self.hint_pool.submit(self._complete, flow_id)
 
     def _receiver_done(self, transport: str):
         def done(flow_id: int, finish_ns: int, size: int) -> None:
@@ -227,7 +234,8 @@ class Agent:
             "host": self.host, "ip": self.args.ip,
             "safs": self.safs.stats.as_dict(),
             "tcp": {**self.tcp.stats.as_dict(), **self.tcp.info},
-            "hints": {**self.hint_counts, "last_error": self.last_hint_error},
+            "hints": {**self.hint_counts, "last_error": self.last_hint_error,
+                      "pending": self.hints_submitted - sum(self.hint_counts.values())},
             "background": [g.summary() for g in self.generators],
             "active": {"safs_senders": len(self.safs.senders), "tcp_senders": len(self.tcp_sending),
                        "safs_receivers_incomplete": sum(1 for r in self.safs.receivers.values() if r.got is not None)},

@@ -319,7 +319,16 @@ class AgentClient:
         Raises:
             InvalidInput: the agent named a field.  AgentError: other refusals, or no reply.
         """
+        self.submit(req)
+        return self.reply()
+
+    def submit(self, req: dict) -> None:
+        """Send one request without waiting; :meth:`reply` reads its answer (replies come in
+        request order). Lets a caller ask several agents at once and then collect the replies."""
         self.sock.sendall(json.dumps(req).encode() + b"\n")
+
+    def reply(self) -> dict:
+        """The reply to the oldest request sent with :meth:`submit` (errors as :meth:`request`)."""
         line = self.rfile.readline()
         if not line:
             raise AgentError(f"agent at {self.path} closed the connection")

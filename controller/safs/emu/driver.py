@@ -100,6 +100,13 @@ class RealtimeNetwork:
         sleep: ``time.sleep``-like function (tests pass fakes with the clock).
         poll_s: period of agent event polls, s (> 0). Default 1 ms (EMU_INTERFACE).
 
+    Attributes (after a run):
+        stats: :class:`DriverStats`.
+        sender_events: flow id -> the sender agent's done event (fabric ``start_ns`` and
+            ``finish_ns``; for SAFS ``requests``, ``grants``, ``data_packets``,
+            ``retransmitted_bytes``, ``fallbacks``); complete after :meth:`drain`.
+        errors: error events agents reported (a TCP connection that failed), with ``host``.
+
     Raises:
         InvalidInput: unknown policy, or ``poll_s`` <= 0.
     """
@@ -117,6 +124,8 @@ class RealtimeNetwork:
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     _flows: dict[int, _Flow] = field(default_factory=dict)
     _pending: dict[int, _Flow] = field(default_factory=dict)
+    sender_events: dict[int, dict[str, Any]] = field(default_factory=dict)
+    errors: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICY_TRANSPORT:
@@ -179,14 +188,35 @@ class RealtimeNetwork:
 
     # ------------------------------------------------------------------ the loop
 
-    def poll(self) -> int:
-        """Collect done events from every agent and run ``on_done`` of flows that finished;
-        returns how many finished."""
+    def _ask(self, hosts: list[str], message: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Send ``message`` to every agent of ``hosts`` and return their replies by host. Agents
+        with ``submit``/``reply`` (:class:`safs.emu.control.AgentClient`) are asked all at once
+        and answer in parallel, so a poll costs about one round trip, not one per agent."""
+        split = [h for h in hosts if hasattr(self.agents[h], "submit")]
+        for h in split:
+            self.agents[h].submit(message)  # type: ignore[attr-defined]
+        return {h: self.agents[h].reply() if h in split else self.agents[h].request(message)  # type: ignore[attr-defined]
+                for h in hosts}
+
+    def poll(self, hosts: list[str] | None = None) -> int:
+        """Collect events from the agents that receive a pending flow (or from ``hosts``) and
+        run ``on_done`` of flows that finished; returns how many finished. Sender-side done
+        events are kept in :attr:`sender_events` (per-flow SAFS counters), error events (a
+        failed TCP connection) in :attr:`errors` and logged."""
         finished = 0
         self.stats.polls += 1
-        for host, agent in self.agents.items():
-            for ev in agent.request({"op": "events"}).get("events", []):
-                if ev.get("event") != "done" or ev.get("role") != "receiver":
+        if hosts is None:
+            hosts = sorted({f.spec.receiver for f in self._pending.values()})
+        for host, reply in self._ask(hosts, {"op": "events"}).items():
+            for ev in reply.get("events", []):
+                if ev.get("event") == "error":
+                    self.errors.append({"host": host, **ev})
+                    log.warning("%s: flow %s: %s", host, ev.get("flow_id"), ev.get("message"))
+                    continue
+                if ev.get("event") != "done":
+                    continue
+                if ev.get("role") == "sender":
+                    self.sender_events[int(ev["flow_id"])] = ev
                     continue
                 flow = self._pending.pop(int(ev["flow_id"]), None)
                 if flow is None:
@@ -196,6 +226,11 @@ class RealtimeNetwork:
                 self.stats.callbacks += 1
                 flow.on_done(flow.finish_ns)
         return finished
+
+    def drain(self) -> None:
+        """Poll every agent once more (after :meth:`run`), so :attr:`sender_events` and
+        :attr:`errors` hold what the agents reported until now."""
+        self.poll(sorted(self.agents))
 
     def run(self, workload: Any, max_time_ns: int) -> None:
         """Start ``workload`` and serve timers and done events until ``workload.done()`` or

@@ -40,7 +40,7 @@ is stated by :func:`kernel_features` and in every run's record.
 
 Cleanup: :meth:`EmuNet.stop` stops switches by PID, removes every interface, qdisc and namespace
 (Mininet's host shells and links), and is idempotent; child processes are started with
-``PR_SET_PDEATHSIG`` so they die with the run even when it is SIGKILLed; :func:`leftovers`
+``PR_SET_PDEATHSIG`` (:func:`die_with_parent`) so they die with the run even when it is SIGKILLed; :func:`leftovers`
 lists anything of a topology still present (used by the tests) and
 :func:`remove_leftovers` deletes interfaces a killed run left behind.
 """
@@ -51,6 +51,7 @@ import ctypes
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -86,9 +87,29 @@ def _mac(value: int) -> str:
 
 
 def _die_with_parent() -> None:
-    """preexec_fn: SIGKILL this child when the process that started it dies (Linux prctl)."""
+    """preexec_fn: SIGKILL this child when the process that started it dies (Linux prctl).
+    Only for processes without gRPC: see :func:`die_with_parent`."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def die_with_parent(cmd: Sequence[str]) -> list[str]:
+    """``cmd`` prefixed so that it is SIGKILLed when the thread that starts it dies
+    (``setpriv --pdeathsig KILL``, util-linux; the same prctl as :func:`_die_with_parent`).
+
+    Why not ``preexec_fn``: a ``preexec_fn`` makes Python fork instead of vfork, and a fork
+    runs gRPC's fork handlers. Once the controller's gRPC is running in this process, the
+    child restarts gRPC's poller, whose epoll descriptor ``close_fds`` has just closed, and
+    aborts before it can exec ("Epoll1Poller ... epoll_wait error: Bad file descriptor",
+    grpc/grpc#43055). A vfork runs no fork handlers.
+
+    Raises:
+        EmuError: ``setpriv`` is not installed (Debian: util-linux).
+    """
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise EmuError("setpriv (util-linux) is not on PATH: needed to tie the emulation's processes to the run")
+    return [setpriv, "--pdeathsig", "KILL", *cmd]
 
 
 def free_port() -> int:
@@ -299,9 +320,9 @@ def switch_class():
             self.log_dir.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "ab") as logf:
                 self.started_ns = fabric_clock()
-                self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-            wait_for_p4runtime(self.grpc_addr, self.proc, SWITCH_START_TIMEOUT_S, self.log_path)
+                self.proc = subprocess.Popen(die_with_parent(self.command()), stdout=logf,
+                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            wait_for_p4runtime(self.grpc_addr, self.proc, SWITCH_START_TIMEOUT_S, self.log_path, self.sw_path)
             log.info("%s: %s up, pid %d, P4Runtime on %s, log %s", self.name, self.sw_path, self.proc.pid,
                      self.grpc_addr, self.log_path)
 
@@ -328,7 +349,8 @@ def stop_process(proc: subprocess.Popen | None, timeout_s: float = 10.0) -> None
         proc.wait()
 
 
-def wait_for_p4runtime(addr: str, proc: subprocess.Popen, timeout_s: float, log_path: Path | None = None) -> None:
+def wait_for_p4runtime(addr: str, proc: subprocess.Popen, timeout_s: float, log_path: Path | None = None,
+                       name: str = BMV2) -> None:
     """Poll ``addr`` with P4Runtime Capabilities until it answers.
 
     Raises:
@@ -341,7 +363,7 @@ def wait_for_p4runtime(addr: str, proc: subprocess.Popen, timeout_s: float, log_
     last = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise EmuError(f"{proc.args[0]} exited with {proc.returncode} before answering on {addr}"
+            raise EmuError(f"{name} exited with {proc.returncode} before answering on {addr}"
                            + (f"; log: {log_path}" if log_path else ""))
         channel = grpc.insecure_channel(addr)
         try:
@@ -352,7 +374,7 @@ def wait_for_p4runtime(addr: str, proc: subprocess.Popen, timeout_s: float, log_
             time.sleep(0.05)
         finally:
             channel.close()
-    raise EmuError(f"{proc.args[0]} at {addr} did not answer P4Runtime within {timeout_s} s (last: {last})")
+    raise EmuError(f"{name} at {addr} did not answer P4Runtime within {timeout_s} s (last: {last})")
 
 
 def _offloads_off(run: Callable[[list[str]], Any], intf: str) -> None:
@@ -383,6 +405,7 @@ class EmuNet:
     mtu_bytes: int
     bottlenecks: list[Bottleneck] = field(default_factory=list)
     features: KernelFeatures | None = None
+    lock: Any = None
     _stopped: bool = False
 
     def host(self, name: str) -> Any:
@@ -408,6 +431,9 @@ class EmuNet:
         except Exception as exc:  # noqa: BLE001 - keep cleaning
             log.warning("mininet stop: %s", exc)
         remove_leftovers(self.topology)
+        if self.lock is not None:
+            self.lock.close()  # releases the flock
+            self.lock = None
 
     def __enter__(self) -> "EmuNet":
         return self
@@ -448,11 +474,16 @@ def build(topology: Topology, run_dir: Path, *, mtu_bytes: int = 1500, switch_cl
 
     switch_cls = switch_cls or switch_class()
     run_dir.mkdir(parents=True, exist_ok=True)
-    remove_leftovers(topology)
+    lock = acquire_run_lock()
+    try:
+        remove_leftovers(topology)
+    except BaseException:
+        lock.close()
+        raise
     features = kernel_features()
     net = Mininet(topo=None, switch=switch_cls, host=Host, link=Link, controller=None, build=False,
                   autoSetMacs=False, autoStaticArp=False, waitConnected=False, inNamespace=False)
-    emu = EmuNet(topology, net, run_dir, mtu_bytes, features=features)
+    emu = EmuNet(topology, net, run_dir, mtu_bytes, features=features, lock=lock)
     try:
         for i, sw in enumerate(topology.switches()):
             extra = {"log_dir": run_dir, "device_id": 0, "log_level": bmv2_log_level} \
@@ -482,6 +513,44 @@ def build(topology: Topology, run_dir: Path, *, mtu_bytes: int = 1500, switch_cl
 
 def _ip(value: int) -> str:
     return ".".join(str((value >> s) & 0xFF) for s in (24, 16, 8, 0))
+
+
+RUN_LOCK = Path("/run/lock/safs-emu.lock") if Path("/run/lock").is_dir() else Path(tempfile.gettempdir()) / "safs-emu.lock"
+
+
+def acquire_run_lock(path: Path = RUN_LOCK, timeout_s: float = 3600.0) -> Any:
+    """Wait for the machine-wide lock of emulated networks and return it (an open file; closing
+    it, or the process ending, releases it). One network at a time: networks of the same
+    topology share interface and host names, and a build removes the interfaces a killed run
+    left (:func:`remove_leftovers`), which would tear down a live run's links.
+
+    Raises:
+        EmuError: still held by another process after ``timeout_s`` (its pid is named).
+    """
+    import fcntl
+
+    f = open(path, "a+")
+    deadline = time.monotonic() + timeout_s
+    waiting = False
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            if time.monotonic() >= deadline:
+                f.close()
+                raise EmuError(f"another emulated network (pid {holder}) holds {path} for more than {timeout_s} s")
+            if not waiting:
+                log.warning("waiting for another emulated network (pid %s, lock %s) to finish", holder, path)
+                waiting = True
+            time.sleep(0.5)
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
 
 
 def _host_run(host: Any, args: list[str]) -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -54,6 +55,13 @@ AGENT_START_TIMEOUT_S = 30.0
 # Each scheduler tick reads counters over P4Runtime; faster than 1 ms only burns the CPU the
 # switches and agents need (the simulator's 100 µs default is for 100 Gbit/s links).
 MIN_TICK_NS = 1_000_000
+# Scheduling priority (nice) of the run: this process (driver, controller thread) and, by
+# inheritance, the switches, host shells and agents it starts. The emulated fabric is a
+# real-time system on shared cores: at nice 0, other load on the machine stalls a switch or an
+# agent for 100 ms at a time (measured: driver timers 100-300 ms late on 2 cores with a run
+# queue of 10), which shows as pipeline deadline misses of neither policy's making.
+RUN_NICE = -10
+GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 def check_policies(policies: Iterable[str], source: str | None = None) -> None:
@@ -97,6 +105,12 @@ def run_mininet(scenario: Any, specs: list[Any], progress: Callable[[Any], None]
     run_dir = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="safs-mn-"))
     run_dir.mkdir(parents=True, exist_ok=True)
     previous = _sigterm_raises()
+    nice_before = _raise_priority()
+    # The driver shares this process with the controller thread (P4Runtime, hint API): hand
+    # the GIL over every 0.5 ms instead of 5 ms, so the driver's 1 ms timers and polls are not
+    # held up behind a scheduler call.
+    switch_before = sys.getswitchinterval()
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     records = []
     try:
         emu = emunet.build(topology, run_dir, mtu_bytes=mtu, ecn_threshold_pkts=sched.ecn_threshold_pkts)
@@ -111,9 +125,25 @@ def run_mininet(scenario: Any, specs: list[Any], progress: Callable[[Any], None]
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if nice_before is not None:
+            os.setpriority(os.PRIO_PROCESS, 0, nice_before)
+        sys.setswitchinterval(switch_before)
         if not keep_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
     return records
+
+
+def _raise_priority() -> int | None:
+    """Set this thread's nice value to :data:`RUN_NICE` (children inherit it); returns the
+    previous value, or None when it could not be changed (not root: the run goes on at the
+    normal priority)."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, min(before, RUN_NICE))
+    except OSError as exc:
+        log.warning("cannot raise the run's priority to nice %d (%s): other load may stall it", RUN_NICE, exc)
+        return None
+    return before
 
 
 def _sigterm_raises() -> Any:
@@ -159,8 +189,9 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
         driver = RealtimeNetwork(agents, ips, spec.policy)
         drops_before = emu.drops()
         driver.run(workload, int(scenario.max_time_ms * 1_000_000))
+        driver.drain()
         flows = driver.records()
-        agent_stats = {h: a.request({"op": "stats"}) for h, a in agents.items()}
+        agent_stats = hint_calls_settled(agents)
         drops = emu.drops() - drops_before
     finally:
         stop_agents(agents, procs)
@@ -170,7 +201,8 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
         app.stop()
         hint_sock.unlink(missing_ok=True)
     wall = time.perf_counter() - started
-    (run_dir / f"flows-{tag}.json").write_text(json.dumps([dataclasses.asdict(f) for f in flows], indent=0))
+    (run_dir / f"flows-{tag}.json").write_text(json.dumps(
+        [{**dataclasses.asdict(f), "sender_event": driver.sender_events.get(f.flow_id)} for f in flows], indent=0))
     record: dict[str, Any] = {
         "scenario": scenario.name, "target": "mininet", "policy": spec.policy, "seed": spec.seed,
         "repetition": spec.repetition, **spec.params(),
@@ -183,6 +215,9 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
     record["control_bytes"] = control if control is not None else float("nan")
     record["data_bytes"] = data
     record["drops"] = drops
+    record["agent_errors"] = len(driver.errors)
+    for key in ("announced", "completed", "errors", "pending"):  # hint API calls of the agents
+        record[f"hints_{key}"] = sum(int(s.get("hints", {}).get(key, 0)) for s in agent_stats.values())
     record["timer_late_max_ms"] = driver.stats.timer_late_max_ns / 1e6
     record["clock_offset_correction_max_ms"] = max((abs(c) for c in offsets.values()), default=0) / 1e6
     record["tcp_dctcp"] = int(bool(emu.features and emu.features.dctcp))  # 0: the kernel's default (cubic)
@@ -192,6 +227,18 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
     if samples is not None:
         samples.update(run_samples(workload))
     return record
+
+
+def hint_calls_settled(agents: dict[str, Any], timeout_s: float = 5.0) -> dict[str, dict]:
+    """Every agent's ``stats`` once its hint API calls (Announce, Complete; sent by a worker
+    thread of the agent) are done, or after ``timeout_s`` (then ``hints.pending`` > 0 says how
+    many were still queued)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stats = {h: a.request({"op": "stats"}) for h, a in agents.items()}
+        if time.monotonic() >= deadline or not any(s.get("hints", {}).get("pending", 0) for s in stats.values()):
+            return stats
+        time.sleep(0.02)
 
 
 def _control_data_bytes(stats: dict[str, dict], flows: list[FlowRecord]) -> tuple[int | None, int]:
@@ -219,7 +266,7 @@ def calibrate_clocks(emu: Any, app: Any) -> dict[str, int]:
     Raises:
         safs.emu.net.EmuError: a probe got no GRANT.
     """
-    from safs.emu.net import PROBE_FLOW_ID, EmuError
+    from safs.emu.net import PROBE_FLOW_ID, EmuError, die_with_parent
 
     topo = emu.topology
     corrections: dict[str, int] = {}
@@ -231,8 +278,8 @@ def calibrate_clocks(emu: Any, app: Any) -> dict[str, int]:
         receiver = attached[0]
         sender = next((h for h in attached[1:]), None) or next(h for h in topo.hosts() if h != receiver)
         flow_id = PROBE_FLOW_ID + i
-        proc = emu.host(sender).popen([sys.executable, "-m", "safs.emu.net", "probe",
-                                       _ip(topo.host_ip(receiver)), str(flow_id)],
+        proc = emu.host(sender).popen(die_with_parent([sys.executable, "-m", "safs.emu.net", "probe",
+                                                       _ip(topo.host_ip(receiver)), str(flow_id)]),
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = proc.communicate(timeout=60)
         if proc.returncode != 0:
@@ -286,7 +333,7 @@ def start_agents(emu: Any, run_dir: Path, tag: str, hint_addr: str, sched: Any,
             the run directory).
     """
     from safs.emu.control import AgentClient, AgentError
-    from safs.emu.net import _die_with_parent
+    from safs.emu.net import die_with_parent
 
     topo = emu.topology
     procs, agents = [], {}
@@ -300,8 +347,7 @@ def start_agents(emu: Any, run_dir: Path, tag: str, hint_addr: str, sched: Any,
                    "--mtu-bytes", str(mtu_bytes), "--unscheduled-bytes", str(sched.unscheduled_bytes),
                    "--log", str(logf)]
             with open(logf, "ab") as err:
-                procs.append(emu.host(h).popen(cmd, stdout=subprocess.DEVNULL, stderr=err,
-                                               preexec_fn=_die_with_parent))
+                procs.append(emu.host(h).popen(die_with_parent(cmd), stdout=subprocess.DEVNULL, stderr=err))
         for h, proc in zip(topo.hosts(), procs):
             control = run_dir / f"agent-{h}-{tag}.sock"
             try:

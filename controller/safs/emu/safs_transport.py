@@ -125,6 +125,11 @@ class SafsEndpoint:
         port: UDP port (default and on the wire: 23285; another only for tests).
         burst_bytes: token-bucket depth of each sender, wire bytes (None: half of
             ``config.unscheduled_bytes``; never below two full packets).
+        on_sender_sent: ``f(flow_id)`` once, when a sender has sent the last byte of its flow
+            for the first time (retransmissions may follow). The agent completes the flow at
+            the hint API then: the grant is not needed for bytes already on the wire, and the
+            next flow's grant is installed while they drain (the simulator completes a flow
+            ``hint_latency_ns`` after its last byte arrived, about the same moment).
 
     Raises:
         OSError: the socket cannot be bound.
@@ -133,7 +138,7 @@ class SafsEndpoint:
     def __init__(self, loop: Loop, ip: str, config: SafsConfig, line_rate_bps: int,
                  on_sender_done: Callable[[int, dict], None],
                  on_receiver_done: Callable[[int, int, int], None], port: int = SAFS_UDP_PORT,
-                 burst_bytes: int | None = None) -> None:
+                 burst_bytes: int | None = None, on_sender_sent: Callable[[int], None] | None = None) -> None:
         self.loop = loop
         self.burst_bytes = config.unscheduled_bytes // 2 if burst_bytes is None else burst_bytes
         self.ip = ip
@@ -145,6 +150,7 @@ class SafsEndpoint:
         self.receivers: dict[int, SafsReceiver] = {}
         self.unknown: dict[int, list[tuple[int, int]]] = {}  # flow -> [(remaining, payload)]
         self.on_sender_done = on_sender_done
+        self.on_sender_sent = on_sender_sent
         self.on_receiver_done = on_receiver_done
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
@@ -351,6 +357,8 @@ class SafsSender:
                 self.ep.stats.retransmitted_bytes += size
             else:
                 self.next_offset = offset + self.seg
+                if self.next_offset >= self.size and self.ep.on_sender_sent is not None:
+                    self.ep.on_sender_sent(self.flow_id)  # last new byte sent (once per flow)
             unscheduled = not resent and self.next_offset < self.cfg.unscheduled_bytes
             rate = self.line_rate if unscheduled else self.rate_bps
             if rate <= 0:  # a zero grant: wait for a new grant or the lease to run out
