@@ -195,8 +195,11 @@ class RealtimeNetwork:
         split = [h for h in hosts if hasattr(self.agents[h], "submit")]
         for h in split:
             self.agents[h].submit(message)  # type: ignore[attr-defined]
-        return {h: self.agents[h].reply() if h in split else self.agents[h].request(message)  # type: ignore[attr-defined]
-                for h in hosts}
+        replies = {}
+        for h in hosts:
+            agent: Any = self.agents[h]
+            replies[h] = agent.reply() if h in split else agent.request(message)
+        return replies
 
     def poll(self, hosts: list[str] | None = None) -> int:
         """Collect events from the agents that receive a pending flow (or from ``hosts``) and

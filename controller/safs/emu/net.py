@@ -515,7 +515,7 @@ def _ip(value: int) -> str:
     return ".".join(str((value >> s) & 0xFF) for s in (24, 16, 8, 0))
 
 
-RUN_LOCK = Path("/run/lock/safs-emu.lock") if Path("/run/lock").is_dir() else Path(tempfile.gettempdir()) / "safs-emu.lock"
+RUN_LOCK = (Path("/run/lock") if Path("/run/lock").is_dir() else Path(tempfile.gettempdir())) / "safs-emu.lock"
 
 
 def acquire_run_lock(path: Path = RUN_LOCK, timeout_s: float = 3600.0) -> Any:

@@ -172,7 +172,8 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
         topology_path=scenario.topology_path(),
         switches=tuple(SwitchSpec(sw, emu.switch(sw).grpc_addr, emu.switch(sw).device_id) for sw in topology.switches()),
         p4info_path=P4INFO, bmv2_json_path=BMV2_JSON, hint_addr=f"unix:{hint_sock}",
-        tick_ns=max(MIN_TICK_NS, sim_config.tick_ns or sched.tick_ns), scheduler=sched)
+        tick_ns=max(MIN_TICK_NS, sim_config.tick_ns or sched.tick_ns), scheduler=sched,
+        activation_lead_ns=sim_config.activation_lead_ns)  # the scenario's, as on the simulator
     app = ControllerApp(config)
     stop = threading.Event()
     agents: dict[str, Any] = {}
