@@ -457,3 +457,15 @@ def test_reinstall_restores_clone_sessions() -> None:
     restarted = PipelineModel("tor0", clock)
     sched.reinstall("tor0", 0, target=restarted)
     assert restarted.clone_sessions() == targets["tor0"].clone_sessions() != []
+
+
+def test_stale_digest_of_a_completed_flow_changes_nothing() -> None:
+    """A REQUEST still in flight when its flow completed is ignored, not refused as unknown."""
+    topo, clock, targets, sched = make()
+    sched.announce(hint(5, "a", "d", 1_000_000, 20 * MS), 0)
+    sched.activate(5, 0)
+    sched.complete(5, 1 * MS)
+    ip_a, ip_d = topo.host_ip("a"), topo.host_ip("d")
+    assert not sched.on_digest("tor1", RequestDigest(5, ip_a, ip_d, 1000, 0), 2 * MS)
+    assert 5 not in sched.registry and sched.stats.digests_rejected == 0
+    assert 5 not in grant_entries(targets["tor1"])

@@ -461,7 +461,9 @@ class Scheduler:
         changed = self.registry.merge_digest(digest.flow_id, digest.src_addr, digest.dst_addr,
                                              digest.remaining_bytes, digest.no_bubble_ts_ns, now_ns,
                                              FlowClass.PIPELINE)
-        if changed or digest.flow_id not in self._flows:  # a recorded hint's first REQUEST
+        # A recorded hint's first REQUEST admits it; a stale REQUEST of a flow completed recently
+        # (the registry ignored it: not in the registry) changes nothing.
+        if changed or (digest.flow_id not in self._flows and digest.flow_id in self.registry):
             self.stats.digests_merged += 1
             self._admit(digest.flow_id, now_ns)
             return True
