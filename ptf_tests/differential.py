@@ -111,6 +111,9 @@ class FanOut:
     def read_counter(self, counter: str, index: int) -> CounterValue:
         return self.model.read_counter(counter, index)
 
+    def read_counter_cells(self, counter: str, indices: list[int]) -> list[CounterValue]:
+        return self.model.read_counter_cells(counter, indices)
+
     def poll_digests(self) -> list[RequestDigest]:
         return []
 

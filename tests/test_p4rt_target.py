@@ -404,10 +404,18 @@ def test_counters_read_by_index_and_wildcard(fake) -> None:
     with pytest.raises(InvalidInput) as e:
         target.read_counter("SafsIngress.nope", 0)
     assert e.value.field == "counter"
+    # several cells in one ReadRequest, in the order asked (the scheduler's tick)
+    assert target.read_counter_cells(n.FLOW_BYTES, [5, 6, 0]) == [CounterValue(1500, 3), CounterValue(0, 0),
+                                                                   CounterValue(78, 1)]
+    assert target.read_counter_cells(n.FLOW_BYTES, []) == []
+    with pytest.raises(InvalidInput) as e:
+        target.read_counter_cells(n.FLOW_BYTES, [5, n.FLOW_METER_SIZE])
+    assert e.value.field == "index"
 
 
 def test_counters_read_zero_on_a_fresh_switch(switch, target) -> None:
     assert target.read_counter(n.PORT_TX_BYTES, 3) == CounterValue(0, 0)
+    assert target.read_counter_cells(n.FLOW_BYTES, [1, 2, 3]) == [CounterValue(0, 0)] * 3
     assert target.read_counter(n.MALFORMED, 0).packet_count == 0
 
 

@@ -303,6 +303,22 @@ class SwitchLink:
                 return value
         return self._counters.get(key, CounterValue(0, 0))
 
+    def read_counter_cells(self, counter: str, indices: Sequence[int]) -> list[CounterValue]:
+        """``P4RuntimeTarget.read_counter_cells`` (one Read); while down (or when the read finds
+        it down) the last value read for each cell, zero if none."""
+        if not self.is_down:
+            try:
+                values = self.target.read_counter_cells(counter, indices)
+            except TargetError as err:
+                self._check(err)
+                if not self.is_down:
+                    raise
+            else:
+                for index, value in zip(indices, values):
+                    self._counters[(counter, index)] = value
+                return values
+        return [self._counters.get((counter, i), CounterValue(0, 0)) for i in indices]
+
     def poll_digests(self) -> list[RequestDigest]:
         """Digests received since the last call ([] while down; a closed stream marks it down)."""
         if self.is_down:

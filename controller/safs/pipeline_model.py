@@ -537,6 +537,10 @@ class PipelineModel:
         """The config of ``flow_meter[index]``, or None when never configured (always green)."""
         return self._meter_cfg.get(index)
 
+    def read_counter_cells(self, counter: str, indices: Sequence[int]) -> list[CounterValue]:
+        """:meth:`read_counter` of each index, in order (one P4Runtime Read on a switch)."""
+        return [self.read_counter(counter, i) for i in indices]
+
     def read_counter(self, counter: str, index: int) -> CounterValue:
         """Bytes and packets of ``counter[index]``.
 

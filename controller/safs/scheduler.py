@@ -493,8 +493,7 @@ class Scheduler:
         """
         now = wrap(now_ns)
         flows = self.allocator.flows()
-        for fid, state in self._flows.items():
-            counted = self._flow_counter(state)
+        for fid, state, counted in self._flow_counters():
             payload = (counted.byte_count - state.base.byte_count
                        - (counted.packet_count - state.base.packet_count) * WIRE_OVERHEAD_BYTES)
             est = max(1, state.reported - max(0, payload))
@@ -548,6 +547,24 @@ class Scheduler:
         """``flow_bytes[slot]`` at the flow's ToR (zero where the ToR has no target)."""
         target = self._targets.get(state.tor)
         return target.read_counter(n.FLOW_BYTES, state.slot) if target is not None else CounterValue(0, 0)
+
+    def _flow_counters(self) -> list[tuple[int, _FlowState, CounterValue]]:
+        """``(flow id, state, flow_bytes[slot] at its ToR)`` of every admitted flow, in admission
+        order, with one :meth:`Target.read_counter_cells` per ToR (one P4Runtime Read, not one
+        per flow; zero where the ToR has no target)."""
+        by_tor: dict[str, list[tuple[int, _FlowState]]] = {}
+        for fid, state in self._flows.items():
+            by_tor.setdefault(state.tor, []).append((fid, state))
+        counted: dict[int, CounterValue] = {}
+        for tor, members in by_tor.items():
+            target = self._targets.get(tor)
+            if target is None:
+                values = [CounterValue(0, 0)] * len(members)
+            else:
+                values = target.read_counter_cells(n.FLOW_BYTES, [state.slot for _, state in members])
+            for (fid, _), value in zip(members, values):
+                counted[fid] = value
+        return [(fid, state, counted[fid]) for fid, state in self._flows.items()]
 
     def _admit(self, flow_id: int, now_ns: int) -> None:
         """Push the registry's hint for ``flow_id`` into the allocator and install changes

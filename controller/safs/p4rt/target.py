@@ -386,9 +386,9 @@ class P4RuntimeTarget:
 
     # ------------------------------------------------------------------ reads
 
-    def _read(self, entity: p4runtime_pb2.Entity) -> list[p4runtime_pb2.Entity]:
+    def _read(self, *entities: p4runtime_pb2.Entity) -> list[p4runtime_pb2.Entity]:
         req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
-        req.entities.append(entity)
+        req.entities.extend(entities)
         try:
             return [e for rep in self.client.stub.Read(req, timeout=self.timeout_s) for e in rep.entities]
         except grpc.RpcError as err:
@@ -411,6 +411,35 @@ class P4RuntimeTarget:
             d = e.counter_entry.data
             return CounterValue(byte_count=d.byte_count, packet_count=d.packet_count)
         raise TargetError([(0, "NOT_FOUND", f"{self.name}: no cell {counter}[{index}] in the answer")])
+
+    def read_counter_cells(self, counter: str, indices: Sequence[int]) -> list[CounterValue]:
+        """Bytes and packets of ``counter[i]`` for each of ``indices``, in order, in ONE
+        ReadRequest (one CounterEntry per cell): the scheduler's tick reads every flow's cell
+        this way (on BMv2, 8 cells in one Read took 0.6-1.2 ms against 0.5 ms per single Read;
+        docs/mininet.md).
+
+        Raises:
+            InvalidInput: unknown counter, or an index outside ``0..size-1``.
+            TargetError: the read failed, or a cell is missing from the answer.
+        """
+        info = self.index.counter(counter)
+        entities = []
+        for index in indices:
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < info.size:
+                raise InvalidInput("index", f"must be in 0..{info.size - 1} for {counter}, got {index!r}")
+            entity = p4runtime_pb2.Entity()
+            entity.counter_entry.counter_id = info.id
+            entity.counter_entry.index.index = index
+            entities.append(entity)
+        if not entities:
+            return []
+        cells = {e.counter_entry.index.index: CounterValue(e.counter_entry.data.byte_count,
+                                                          e.counter_entry.data.packet_count)
+                 for e in self._read(*entities)}
+        missing = [i for i in indices if i not in cells]
+        if missing:
+            raise TargetError([(0, "NOT_FOUND", f"{self.name}: no cells {counter}{missing} in the answer")])
+        return [cells[i] for i in indices]
 
     def read_counters(self, counter: str) -> list[CounterValue]:
         """Every cell of ``counter`` in one wildcard read, indexed by cell.
