@@ -41,6 +41,7 @@ from safs.errors import InvalidInput
 from safs.metrics import FlowRecord
 from safs.protocol import WIRE_OVERHEAD_BYTES
 from safs.sim.engine import Engine
+from safs.sim.host import EngineWorkloadHost
 from safs.sim.run import SimConfig, SimResult
 from safs.sim.transports import TransportStats
 
@@ -121,7 +122,7 @@ def edf_rates(flows: list[OracleFlow], capacity_bps: dict[Link, int]) -> None:
         unfrozen = keep
 
 
-class OracleNetwork:
+class OracleNetwork(EngineWorkloadHost):
     """Fluid EDF oracle implementing :class:`safs.workloads.api.WorkloadAPI`; :meth:`run`
     returns a :class:`safs.sim.run.SimResult` like :func:`safs.sim.run.simulate`.
 
@@ -155,14 +156,6 @@ class OracleNetwork:
         self.workload_done = False
 
     # ---- WorkloadAPI ---------------------------------------------------------------------
-    def now(self) -> int:
-        """Current fabric time in ns."""
-        return self.engine.now
-
-    def call_at(self, t_ns: int, fn: Callable[[], None]) -> None:
-        """Run ``fn()`` at ``t_ns`` (>= now). Raises InvalidInput for a time in the past."""
-        self.engine.at(t_ns, self._run_callback, fn)
-
     def start_flow(self, spec: Any, on_done: Callable[[int], None], send_at_ns: int | None = None) -> int:
         """Start ``spec`` (a FlowSpec) at ``send_at_ns`` (None: now); ``on_done(finish_ns)`` when
         its last byte arrives. Returns the flow id.
@@ -248,15 +241,6 @@ class OracleNetwork:
         flow.finish_ns = self.engine.now
         done, flow.on_done = flow.on_done, _noop
         done(flow.finish_ns)
-        self._check_done()
-
-    def _check_done(self) -> None:
-        if not self.workload_done and self.workload is not None and self.workload.done():
-            self.workload_done = True
-            self.engine.stop()
-
-    def _run_callback(self, fn: Callable[[], None]) -> None:
-        fn()
         self._check_done()
 
     # ---- running -------------------------------------------------------------------------

@@ -57,6 +57,7 @@ from safs.pipeline_model import PipelineModel
 from safs.scheduler import Scheduler, SchedulerConfig
 from safs.sim.ablations import SCHEDULER_OVERRIDES, no_grant_endpoints
 from safs.sim.engine import Engine
+from safs.sim.host import EngineWorkloadHost
 from safs.sim.network import Network, Port, build_network
 from safs.sim.packet import ETH_HEADER_BYTES
 from safs.sim.transports import TransportStats
@@ -306,7 +307,7 @@ class _Flow:
         self.safs = safs
 
 
-class Simulation:
+class Simulation(EngineWorkloadHost):
     """One run: engine, network, scheduler and transports; implements ``WorkloadAPI``.
 
     Use :func:`simulate`; this class is public for tests that need to reach inside
@@ -355,14 +356,6 @@ class Simulation:
         self.homa_hosts: dict[str, HomaHost] = {}
 
     # ---- WorkloadAPI ---------------------------------------------------------------------
-    def now(self) -> int:
-        """Current fabric time in ns (simulation time; not wrapped)."""
-        return self.engine.now
-
-    def call_at(self, t_ns: int, fn: Callable[[], None]) -> None:
-        """Run ``fn()`` at ``t_ns`` (>= now). Raises InvalidInput for a time in the past."""
-        self.engine.at(t_ns, self._run_callback, fn)
-
     def start_flow(self, spec: Any, on_done: Callable[[int], None], send_at_ns: int | None = None) -> int:
         """Announce ``spec`` (a FlowSpec) now and start sending at ``send_at_ns`` (None: now).
 
@@ -445,15 +438,6 @@ class Simulation:
         else:
             self.engine.at(start, _start_homa_message, msg)
         return fid
-
-    def _check_done(self) -> None:
-        if not self.workload_done and self.workload is not None and self.workload.done():
-            self.workload_done = True
-            self.engine.stop()
-
-    def _run_callback(self, fn: Callable[[], None]) -> None:
-        fn()
-        self._check_done()
 
     def _on_finish(self, flow_id: int, finish_ns: int) -> None:
         flow = self.flows[flow_id]
