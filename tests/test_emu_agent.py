@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
 import shutil
 import socket
 import subprocess
@@ -477,6 +478,29 @@ def test_announces_and_completes_over_the_hint_api_on_a_unix_socket(agents: Agen
         server.stop()
 
 
+def test_watch_stream_pushes_events_and_events_then_keeps_none(agents: Agents) -> None:
+    """After ``watch`` the agent pushes each done event on that connection as it happens (no
+    polling) and ``events`` on the request connection returns none of them."""
+    net = _subnet()
+    a = agents.start("a", net + "1", "--default-rate-bps", str(20 * MBIT))
+    b = agents.start("b", net + "2")
+    stream = b.watch()
+    try:
+        b.expect(5, net + "1", 30_000, "safs")
+        a.send(5, net + "2", 30_000, "safs")
+        got: list[dict] = []
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            if select.select([stream], [], [], 0.5)[0]:
+                got = stream.read()
+        assert [(e["event"], e["role"], e["flow_id"], e["bytes"]) for e in got] == [("done", "receiver", 5, 30_000)]
+        assert b.events() == []
+    finally:
+        stream.close()
+    with pytest.raises(InvalidInput, match="op"):
+        b.request({"op": "watchh"})
+
+
 class _ThreeFlows:
     """A workload: two pipeline flows into c (one starting 50 ms later) and one background."""
 
@@ -507,6 +531,9 @@ def test_driver_runs_a_workload_over_real_agents(agents: Agents, policy: str) ->
     run.run(workload, max_time_ns=10 * 10**9)
     records = {r.label: r for r in run.records()}
     assert workload.done() and all(r.finish_ns is not None for r in records.values()), records
+    assert run.stats.polls == 0  # every agent pushed its events on a watch stream
+    run.drain()
+    assert set(run.sender_events) == {r.flow_id for r in records.values()}  # sender side too
     for r in records.values():
         if r.flow_class == "pipeline" and policy == "safs":
             assert r.finish_ns - r.start_ns >= (r.size_bytes - 32_768) * 8 * 10**9 // rate

@@ -1,7 +1,7 @@
 """The real-time driver (safs.emu.driver) against in-process agents on a fake clock.
 
-The fake agents speak the EMU_INTERFACE control protocol (expect/send/events) and finish every
-flow at its uncontended transfer time (Topology.min_transfer_ns), so a workload run through the
+The fake agents speak the agent control protocol (docs/mininet.md, "Host agent": expect,
+send, events) and finish every flow at its uncontended transfer time (Topology.min_transfer_ns), so a workload run through the
 driver must give the same workload metrics as IdealNetwork, up to the poll period per
 transfer on the critical path. The fake clock starts just below a 2^48 boundary, so fabric
 times wrap during the run.

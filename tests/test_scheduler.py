@@ -271,10 +271,9 @@ def test_digest_for_unknown_flow_creates_hint_and_grant_end_to_end() -> None:
 
 
 def test_digest_merge_only_lowers_remaining_and_bad_digests_are_counted() -> None:
-    topo, clock, targets, sched = make()
+    topo, clock, targets, sched = make(SchedulerConfig())  # admitted at the first REQUEST
     sched.announce(hint(5, "a", "d", 1_000_000, 20 * MS), 0)
     ip_a, ip_d = topo.host_ip("a"), topo.host_ip("d")
-    assert not sched.on_digest("tor1", RequestDigest(5, ip_a, ip_d, 2_000_000, 0), 0)
     assert sched.on_digest("tor1", RequestDigest(5, ip_a, ip_d, 500_000, 0), 0)
     assert sched.allocator.flows()[5].remaining_bytes == 500_000
     with pytest.raises(InvalidInput):
@@ -457,6 +456,20 @@ def test_reinstall_restores_clone_sessions() -> None:
     restarted = PipelineModel("tor0", clock)
     sched.reinstall("tor0", 0, target=restarted)
     assert restarted.clone_sessions() == targets["tor0"].clone_sessions() != []
+
+
+def test_digest_of_an_admitted_flow_is_an_echo_and_changes_nothing() -> None:
+    """A REQUEST that passed the ToR before its flow's grant entry was written: no
+    re-allocation, no counter read, no write (the ToR's counters track the flow from here)."""
+    topo, clock, targets, sched = make()
+    sched.announce(hint(5, "a", "d", 1_000_000, 20 * MS), 0)
+    before = (dict(sched.allocator.flows()), writes(sched))
+    reads = []
+    targets["tor1"].read_counter = lambda *a: reads.append(a)  # type: ignore[method-assign]
+    ip_a, ip_d = topo.host_ip("a"), topo.host_ip("d")
+    assert sched.on_digest("tor1", RequestDigest(5, ip_a, ip_d, 400_000, 0), 1 * MS) is False
+    assert (dict(sched.allocator.flows()), writes(sched)) == before and reads == []
+    assert sched.stats.digests_echoed == 1 and sched.registry.get(5).remaining_bytes == 1_000_000
 
 
 def test_stale_digest_of_a_completed_flow_changes_nothing() -> None:

@@ -43,17 +43,17 @@ POLICIES = ("safs", "dctcp")
 # Pinned today's behaviour (see the module docstring before changing any of these).
 GOLDEN: dict[tuple[str, str], str] = {
     ('afd-bulk', 'safs'):
-        'a824cfdfe8348393914f4a30ddde759676f35b56a62b2440802925e463ab79d5',  # events=78663, drops=267, data_bytes=116335482, control_bytes=355458, sim_time_ns=3288663, ecn_marked_packets=697, flows=578
+        '623bcbea807c32a4af2eba71b0ca6474733b09c9d0a18817a0a575aa692e493e',  # events=78663, drops=267, data_bytes=116335482, control_bytes=355458, sim_time_ns=3288663, ecn_marked_packets=697, flows=578
     ('afd-bulk', 'dctcp'):
-        '507ddde5a80e2e641f60d35c85bbc2ae095a4c633584027b73d609a70bfba0bf',  # events=106703, drops=951, data_bytes=173411346, control_bytes=0, sim_time_ns=6154366, ecn_marked_packets=2824, flows=578
+        'a3e9afa38fb1a0a0513b7590f353e564e19a6159706d9f1b501d00b5ed877d79',  # events=106703, drops=951, data_bytes=173411346, control_bytes=0, sim_time_ns=6154366, ecn_marked_packets=2824, flows=578
     ('afd-poisson', 'safs'):
-        '697e9afd3c18bf5c931253eb5f09003b7b3c8460ac1896ce91e61baf92d754f6',  # events=40783, drops=44, data_bytes=60838238, control_bytes=206466, sim_time_ns=2236626, ecn_marked_packets=153, flows=395
+        'a52aa9e532e5da0989bf116c2624c8925f27b2a915ac99a22d1a712d19f135d3',  # events=40783, drops=44, data_bytes=60838238, control_bytes=206466, sim_time_ns=2236626, ecn_marked_packets=153, flows=395
     ('afd-poisson', 'dctcp'):
-        '9fea4605a7a3e5ea3052060a2670b3e816418bddf2525539dea88b377cb63571',  # events=50447, drops=664, data_bytes=80554755, control_bytes=0, sim_time_ns=3736265, ecn_marked_packets=1798, flows=399
+        '0125cd1cce37f667dad519debddaad2ffb62035804c86a723c8cd25ccb889a92',  # events=50447, drops=664, data_bytes=80554755, control_bytes=0, sim_time_ns=3736265, ecn_marked_packets=1798, flows=399
     ('zerobubble-bulk', 'safs'):
-        'd6c8003be210eb8392f129c7bf4963e63eefba87b652348bd1dd901bcbcec45c',  # events=109440, drops=75, flows=26
+        '5255cb51902729026c4749a70ea6bef04d9dc0f2605a66b4d1880fe20825f8e8',  # events=109440, drops=75, data_bytes=128714954, control_bytes=13104, sim_time_ns=4844225, ecn_marked_packets=5001, flows=26
     ('zerobubble-bulk', 'dctcp'):
-        '41d2a1b3d02378dcea1f08ba2829a25725e368edd9f66bbfeaa6cfe8abc2b220',  # events=230951, drops=71, flows=26
+        '18511e8c4afcf655aaed42692e15c75d12939d47d27345c161da3d61d2451bab',  # events=230951, drops=71, data_bytes=262469692, control_bytes=0, sim_time_ns=10262051, ecn_marked_packets=11897, flows=26
 }
 
 

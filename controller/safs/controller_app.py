@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 _U64 = (1 << 64) - 1
 NS_PER_MS = 1_000_000
+DIGEST_POLL_S = 0.001  # longest wait of the run loop between digest polls (a tick may be longer)
 
 
 def fabric_clock() -> int:
@@ -514,7 +515,9 @@ class ControllerApp:
             if now_s >= next_summary:
                 last = self._summary(last)
                 next_summary = now_s + cfg.summary_period_s
-            wait = next_tick - time.monotonic()
+            # Digests are polled at least every DIGEST_POLL_S, however long the tick: a flow
+            # nobody announced is admitted by its first REQUEST's digest.
+            wait = min(next_tick, time.monotonic() + DIGEST_POLL_S) - time.monotonic()
             if end is not None:
                 wait = min(wait, end - time.monotonic())
             if wait > 0:

@@ -191,6 +191,8 @@ class SchedulerStats:
         control_bytes: estimated encoded bytes (see module constants).
         grant_changes: grants the allocator changed (each becomes at most one entry write).
         digests_merged: digests that changed the hint registry.
+        digests_echoed: digests of flows already admitted (a REQUEST that passed before the
+            flow's grant entry was written); ignored.
         digests_rejected: digests refused (bad content, or no free meter slot).
         write_failures: updates a target refused after reconciliation (retried by tick).
 
@@ -207,6 +209,7 @@ class SchedulerStats:
     control_bytes: int = 0
     grant_changes: int = 0
     digests_merged: int = 0
+    digests_echoed: int = 0
     digests_rejected: int = 0
     write_failures: int = 0
 
@@ -456,7 +459,14 @@ class Scheduler:
             raise InvalidInput("switch", f"no target named {switch!r}")
         if not isinstance(digest, RequestDigest):
             raise InvalidInput("digest", f"must be a RequestDigest, got {type(digest).__name__}")
-        if digest.flow_id not in self._flows and digest.dst_addr in self._ip_to_host:
+        if digest.flow_id in self._flows:
+            # Admitted already: its REQUEST passed the ToR before the grant entry landed. The
+            # ToR's counters track the flow's progress from here (tick); re-allocating on this
+            # echo would cost a counter read and a write per REQUEST of every flow whose
+            # activation is slow (hundreds per second on BMv2, docs/mininet.md).
+            self.stats.digests_echoed += 1
+            return False
+        if digest.dst_addr in self._ip_to_host:
             self._require_slot(self._topo.tor_of(self._ip_to_host[digest.dst_addr]), "digest.dst_addr")
         changed = self.registry.merge_digest(digest.flow_id, digest.src_addr, digest.dst_addr,
                                              digest.remaining_bytes, digest.no_bubble_ts_ns, now_ns,

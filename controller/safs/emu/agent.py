@@ -25,7 +25,8 @@ import logging
 import os
 import signal
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from safs.scheduler import SchedulerConfig
 from safs.sim.transports.safs import NO_DEADLINE_NS
 from safs.timebase import diff, wrap
 
+HINT_CONNECT_TIMEOUT_S = 5.0  # the warm-up connect of the hint channel (calls retry afterwards)
 _log = logging.getLogger("safs.emu.agent")
 DEFAULT_TCP_PORT = 5001
 DEFAULT_LINE_RATE_BPS = 100_000_000
@@ -70,14 +72,22 @@ class Agent:
                                self._receiver_done("tcp"), self._tcp_error, set_ecn=args.set_tcp_ecn)
         self.tcp_sending: set[int] = set()
         self.hints = None
-        self.hint_pool: ThreadPoolExecutor | None = None
+        self.hint_pool: ThreadPoolExecutor | None = None  # Announce calls, in order
+        self.complete_pool: ThreadPoolExecutor | None = None  # Complete calls, in order
+        self.announced: dict[int, Future] = {}  # flow id -> its Announce call (until completed)
         self.hint_counts = {"announced": 0, "completed": 0, "errors": 0}
+        self.hint_counts_lock = threading.Lock()  # two hint threads count
         self.hints_submitted = 0  # calls handed to the hint thread (pending = this - the three above)
         self.last_hint_error = ""
         if args.hint_addr:
             from safs.hintapi.client import HintClient  # noqa: PLC0415 (grpc only when used)
             self.hints = HintClient(args.hint_addr)
+            # Two workers: a Complete frees capacity other flows wait for, so it must not queue
+            # behind Announces of later flows (which the controller only needs by their start).
             self.hint_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hints")
+            self.complete_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="completes")
+            # Connect before the first flow: a lazy connect made the run's first Announces late.
+            self.hint_pool.submit(self.hints.wait_ready, HINT_CONNECT_TIMEOUT_S)
         self.generators: list[BackgroundGenerator] = []
         self.control = ControlServer(self.loop, Path(args.control), self.handle)
 
@@ -100,8 +110,9 @@ class Agent:
         self.control.close()
         self.safs.close()
         self.tcp.close()
-        if self.hint_pool is not None:
-            self.hint_pool.shutdown(wait=True, cancel_futures=True)  # queued calls dropped; a running one ends within its timeout
+        for pool in (self.hint_pool, self.complete_pool):
+            if pool is not None:  # queued calls dropped; a running one ends within its timeout
+                pool.shutdown(wait=True, cancel_futures=True)
         if self.hints is not None:
             self.hints.close()
         self.loop.close()
@@ -166,7 +177,8 @@ class Agent:
                             req.label or f"flow{req.flow_id}", FlowClass(req.flow_class))
             start_fabric = wrap(req.send_at_ns) if req.send_at_ns else fabric_clock()
             self.hints_submitted += 1
-            self.hint_pool.submit(self._announce, hint, start_fabric)  # type: ignore[union-attr]
+            self.announced[req.flow_id] = self.hint_pool.submit(  # type: ignore[union-attr]
+                self._announce, hint, start_fabric)
         self.safs.start_sender(req.flow_id, req.dst_ip, req.size_bytes, no_bubble,
                                req.flow_class == "background", start_at)
         return {}
@@ -185,48 +197,61 @@ class Agent:
     def _announce(self, hint: FlowHint, start_fabric_ns: int) -> None:
         try:
             self.hints.announce(hint, start_time_ns=start_fabric_ns)  # type: ignore[union-attr]
-            self.hint_counts["announced"] += 1
+            self._count("announced")
         except SafsError as err:
             self._hint_failed("announce", hint.flow_id, err)
 
-    def _complete(self, flow_id: int) -> None:
+    def _complete(self, flow_id: int, announce: Future | None) -> None:
+        if announce is not None:
+            wait([announce])  # the controller must know the flow first (its own call, in order)
         try:
             self.hints.complete(flow_id)  # type: ignore[union-attr]
-            self.hint_counts["completed"] += 1
+            self._count("completed")
         except SafsError as err:
             self._hint_failed("complete", flow_id, err)
 
+    def _count(self, key: str) -> None:
+        with self.hint_counts_lock:
+            self.hint_counts[key] += 1
+
     def _hint_failed(self, call: str, flow_id: int, err: Exception) -> None:
-        self.hint_counts["errors"] += 1
+        self._count("errors")
         self.last_hint_error = f"{call} flow {flow_id}: {err}"
         _log.warning("hint API %s", self.last_hint_error)
 
     # ---- events ----------------------------------------------------------------------------
+    def _emit(self, event: dict[str, Any]) -> None:
+        """Push ``event`` to the watching driver at once, or keep it for the next ``events``."""
+        if self.control.watchers:
+            self.control.push(event)
+        else:
+            self.events.append(event)
+
     def _sender_done(self, transport: str):
         def done(flow_id: int, info: dict) -> None:
-            self.events.append({"event": "done", "flow_id": flow_id, "role": "sender",
-                                "transport": transport, **info})
+            self._emit({"event": "done", "flow_id": flow_id, "role": "sender",
+                        "transport": transport, **info})
             if transport == "tcp":
                 self.tcp_sending.discard(flow_id)
         return done
 
     def _sender_sent(self, flow_id: int) -> None:
-        """A SAFS sender put its last byte on the wire: complete the flow at the hint API (after
-        its announce: one worker thread runs both in order)."""
-        if self.hint_pool is not None:
+        """A SAFS sender put its last byte on the wire: complete the flow at the hint API (on
+        the Complete thread, once the flow's Announce returned)."""
+        if self.complete_pool is not None:
             self.hints_submitted += 1
-            self.hint_pool.submit(self._complete, flow_id)
+            self.complete_pool.submit(self._complete, flow_id, self.announced.pop(flow_id, None))
 
     def _receiver_done(self, transport: str):
         def done(flow_id: int, finish_ns: int, size: int) -> None:
-            self.events.append({"event": "done", "flow_id": flow_id, "role": "receiver",
-                                "transport": transport, "finish_ns": finish_ns, "bytes": size})
+            self._emit({"event": "done", "flow_id": flow_id, "role": "receiver",
+                        "transport": transport, "finish_ns": finish_ns, "bytes": size})
         return done
 
     def _tcp_error(self, flow_id: int, message: str) -> None:
         self.tcp_sending.discard(flow_id)
-        self.events.append({"event": "error", "flow_id": flow_id, "role": "sender", "transport": "tcp",
-                            "message": message})
+        self._emit({"event": "error", "flow_id": flow_id, "role": "sender", "transport": "tcp",
+                    "message": message})
 
     def stats(self) -> dict[str, Any]:
         """Counters and settings (``safs``, ``tcp``, ``hints``, ``config``)."""

@@ -1,5 +1,5 @@
 """The agent's control protocol: JSON lines over a Unix stream socket (docs/mininet.md,
-"Host agent"; /work/helpers/EMU_INTERFACE.md).
+"Host agent").
 
 One request per line, one reply line: ``{"ok": true, ...}`` or ``{"ok": false, "error":
 "<field>: <allowed range>"}``; a refused request changes nothing and the agent keeps running.
@@ -25,7 +25,7 @@ from safs.protocol import FLOW_ID_MAX, FLOW_ID_MIN, REMAINING_BYTES_MAX
 
 TRANSPORTS = ("safs", "tcp")
 FLOW_CLASSES = ("pipeline", "background")
-OPS = ("expect", "send", "background", "events", "stats", "shutdown")
+OPS = ("expect", "send", "background", "events", "watch", "stats", "shutdown")
 MAX_LINE_BYTES = 1 << 16
 _U63 = (1 << 63) - 1
 
@@ -121,7 +121,7 @@ class Background:
 
 def parse_request(req: object) -> tuple[str, Expect | Send | Background | None]:
     """Check one decoded request line; returns ``(op, parsed)`` (parsed None for
-    events/stats/shutdown).
+    events/watch/stats/shutdown).
 
     Raises:
         InvalidInput: naming the field and its allowed values (``op``, ``flow_id``, ...).
@@ -191,7 +191,19 @@ class ControlServer:
         self.sock.listen(16)
         self.sock.setblocking(False)
         self.conns: dict[socket.socket, bytearray] = {}
+        self.watchers: list[socket.socket] = []  # connections that asked to "watch": event streams
         loop.watch(self.sock, self._accept)
+
+    def push(self, event: dict) -> None:
+        """Write ``event`` as one line to every watching connection (a broken one is dropped)."""
+        line = json.dumps(event).encode() + b"\n"
+        for conn in list(self.watchers):
+            try:
+                conn.setblocking(True)
+                conn.sendall(line)
+                conn.setblocking(False)
+            except OSError:
+                self._drop(conn)
 
     def close(self) -> None:
         """Close every connection and the listener; remove the socket file."""
@@ -216,6 +228,8 @@ class ControlServer:
     def _drop(self, conn: socket.socket) -> None:
         self.loop.unwatch(conn)
         self.conns.pop(conn, None)
+        if conn in self.watchers:
+            self.watchers.remove(conn)
         conn.close()
 
     def _read(self, conn: socket.socket) -> None:
@@ -233,7 +247,7 @@ class ControlServer:
         while (end := buf.find(b"\n")) >= 0:
             line = bytes(buf[:end])
             del buf[: end + 1]
-            reply = self.answer(line)
+            reply = self.answer(line, conn)
             try:
                 conn.setblocking(True)
                 conn.sendall(json.dumps(reply).encode() + b"\n")
@@ -244,14 +258,22 @@ class ControlServer:
         if len(buf) > MAX_LINE_BYTES:
             self._drop(conn)
 
-    def answer(self, line: bytes) -> dict:
-        """The reply to one request line (never raises)."""
+    def answer(self, line: bytes, conn: socket.socket | None = None) -> dict:
+        """The reply to one request line from ``conn`` (never raises). ``watch`` makes ``conn``
+        an event stream: after its reply every event the agent reports is pushed to it as one
+        line (:meth:`push`), and the agent keeps none of them for ``events``."""
         try:
             try:
                 req = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError) as err:
                 raise InvalidInput("request", f"must be one JSON object per line ({err.msg})") from None
             op, parsed = parse_request(req)
+            if op == "watch":
+                if conn is None:
+                    raise InvalidInput("op", "watch needs a connection to push events to")
+                if conn not in self.watchers:
+                    self.watchers.append(conn)
+                return {"ok": True}
             return {"ok": True, **self.handle(op, parsed)}
         except InvalidInput as err:
             return {"ok": False, "error": f"{err.field}: {err.message}"}
@@ -366,6 +388,13 @@ class AgentClient:
         """Events since the last call (each ``{"event": "done"|"error", "flow_id", "role", ...}``)."""
         return self.request({"op": "events"})["events"]
 
+    def watch(self) -> "EventStream":
+        """Open a second connection on which the agent pushes every event as it happens (the
+        agent then keeps none for :meth:`events`). Raises AgentError: the agent went away."""
+        stream = AgentClient(self.path, self.sock.gettimeout() or 10.0)
+        stream.request({"op": "watch"})
+        return EventStream(stream)
+
     def stats(self) -> dict:
         """The agent's counters and transport settings."""
         return self.request({"op": "stats"})
@@ -376,3 +405,42 @@ class AgentClient:
             self.request({"op": "shutdown"})
         except (AgentError, OSError):
             pass
+
+
+class EventStream:
+    """The agent's pushed events (:meth:`AgentClient.watch`): :meth:`fileno` for ``select``,
+    :meth:`read` for the events that arrived (never blocks)."""
+
+    def __init__(self, client: AgentClient) -> None:
+        self.client = client
+        self.sock = client.sock
+        self.sock.setblocking(False)
+        self.buf = bytearray()
+
+    def fileno(self) -> int:
+        """The socket's descriptor (readable: events arrived)."""
+        return self.sock.fileno()
+
+    def read(self) -> list[dict]:
+        """Every complete event line received so far, decoded.
+
+        Raises:
+            AgentError: the agent closed the stream.
+        """
+        while True:
+            try:
+                data = self.sock.recv(MAX_LINE_BYTES)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not data:
+                raise AgentError(f"agent at {self.client.path} closed its event stream")
+            self.buf += data
+        events = []
+        while (end := self.buf.find(b"\n")) >= 0:
+            events.append(json.loads(bytes(self.buf[:end])))
+            del self.buf[: end + 1]
+        return events
+
+    def close(self) -> None:
+        """Close the stream's connection."""
+        self.client.close()

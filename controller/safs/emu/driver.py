@@ -5,7 +5,8 @@ time over host agents (docs/mininet.md, "Driver").
 
     workload --now/call_at/start_flow--> RealtimeNetwork --JSON lines--> agent(receiver): expect
                                           (one thread)    --JSON lines--> agent(sender):   send
-    on_done(finish) <-- done events <-- poll every poll_s -- agent(receiver): events
+    on_done(finish) <-- done events <-- pushed at once ---- agent(receiver): watch stream
+                                        (or polled every poll_s from agents without ``watch``)
 
 Time: the workload sees ns since the run began (``now() == 0`` at :meth:`RealtimeNetwork.run`),
 as the simulator shows it ns since its start. Agents and switches use fabric time
@@ -18,7 +19,14 @@ announce, REQUEST/GRANT, paced DATA); everything else (policy ``"dctcp"``, backg
 under every policy, as in the simulator) uses ``tcp``. The receiver is told first
 (``expect``; for TCP it answers the port it listens on), then the sender (``send``) with the
 data start ``send_at_ns``; the FCT counts from ``send_at_ns`` to the receiver's ``done``
-event (EMU_INTERFACE: "FCT: from send_at_ns to the receiver's finish_ns").
+event (docs/mininet.md, "Host agent").
+
+Done events: agents that offer ``watch`` (:class:`safs.emu.control.AgentClient`) push every
+event on a second connection the moment it happens, and the loop waits on those connections
+until its next timer (``select``): no polling, and a finished flow's ``on_done`` runs within
+the loop's wake-up time. Polling every 1 ms instead cost the run's process about a core's
+fifth in JSON round trips, time the controller thread (same process, one GIL) then lacked
+(docs/mininet.md). Agents without ``watch`` (test fakes) are polled every ``poll_s``.
 
 Callbacks (``call_at`` functions, ``on_done``) run on the thread that called :meth:`run`, in
 time order, never concurrently; a callback that runs late (the loop was busy) runs as soon as
@@ -30,6 +38,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import selectors
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
@@ -44,6 +53,7 @@ log = logging.getLogger(__name__)
 
 POLICY_TRANSPORT = {"safs": "safs", "dctcp": "tcp"}
 POLICIES = tuple(POLICY_TRANSPORT)
+IDLE_WAKE_NS = 50_000_000  # with every agent watched: longest wait without a timer (max_time check)
 
 
 class AgentPort(Protocol):
@@ -98,7 +108,7 @@ class RealtimeNetwork:
         policy: ``"safs"`` or ``"dctcp"`` (module docstring).
         clock: ``time.time_ns``-like wall clock, ns (the fabric clock before the 2^48 wrap).
         sleep: ``time.sleep``-like function (tests pass fakes with the clock).
-        poll_s: period of agent event polls, s (> 0). Default 1 ms (EMU_INTERFACE).
+        poll_s: period of event polls of agents without ``watch``, s (> 0). Default 1 ms.
 
     Attributes (after a run):
         stats: :class:`DriverStats`.
@@ -126,6 +136,8 @@ class RealtimeNetwork:
     _pending: dict[int, _Flow] = field(default_factory=dict)
     sender_events: dict[int, dict[str, Any]] = field(default_factory=dict)
     errors: list[dict[str, Any]] = field(default_factory=list)
+    _streams: dict[str, Any] = field(default_factory=dict)  # host -> EventStream (watched agents)
+    _selector: Any = field(default_factory=selectors.DefaultSelector)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICY_TRANSPORT:
@@ -202,38 +214,65 @@ class RealtimeNetwork:
         return replies
 
     def poll(self, hosts: list[str] | None = None) -> int:
-        """Collect events from the agents that receive a pending flow (or from ``hosts``) and
-        run ``on_done`` of flows that finished; returns how many finished. Sender-side done
-        events are kept in :attr:`sender_events` (per-flow SAFS counters), error events (a
-        failed TCP connection) in :attr:`errors` and logged."""
-        finished = 0
+        """Collect events from the agents that receive a pending flow and are not watched (or
+        from ``hosts``) and run ``on_done`` of flows that finished; returns how many finished.
+        Sender-side done events are kept in :attr:`sender_events` (per-flow SAFS counters),
+        error events (a failed TCP connection) in :attr:`errors` and logged."""
         self.stats.polls += 1
         if hosts is None:
-            hosts = sorted({f.spec.receiver for f in self._pending.values()})
-        for host, reply in self._ask(hosts, {"op": "events"}).items():
-            for ev in reply.get("events", []):
-                if ev.get("event") == "error":
-                    self.errors.append({"host": host, **ev})
-                    log.warning("%s: flow %s: %s", host, ev.get("flow_id"), ev.get("message"))
-                    continue
-                if ev.get("event") != "done":
-                    continue
-                if ev.get("role") == "sender":
-                    self.sender_events[int(ev["flow_id"])] = ev
-                    continue
-                flow = self._pending.pop(int(ev["flow_id"]), None)
-                if flow is None:
-                    continue  # not ours, or reported twice
-                flow.finish_ns = self.from_fabric(int(ev["finish_ns"]))
-                finished += 1
-                self.stats.callbacks += 1
-                flow.on_done(flow.finish_ns)
+            hosts = sorted({f.spec.receiver for f in self._pending.values()} - set(self._streams))
+        return sum(self._handle(host, reply.get("events", []))
+                   for host, reply in self._ask(hosts, {"op": "events"}).items())
+
+    def _handle(self, host: str, events: list[dict[str, Any]]) -> int:
+        finished = 0
+        for ev in events:
+            if ev.get("event") == "error":
+                self.errors.append({"host": host, **ev})
+                log.warning("%s: flow %s: %s", host, ev.get("flow_id"), ev.get("message"))
+                continue
+            if ev.get("event") != "done":
+                continue
+            if ev.get("role") == "sender":
+                self.sender_events[int(ev["flow_id"])] = ev
+                continue
+            flow = self._pending.pop(int(ev["flow_id"]), None)
+            if flow is None:
+                continue  # not ours, or reported twice
+            flow.finish_ns = self.from_fabric(int(ev["finish_ns"]))
+            finished += 1
+            self.stats.callbacks += 1
+            flow.on_done(flow.finish_ns)
         return finished
+
+    def _watch(self) -> None:
+        """Open the event stream of every agent that offers one (module docstring)."""
+        for host, agent in sorted(self.agents.items()):
+            if hasattr(agent, "watch") and host not in self._streams:
+                stream = agent.watch()  # type: ignore[attr-defined]
+                self._streams[host] = stream
+                self._selector.register(stream, selectors.EVENT_READ, host)
+
+    def _wait(self, timeout_s: float) -> int:
+        """Sleep up to ``timeout_s``, or until a watched agent pushes events (then handle
+        them); returns how many flows finished."""
+        if not self._streams:
+            self.sleep(timeout_s)
+            return 0
+        return sum(self._handle(key.data, self._streams[key.data].read())
+                   for key, _ in self._selector.select(timeout_s))
 
     def drain(self) -> None:
         """Poll every agent once more (after :meth:`run`), so :attr:`sender_events` and
-        :attr:`errors` hold what the agents reported until now."""
+        :attr:`errors` hold what the agents reported until now, then close the event streams.
+        (An agent answers ``events`` after writing every event it pushed before, so the
+        streams hold them all by then.)"""
         self.poll(sorted(self.agents))
+        for host, stream in self._streams.items():
+            self._handle(host, stream.read())
+            self._selector.unregister(stream)
+            stream.close()
+        self._streams.clear()
 
     def run(self, workload: Any, max_time_ns: int) -> None:
         """Start ``workload`` and serve timers and done events until ``workload.done()`` or
@@ -247,6 +286,7 @@ class RealtimeNetwork:
             raise InvalidInput("max_time_ns", f"must be >= 1 ns, got {max_time_ns}")
         began = self.clock()
         self._t0 = began
+        self._watch()
         workload.start(self)
         next_poll = 0
         try:
@@ -264,15 +304,18 @@ class RealtimeNetwork:
                         return
                     now = self.now()
                 if now >= next_poll:
-                    self.poll()
-                    next_poll = self.now() + int(self.poll_s * 1e9)
+                    if len(self._streams) < len(self.agents):
+                        self.poll()
+                        next_poll = self.now() + int(self.poll_s * 1e9)
+                    else:  # every agent pushes: wake for timers (and max_time) only
+                        next_poll = self.now() + IDLE_WAKE_NS
                     continue
                 wake = next_poll
                 if self._timers:
                     wake = min(wake, self._timers[0][0])
                 wait = (wake - self.now()) / 1e9
                 if wait > 0:
-                    self.sleep(wait)
+                    self._wait(wait)
         finally:
             self.stats.run_time_ns = self.clock() - began
 

@@ -107,6 +107,15 @@ class HintClient:
         """Close the channel. Idempotent."""
         self._channel.close()
 
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Connect the channel now (gRPC connects lazily, at the first call); True once it is
+        ready, False if it is not within ``timeout_s`` seconds (calls then retry as usual)."""
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=timeout_s)
+        except grpc.FutureTimeoutError:
+            return False
+        return True
+
     def announce(self, hint: FlowHint, *, start_time_ns: int | None = None) -> AnnounceResult:
         """Announce ``hint`` (flow id 1..2^32-1, remaining bytes, no-bubble timestamp in ns).
 

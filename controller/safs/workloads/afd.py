@@ -149,7 +149,7 @@ class AfdDecode:
     (12, 2..10000), microbatches (3, 1..16), max_batch (128, 1..100000 active requests),
     time_compression (20.0, > 0: trace time is divided by it, so larger = more load),
     trace ("conv" | "code" | a CSV path), trace_offset_s (0.0), warmup_steps (200),
-    compute_scale (1.0, (0, 100]), bytes_scale (1.0, (0, 100]), compute_jitter (0.0, [0, 0.5]:
+    compute_scale (1.0, (0, 1000]), bytes_scale (1.0, (0, 100]), compute_jitter (0.0, [0, 0.5]:
     each op's duration varies uniformly by up to this fraction, drawn per seed and op;
     :mod:`safs.workloads.jitter`).
 
@@ -180,7 +180,7 @@ class AfdDecode:
         self.compression = float_param(params, "time_compression", 20.0, 0.0, 1e9)
         self.offset_ns = round(float(params.get("trace_offset_s", 0.0)) * NS_PER_S)
         self.warmup_steps = int_param(params, "warmup_steps", 200, 0, 1_000_000)
-        compute_scale = float_param(params, "compute_scale", 1.0, 0.0, 100.0)
+        compute_scale = float_param(params, "compute_scale", 1.0, 0.0, 1000.0)
         self.bytes_scale = float_param(params, "bytes_scale", 1.0, 0.0, 100.0)
         self.compute_ns = max(1, round(STAGE_COMPUTE_NS * compute_scale))
         trace = params.get("trace", "conv")
