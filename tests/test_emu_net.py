@@ -252,6 +252,7 @@ def test_agents_start_in_every_host_and_stop(tmp_path):
 
     from safs.emu.run import start_agents, stop_agents
     from safs.scheduler import SchedulerConfig
+    from safs.sim.run import SimConfig
 
     class NoSwitch(Switch):
         def start(self, controllers):
@@ -261,11 +262,13 @@ def test_agents_start_in_every_host_and_stop(tmp_path):
     emu = emunet.build(topo, tmp_path, switch_cls=NoSwitch)
     try:
         agents, procs = start_agents(emu, tmp_path, "t", f"unix:{tmp_path / 'no-hints.sock'}",
-                                     SchedulerConfig(default_rate_bps=2_500_000), 1500)
+                                     SchedulerConfig(default_rate_bps=2_500_000),
+                                     SimConfig(mtu_bytes=1500, safs_reorder_window_ns=7_000_000))
         try:
             stats = {h: a.request({"op": "stats"}) for h, a in agents.items()}
             assert set(stats) == set(topo.hosts())
             assert stats["f0"]["ip"] == "10.0.1.1" and stats["f0"]["config"]["line_rate_bps"] == 10_000_000
+            assert stats["f0"]["config"]["reorder_window_ns"] == 7_000_000  # the scenario's timers
         finally:
             stop_agents(agents, procs)
         assert all(p.poll() is not None for p in procs)

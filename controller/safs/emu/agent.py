@@ -34,7 +34,7 @@ from safs.controller_app import fabric_clock
 from safs.emu.background import BackgroundGenerator
 from safs.emu.control import Background, ControlServer, Expect, Send
 from safs.emu.loop import Loop
-from safs.emu.safs_transport import SafsEndpoint, emu_config
+from safs.emu.safs_transport import GRANT_POLL_NS, REORDER_WINDOW_NS, RTO_NS, SafsEndpoint, emu_config
 from safs.emu.tcp_transport import TcpEndpoint
 from safs.errors import InvalidInput, SafsError
 from safs.hints import FlowClass, FlowHint
@@ -64,7 +64,8 @@ class Agent:
         self.host = args.host
         self.loop = Loop()
         self.events: list[dict[str, Any]] = []
-        self.cfg = emu_config(args.default_rate_bps, args.mtu_bytes, args.unscheduled_bytes)
+        self.cfg = emu_config(args.default_rate_bps, args.mtu_bytes, args.unscheduled_bytes,
+                              args.grant_poll_ns, args.reorder_window_ns, args.rto_ns)
         self.safs = SafsEndpoint(self.loop, args.ip, self.cfg, args.line_rate_bps,
                                  self._sender_done("safs"), self._receiver_done("safs"),
                                  burst_bytes=args.pace_burst_bytes, on_sender_sent=self._sender_sent)
@@ -78,6 +79,7 @@ class Agent:
         self.hint_counts = {"announced": 0, "completed": 0, "errors": 0}
         self.hint_counts_lock = threading.Lock()  # two hint threads count
         self.hints_submitted = 0  # calls handed to the hint thread (pending = this - the three above)
+        self.hints_ready = False  # the hint channel connected (stats "hints.ready")
         self.last_hint_error = ""
         if args.hint_addr:
             from safs.hintapi.client import HintClient  # noqa: PLC0415 (grpc only when used)
@@ -87,7 +89,7 @@ class Agent:
             self.hint_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hints")
             self.complete_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="completes")
             # Connect before the first flow: a lazy connect made the run's first Announces late.
-            self.hint_pool.submit(self.hints.wait_ready, HINT_CONNECT_TIMEOUT_S)
+            self.hint_pool.submit(self._connect_hints)
         self.generators: list[BackgroundGenerator] = []
         self.control = ControlServer(self.loop, Path(args.control), self.handle)
 
@@ -210,6 +212,12 @@ class Agent:
         except SafsError as err:
             self._hint_failed("complete", flow_id, err)
 
+    def _connect_hints(self) -> None:
+        self.hints_ready = self.hints.wait_ready(HINT_CONNECT_TIMEOUT_S)  # type: ignore[union-attr]
+        if not self.hints_ready:
+            _log.warning("hint API at %s not reachable after %.0f s; calls will retry",
+                         self.args.hint_addr, HINT_CONNECT_TIMEOUT_S)
+
     def _count(self, key: str) -> None:
         with self.hint_counts_lock:
             self.hint_counts[key] += 1
@@ -259,7 +267,7 @@ class Agent:
             "host": self.host, "ip": self.args.ip,
             "safs": self.safs.stats.as_dict(),
             "tcp": {**self.tcp.stats.as_dict(), **self.tcp.info},
-            "hints": {**self.hint_counts, "last_error": self.last_hint_error,
+            "hints": {**self.hint_counts, "last_error": self.last_hint_error, "ready": self.hints_ready,
                       "pending": self.hints_submitted - sum(self.hint_counts.values())},
             "background": [g.summary() for g in self.generators],
             "active": {"safs_senders": len(self.safs.senders), "tcp_senders": len(self.tcp_sending),
@@ -305,6 +313,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mtu-bytes", type=_positive, default=1500)
     p.add_argument("--unscheduled-bytes", type=int, default=SchedulerConfig().unscheduled_bytes,
                    help="first bytes of a flow sent at line rate before any grant (match the scheduler's)")
+    p.add_argument("--grant-poll-ns", type=_positive, default=GRANT_POLL_NS,
+                   help="REQUEST period while a SAFS sender holds no usable grant, ns")
+    p.add_argument("--reorder-window-ns", type=_positive, default=REORDER_WINDOW_NS,
+                   help="how long a SAFS receiver waits for a missing segment before a NACK, ns")
+    p.add_argument("--rto-ns", type=_positive, default=RTO_NS,
+                   help="SAFS probe timeout without DONE after the last segment, ns (doubles up to 500 ms)")
     p.add_argument("--pace-burst-bytes", type=_positive, default=None,
                    help="token-bucket depth of SAFS pacing, wire bytes (default: half of --unscheduled-bytes; "
                         "keep it within the switch meter's burst so catch-up bursts stay green)")

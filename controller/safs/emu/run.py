@@ -185,7 +185,8 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
         thread = threading.Thread(target=app.run, args=(stop,), name="safs-controller", daemon=True)
         thread.start()
         offsets = calibrate_clocks(emu, app)
-        agents, procs = start_agents(emu, run_dir, tag, f"unix:{hint_sock}", sched, sim_config.mtu_bytes)
+        agents, procs = start_agents(emu, run_dir, tag, f"unix:{hint_sock}", sched, sim_config)
+        hint_channels_ready(agents)
         ips = {h: _ip(topology.host_ip(h)) for h in topology.hosts()}
         driver = RealtimeNetwork(agents, ips, spec.policy)
         drops_before = emu.drops()
@@ -228,6 +229,20 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
     if samples is not None:
         samples.update(run_samples(workload))
     return record
+
+
+def hint_channels_ready(agents: dict[str, Any], timeout_s: float = 10.0) -> None:
+    """Wait until every agent's hint API channel is connected (stats ``hints.ready``), so the
+    run's first flows do not pay for the connection; after ``timeout_s`` the run goes on (a
+    warning names the agents; their calls connect when made)."""
+    deadline = time.monotonic() + timeout_s
+    waiting = sorted(agents)
+    while waiting and time.monotonic() < deadline:
+        waiting = [h for h in waiting if not agents[h].request({"op": "stats"})["hints"].get("ready")]
+        if waiting:
+            time.sleep(0.01)
+    if waiting:
+        log.warning("hint API channel of %s not connected after %.0f s", ", ".join(waiting), timeout_s)
 
 
 def hint_calls_settled(agents: dict[str, Any], timeout_s: float = 5.0) -> dict[str, dict]:
@@ -326,8 +341,10 @@ def _forget_probe(app: Any, flow_id: int, timeout_s: float = 2.0) -> None:
 
 
 def start_agents(emu: Any, run_dir: Path, tag: str, hint_addr: str, sched: Any,
-                 mtu_bytes: int) -> tuple[dict[str, Any], list[subprocess.Popen]]:
-    """Start ``python -m safs.emu.agent`` in every host's namespace and connect to each.
+                 sim_config: Any) -> tuple[dict[str, Any], list[subprocess.Popen]]:
+    """Start ``python -m safs.emu.agent`` in every host's namespace and connect to each, with
+    the scheduler's default rate and unscheduled bytes and the scenario's SAFS timers and MTU
+    (``sim_config``: :class:`safs.sim.run.SimConfig`, as the simulator uses them).
 
     Raises:
         safs.emu.control.AgentError: an agent did not listen within the timeout (its log is in
@@ -345,8 +362,10 @@ def start_agents(emu: Any, run_dir: Path, tag: str, hint_addr: str, sched: Any,
             cmd = [sys.executable, "-m", "safs.emu.agent", "--host", h, "--ip", _ip(topo.host_ip(h)),
                    "--control", str(control), "--hint-addr", hint_addr,
                    "--default-rate-bps", str(sched.default_rate_bps), "--line-rate-bps", str(topo.host_link_bps(h)),
-                   "--mtu-bytes", str(mtu_bytes), "--unscheduled-bytes", str(sched.unscheduled_bytes),
-                   "--log", str(logf)]
+                   "--mtu-bytes", str(sim_config.mtu_bytes), "--unscheduled-bytes", str(sched.unscheduled_bytes),
+                   "--grant-poll-ns", str(sim_config.safs_grant_poll_ns),
+                   "--reorder-window-ns", str(sim_config.safs_reorder_window_ns),
+                   "--rto-ns", str(sim_config.safs_rto_ns), "--log", str(logf)]
             with open(logf, "ab") as err:
                 procs.append(emu.host(h).popen(die_with_parent(cmd), stdout=subprocess.DEVNULL, stderr=err))
         for h, proc in zip(topo.hosts(), procs):

@@ -56,21 +56,30 @@ SO_NO_CHECK = 11  # Linux <asm-generic/socket.h>: send UDP over IPv4 with checks
 _DATA, _REQUEST, _GRANT, _DONE = (int(t) for t in (MsgType.DATA, MsgType.REQUEST, MsgType.GRANT, MsgType.DONE))
 
 
-def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: int = 32_768) -> SafsConfig:
+GRANT_POLL_NS = 2_000_000  # emulated-fabric defaults (emu_config); a scenario's sim values override
+REORDER_WINDOW_NS = 5_000_000
+RTO_NS = 20_000_000
+
+
+def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: int = 32_768,
+               grant_poll_ns: int = GRANT_POLL_NS, reorder_window_ns: int = REORDER_WINDOW_NS,
+               rto_ns: int = RTO_NS) -> SafsConfig:
     """The simulator's :class:`SafsConfig` with time constants scaled to an emulated fabric.
 
     Mininet links with BMv2 switches have RTTs of about 1 ms (software switches, tens of Mbit/s)
-    instead of the simulator's ~10 µs, and the agent's timers are good to ~50 µs, so:
-    ``grant_poll_ns`` 2 ms (simulator 10 µs), ``reorder_window_ns`` 5 ms (200 µs),
-    ``rto_ns`` 20 ms (500 µs), ``rto_max_ns`` 500 ms. ``renew_fraction`` (3/4),
-    ``reorder_segments`` (3), ``nack_max_segments`` (128) are the simulator's.
+    instead of the simulator's ~10 µs, and the agent's timers are good to ~50 µs, so the
+    defaults are ``grant_poll_ns`` 2 ms (simulator 10 µs), ``reorder_window_ns`` 5 ms
+    (200 µs), ``rto_ns`` 20 ms (500 µs); ``rto_max_ns`` 500 ms. The Mininet target passes the
+    scenario's ``sim.safs_grant_poll_ns``, ``safs_reorder_window_ns`` and ``safs_rto_ns``, so
+    both targets run the same timers. ``renew_fraction`` (3/4), ``reorder_segments`` (3),
+    ``nack_max_segments`` (128) are the simulator's.
 
     Raises:
         InvalidInput: a value out of :class:`SafsConfig`'s ranges (named).
     """
-    return SafsConfig(mtu_bytes=mtu_bytes, default_rate_bps=default_rate_bps, grant_poll_ns=2_000_000,
-                      reorder_window_ns=5_000_000, rto_ns=20_000_000, rto_max_ns=500_000_000,
-                      unscheduled_bytes=unscheduled_bytes)
+    return SafsConfig(mtu_bytes=mtu_bytes, default_rate_bps=default_rate_bps, grant_poll_ns=grant_poll_ns,
+                      reorder_window_ns=reorder_window_ns, rto_ns=rto_ns,
+                      rto_max_ns=max(500_000_000, rto_ns), unscheduled_bytes=unscheduled_bytes)
 
 
 @dataclass
