@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from safs.scheduler import SchedulerConfig
 from safs.sim.transports.safs import NO_DEADLINE_NS
 from safs.timebase import diff, wrap
 
+COMPLETE_LEAD_MAX_NS = 20_000_000  # cap of the sender's early Complete (SafsEndpoint.complete_lead_ns)
 HINT_CONNECT_TIMEOUT_S = 5.0  # the warm-up connect of the hint channel (calls retry afterwards)
 _log = logging.getLogger("safs.emu.agent")
 DEFAULT_TCP_PORT = 5001
@@ -207,7 +209,13 @@ class Agent:
         if announce is not None:
             wait([announce])  # the controller must know the flow first (its own call, in order)
         try:
+            began = time.monotonic_ns()
             self.hints.complete(flow_id)  # type: ignore[union-attr]
+            # Senders report a flow this much before its last byte leaves, so the controller
+            # frees its grant about when that happens (an EWMA of the call's latency, capped).
+            took = time.monotonic_ns() - began
+            lead = self.safs.complete_lead_ns
+            self.safs.complete_lead_ns = min(COMPLETE_LEAD_MAX_NS, took if lead == 0 else (4 * lead + took) // 5)
             self._count("completed")
         except SafsError as err:
             self._hint_failed("complete", flow_id, err)

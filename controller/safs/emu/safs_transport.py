@@ -134,11 +134,14 @@ class SafsEndpoint:
         port: UDP port (default and on the wire: 23285; another only for tests).
         burst_bytes: token-bucket depth of each sender, wire bytes (None: half of
             ``config.unscheduled_bytes``; never below two full packets).
-        on_sender_sent: ``f(flow_id)`` once, when a sender has sent the last byte of its flow
-            for the first time (retransmissions may follow). The agent completes the flow at
-            the hint API then: the grant is not needed for bytes already on the wire, and the
-            next flow's grant is installed while they drain (the simulator completes a flow
-            ``hint_latency_ns`` after its last byte arrived, about the same moment).
+        on_sender_sent: ``f(flow_id)`` once per flow, when a sender has sent its last new
+            byte, or earlier: when the new bytes it still has take at most
+            :attr:`complete_lead_ns` at its rate. The agent completes the flow at the hint API
+            then: the grant is not needed for bytes already on the wire, and the next flow's
+            grant is installed while they drain (the simulator completes a flow
+            ``hint_latency_ns`` after its last byte arrived, about the same moment). The lead
+            makes up for the hint call's own latency (the agent sets it from the Complete calls
+            it timed); bytes sent after the Complete keep the held grant until its lease ends.
 
     Raises:
         OSError: the socket cannot be bound.
@@ -160,6 +163,7 @@ class SafsEndpoint:
         self.unknown: dict[int, list[tuple[int, int]]] = {}  # flow -> [(remaining, payload)]
         self.on_sender_done = on_sender_done
         self.on_sender_sent = on_sender_sent
+        self.complete_lead_ns = 0  # report a flow as sent this long before its last byte leaves
         self.on_receiver_done = on_receiver_done
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
@@ -293,6 +297,7 @@ class SafsSender:
         self.rto = ep.cfg.rto_ns
         self.closed = False
         self.started = False
+        self.sent_reported = False  # on_sender_sent called
         self.start_fabric_ns: int | None = None
         self.pace_timer: Timer | None = None
         self.renew_timer: Timer | None = None
@@ -366,8 +371,10 @@ class SafsSender:
                 self.ep.stats.retransmitted_bytes += size
             else:
                 self.next_offset = offset + self.seg
-                if self.next_offset >= self.size and self.ep.on_sender_sent is not None:
-                    self.ep.on_sender_sent(self.flow_id)  # last new byte sent (once per flow)
+                if not self.sent_reported and self._sent_soon():
+                    self.sent_reported = True
+                    if self.ep.on_sender_sent is not None:
+                        self.ep.on_sender_sent(self.flow_id)
             unscheduled = not resent and self.next_offset < self.cfg.unscheduled_bytes
             rate = self.line_rate if unscheduled else self.rate_bps
             if rate <= 0:  # a zero grant: wait for a new grant or the lease to run out
@@ -378,6 +385,18 @@ class SafsSender:
             self.pace_timer = self.loop.at(self.next_send_ns, self._pace)
         else:
             self._arm_probe()
+
+    def _sent_soon(self) -> bool:
+        """The last new byte is sent, or the rest takes at most the endpoint's complete lead."""
+        left = self.size - self.next_offset
+        if left <= 0:
+            return True
+        rate = self.rate_bps
+        lead = self.ep.complete_lead_ns
+        if lead <= 0 or rate <= 0:
+            return False
+        packets = -(-left // self.seg)
+        return (left + packets * WIRE_OVERHEAD_BYTES) * 8 * NS_PER_S <= lead * rate
 
     def _send_data(self, offset: int) -> int:
         remaining = self.size - offset
