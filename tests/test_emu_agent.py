@@ -599,3 +599,33 @@ def test_two_namespaces_over_veth(agents: Agents) -> None:
         for ns in created:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     assert all(code == 0 for code in codes), codes
+
+
+def test_sender_reports_sent_one_complete_lead_before_its_last_byte() -> None:
+    """``on_sender_sent`` fires once the new bytes left take at most the endpoint's
+    ``complete_lead_ns`` at the held rate (wire bytes: payload + 78-byte headers), at the last
+    byte without a lead, and never while the rate is 0."""
+    from safs.emu.loop import Loop
+    from safs.emu.safs_transport import SafsEndpoint, emu_config
+
+    loop = Loop()
+    ep = SafsEndpoint(loop, "127.0.0.1", emu_config(10 * MBIT, unscheduled_bytes=3000), 10 * MBIT,
+                      lambda *a: None, lambda *a: None, port=0)
+    try:
+        sender = ep.start_sender(9, "127.0.0.2", 100 * ep.cfg.segment_bytes, None, False, loop.now())
+        sender.rate_bps = 10 * MBIT
+        wire = ep.cfg.segment_bytes + 78  # one full segment on the wire
+        sender.next_offset = 90 * ep.cfg.segment_bytes  # 10 segments left
+        assert not sender._sent_soon()  # no lead: only at the last byte
+        ep.complete_lead_ns = 10 * wire * 8 * 1000 // 10  # exactly 10 segments at 10 Mbit/s, ns
+        assert sender._sent_soon()
+        ep.complete_lead_ns -= 1
+        assert not sender._sent_soon()
+        sender.rate_bps = 0
+        ep.complete_lead_ns = 10**9
+        assert not sender._sent_soon()
+        sender.next_offset = sender.size
+        assert sender._sent_soon()
+    finally:
+        ep.close()
+        loop.close()
