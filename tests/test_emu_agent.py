@@ -629,3 +629,16 @@ def test_sender_reports_sent_one_complete_lead_before_its_last_byte() -> None:
     finally:
         ep.close()
         loop.close()
+
+
+def test_a_client_that_does_not_read_is_dropped_not_waited_for(agents: Agents, tmp_path: Path) -> None:
+    """Replies (and pushed events) to a client that stops reading fill its socket; the agent
+    drops that client after WRITE_TIMEOUT_S instead of blocking, and keeps serving the others."""
+    a = agents.start("a", _subnet() + "1")
+    stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stuck.connect(str(tmp_path / "a.sock"))
+    stuck.sendall(b'{"op": "stats"}\n' * 3000)  # ~4 MB of replies, never read
+    began = time.monotonic()
+    assert a.stats()["host"] == "a"
+    assert time.monotonic() - began < 5
+    stuck.close()

@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from safs import __version__
+from safs.cliargs import OneLineParser
 from safs.errors import InvalidInput, SafsError
 from safs.numfmt import sig
 from safs.runner import (RESULT_FILES, TARGETS, archive_previous, check, check_out_dir, check_target_available, expand,
@@ -32,13 +33,6 @@ from safs.scenario import load_scenario
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout safs is installed from (pip install -e)
 DEFAULT_P4INFO = Path("p4src/build/safs.p4info.txtpb")
 DEFAULT_BMV2_JSON = Path("p4src/build/safs.json")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: ``safs run: error: MESSAGE (see safs run --help)``, exit 2."""
-
-    def error(self, message: str) -> Any:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _unique(values: list[Any], text: str) -> list[Any]:
@@ -67,7 +61,7 @@ def _name_list(text: str) -> list[str]:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="safs", description="Slack-Aware Flow Scheduling for pipelined AI workloads")
+    parser = OneLineParser(prog="safs", description="Slack-Aware Flow Scheduling for pipelined AI workloads")
     parser.add_argument("--version", action="version", version=f"safs {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run scenario files and print a table per scenario")

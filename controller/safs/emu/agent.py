@@ -20,6 +20,7 @@ request) closes the sockets and removes the control path.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import logging
 import os
@@ -31,6 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from safs.cliargs import OneLineParser
 from safs.controller_app import fabric_clock
 from safs.emu.background import BackgroundGenerator
 from safs.emu.control import Background, ControlServer, Expect, Send
@@ -68,11 +70,13 @@ class Agent:
         self.events: list[dict[str, Any]] = []
         self.cfg = emu_config(args.default_rate_bps, args.mtu_bytes, args.unscheduled_bytes,
                               args.grant_poll_ns, args.reorder_window_ns, args.rto_ns)
-        self.safs = SafsEndpoint(self.loop, args.ip, self.cfg, args.line_rate_bps,
-                                 self._sender_done("safs"), self._receiver_done("safs"),
-                                 burst_bytes=args.pace_burst_bytes, on_sender_sent=self._sender_sent)
-        self.tcp = TcpEndpoint(self.loop, args.ip, args.tcp_port, self._sender_done("tcp"),
-                               self._receiver_done("tcp"), self._tcp_error, set_ecn=args.set_tcp_ecn)
+        with _naming(f"--ip {args.ip}: SAFS UDP socket"):
+            self.safs = SafsEndpoint(self.loop, args.ip, self.cfg, args.line_rate_bps,
+                                     self._sender_done("safs"), self._receiver_done("safs"),
+                                     burst_bytes=args.pace_burst_bytes, on_sender_sent=self._sender_sent)
+        with _naming(f"--ip {args.ip} --tcp-port {args.tcp_port}: TCP listener"):
+            self.tcp = TcpEndpoint(self.loop, args.ip, args.tcp_port, self._sender_done("tcp"),
+                                   self._receiver_done("tcp"), self._tcp_error, set_ecn=args.set_tcp_ecn)
         self.tcp_sending: set[int] = set()
         self.hints = None
         self.hint_pool: ThreadPoolExecutor | None = None  # Announce calls, in order
@@ -93,7 +97,8 @@ class Agent:
             # Connect before the first flow: a lazy connect made the run's first Announces late.
             self.hint_pool.submit(self._connect_hints)
         self.generators: list[BackgroundGenerator] = []
-        self.control = ControlServer(self.loop, Path(args.control), self.handle)
+        with _naming(f"--control {args.control}"):
+            self.control = ControlServer(self.loop, Path(args.control), self.handle)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def run(self) -> None:
@@ -289,6 +294,15 @@ class Agent:
         }
 
 
+@contextlib.contextmanager
+def _naming(what: str):
+    """Re-raise an OSError (a socket that cannot be bound) with the option it came from."""
+    try:
+        yield
+    except OSError as err:
+        raise OSError(err.errno, f"{what}: {err.strerror or err}") from None
+
+
 # ---- command line ------------------------------------------------------------------------
 def _positive(text: str) -> int:
     try:
@@ -297,6 +311,13 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be an integer > 0, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be an integer > 0, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _positive(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port in 1..65535, got {value}")
     return value
 
 
@@ -309,7 +330,7 @@ def _ipv4(text: str) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The agent's command line (docs/mininet.md, "Host agent")."""
-    p = argparse.ArgumentParser(prog="python -m safs.emu.agent", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m safs.emu.agent", description=__doc__.split("\n\n")[0])
     p.add_argument("--host", required=True, help="this host's name in the topology")
     p.add_argument("--ip", required=True, type=_ipv4, help="this host's address (SAFS and TCP sockets bind it)")
     p.add_argument("--control", required=True, help="unix socket path the agent listens on")
@@ -330,7 +351,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pace-burst-bytes", type=_positive, default=None,
                    help="token-bucket depth of SAFS pacing, wire bytes (default: half of --unscheduled-bytes; "
                         "keep it within the switch meter's burst so catch-up bursts stay green)")
-    p.add_argument("--tcp-port", type=_positive, default=DEFAULT_TCP_PORT, help="TCP listening port (baseline)")
+    p.add_argument("--tcp-port", type=_port, default=DEFAULT_TCP_PORT, help="TCP listening port (baseline), 1..65535")
     p.add_argument("--set-tcp-ecn", action="store_true",
                    help="write net.ipv4.tcp_ecn=1 in this network namespace at start")
     p.add_argument("--log", default=None, help="log file (default: warnings to stderr)")
@@ -340,9 +361,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run the agent; exit status 0 after a clean stop, 2 on bad arguments or setup errors."""
     args = parse_args(argv)
-    logging.basicConfig(filename=args.log, level=logging.INFO if args.log else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
+        with _naming(f"--log {args.log}"):
+            logging.basicConfig(filename=args.log, level=logging.INFO if args.log else logging.WARNING,
+                                format="%(asctime)s %(name)s %(levelname)s %(message)s")
         agent = Agent(args)
     except (InvalidInput, OSError) as err:
         print(f"safs.emu.agent: {err}", file=sys.stderr)

@@ -27,6 +27,7 @@ TRANSPORTS = ("safs", "tcp")
 FLOW_CLASSES = ("pipeline", "background")
 OPS = ("expect", "send", "background", "events", "watch", "stats", "shutdown")
 MAX_LINE_BYTES = 1 << 16
+WRITE_TIMEOUT_S = 1.0  # longest the agent blocks writing to a control client that does not read
 _U63 = (1 << 63) - 1
 
 
@@ -198,12 +199,19 @@ class ControlServer:
         """Write ``event`` as one line to every watching connection (a broken one is dropped)."""
         line = json.dumps(event).encode() + b"\n"
         for conn in list(self.watchers):
-            try:
-                conn.setblocking(True)
-                conn.sendall(line)
-                conn.setblocking(False)
-            except OSError:
-                self._drop(conn)
+            self._write(conn, line)
+
+    def _write(self, conn: socket.socket, data: bytes) -> bool:
+        """Send ``data`` on ``conn``; a peer that does not read for :data:`WRITE_TIMEOUT_S`
+        (or is gone) is dropped, so one stuck client cannot stall the agent's loop."""
+        try:
+            conn.settimeout(WRITE_TIMEOUT_S)
+            conn.sendall(data)
+            conn.setblocking(False)
+            return True
+        except OSError:
+            self._drop(conn)
+            return False
 
     def close(self) -> None:
         """Close every connection and the listener; remove the socket file."""
@@ -248,12 +256,7 @@ class ControlServer:
             line = bytes(buf[:end])
             del buf[: end + 1]
             reply = self.answer(line, conn)
-            try:
-                conn.setblocking(True)
-                conn.sendall(json.dumps(reply).encode() + b"\n")
-                conn.setblocking(False)
-            except OSError:
-                self._drop(conn)
+            if not self._write(conn, json.dumps(reply).encode() + b"\n"):
                 return
         if len(buf) > MAX_LINE_BYTES:
             self._drop(conn)

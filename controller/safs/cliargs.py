@@ -1,0 +1,14 @@
+"""argparse with one-line errors, for every command line of the package."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line, ``PROG: error: MESSAGE (see PROG --help)``, exit 2
+    (argparse prints the whole usage block first; with many options that buries the message)."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
