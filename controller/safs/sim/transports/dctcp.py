@@ -341,23 +341,30 @@ class DctcpReceiver:
         self.ce_seen = 0
 
     def receive(self, pkt: Packet) -> None:
-        seq = pkt.seq
-        end = seq + pkt.payload
-        if seq == self.rcv_nxt:
-            nxt = end
-            ooo = self.ooo
-            while nxt in ooo:
-                nxt = ooo.pop(nxt)
-            self.rcv_nxt = nxt
-        elif seq > self.rcv_nxt:
-            self.ooo[seq] = end
+        self._take(pkt.seq, pkt.seq + pkt.payload)
         ce = pkt.ecn == ECN_CE
         if ce:
             self.ce_seen += 1
+        self._ack(pkt, TCP_ACK | TCP_ECE if ce else TCP_ACK)
+
+    def _take(self, seq: int, end: int) -> None:
+        """Reassemble: bytes [seq, end) arrived (cumulative ``rcv_nxt``, out-of-order map)."""
+        if seq == self.rcv_nxt:
+            ooo = self.ooo
+            while end in ooo:
+                end = ooo.pop(end)
+            self.rcv_nxt = end
+        elif seq > self.rcv_nxt:
+            self.ooo[seq] = end
+
+    def _ack(self, pkt: Packet, flags: int, seq: int = 0) -> None:
+        """ACK ``pkt`` (cumulative ``rcv_nxt``; ``seq`` names the segment, 0 for none) and
+        report the flow finished once every byte arrived."""
         ack = Packet(self.src, self.sender, PROTO_TCP, pkt.dport, pkt.sport, ACK_BYTES, 0)
         ack.flow_id = self.flow_id
         ack.ack = self.rcv_nxt
-        ack.tcp_flags = TCP_ACK | TCP_ECE if ce else TCP_ACK
+        ack.seq = seq
+        ack.tcp_flags = flags
         ack.sent_ns = pkt.sent_ns
         self.stats.ack_bytes += ACK_BYTES
         self.nic.send(ack)  # type: ignore[union-attr]

@@ -49,9 +49,9 @@ from safs.sim.engine import Engine
 from safs.sim.network import Host, Port
 from safs.sim.packet import ETH_HEADER_BYTES, IPV4_HEADER_BYTES, PROTO_TCP, TCP_ACK, TCP_HEADER_BYTES, Packet
 from safs.sim.transports import TransportStats
+from safs.sim.transports.dctcp import ACK_BYTES, DctcpReceiver
 
 PFABRIC_OVERHEAD_BYTES = ETH_HEADER_BYTES + IPV4_HEADER_BYTES + TCP_HEADER_BYTES  # 54 per packet
-ACK_BYTES = 64  # a pure ACK padded to Ethernet's minimum frame
 PROBE_BYTES = 64  # a probe: headers plus one payload byte, padded to the minimum frame
 TCP_PROBE = 0x08  # flag bit (TCP PSH) marking a probe and the ACK that answers it
 PFABRIC_PORT = 5002
@@ -514,9 +514,10 @@ class PfabricSender:
         self._try_send()
 
 
-class PfabricReceiver:
+class PfabricReceiver(DctcpReceiver):
     """Receiver side of one pFabric flow: one ACK per data packet (cumulative ACK plus the
-    packet's own sequence number, i.e. a one-block SACK), priority 0 (highest).
+    packet's own sequence number, i.e. a one-block SACK), priority 0 (highest). Reassembly,
+    ACK and finish are DCTCP's receiver's; no ECN.
 
     Args:
         engine, host: the simulator and the receiving host.  src_ip: the sender's address.
@@ -525,46 +526,12 @@ class PfabricReceiver:
             last byte has arrived.
     """
 
-    __slots__ = ("engine", "nic", "src", "sender", "flow_id", "size", "rcv_nxt", "ooo", "stats", "on_finish",
-                 "finished")
-
-    def __init__(self, engine: Engine, host: Host, src_ip: int, flow_id: int, size_bytes: int | None,
-                 stats: TransportStats, on_finish: Callable[[int, int], None]) -> None:
-        self.engine = engine
-        self.nic = host.nic
-        self.src = host.ip
-        self.sender = src_ip
-        self.flow_id = flow_id
-        self.size = size_bytes
-        self.rcv_nxt = 0
-        self.ooo: dict[int, int] = {}  # start -> end of packets above rcv_nxt
-        self.stats = stats
-        self.on_finish = on_finish
-        self.finished = False
+    __slots__ = ()
 
     def receive(self, pkt: Packet) -> None:
         probe = pkt.tcp_flags & TCP_PROBE
-        seg = _NO_SEGMENT
-        if not probe:
-            seq = pkt.seq
-            seg = seq
-            if seq == self.rcv_nxt:
-                nxt = seq + pkt.payload
-                ooo = self.ooo
-                while nxt in ooo:
-                    nxt = ooo.pop(nxt)
-                self.rcv_nxt = nxt
-            elif seq > self.rcv_nxt:
-                self.ooo[seq] = seq + pkt.payload
-        ack = Packet(self.src, self.sender, PROTO_TCP, pkt.dport, pkt.sport, ACK_BYTES, 0)
-        ack.flow_id = self.flow_id
-        ack.ack = self.rcv_nxt
-        ack.seq = seg
-        ack.tcp_flags = TCP_ACK | probe
-        ack.sent_ns = pkt.sent_ns
-        ack.remaining = 0
-        self.stats.ack_bytes += ACK_BYTES
-        self.nic.send(ack)  # type: ignore[union-attr]
-        if not self.finished and self.size is not None and self.rcv_nxt >= self.size:
-            self.finished = True
-            self.on_finish(self.flow_id, self.engine.now)
+        if probe:
+            self._ack(pkt, TCP_ACK | probe, _NO_SEGMENT)
+        else:
+            self._take(pkt.seq, pkt.seq + pkt.payload)
+            self._ack(pkt, TCP_ACK, pkt.seq)
