@@ -16,38 +16,15 @@ from safs.sim.ablations import SafsShim
 from safs.sim.run import POLICIES, SimConfig, Simulation, simulate
 from safs.sim.transports.dctcp import DctcpSender
 from safs.sim.transports.safs import SafsSender
-from safs.topology import build_topology
 from safs.workloads.api import FlowSpec
+from star import AllAtZero, star  # the shared one-switch test topology
 
 US = 1_000
 DATA, GRANT = int(MsgType.DATA), int(MsgType.GRANT)
 SLACK_QUEUES = set(range(QUEUE_SLACK_LEAST_URGENT, QUEUE_CONTROL))  # 2..6
 
 
-def star(n_hosts: int):
-    return build_topology({
-        "name": "star", "defaults": {"rate": "100Gbps", "delay_ns": 500, "buffer_bytes": 1 << 20},
-        "switches": ["tor0"],
-        "hosts": {f"h{i}": {"ip": f"10.0.0.{i + 1}", "switch": "tor0"} for i in range(n_hosts)}})
 
-
-class AllAtZero:
-    def __init__(self, specs: list[FlowSpec]) -> None:
-        self.specs = specs
-        self.left = sum(s.flow_class == "pipeline" for s in specs)
-
-    def start(self, api) -> None:
-        for s in self.specs:
-            api.start_flow(s, self._done if s.flow_class == "pipeline" else (lambda t: None))
-
-    def _done(self, _: int) -> None:
-        self.left -= 1
-
-    def done(self) -> bool:
-        return self.left == 0
-
-    def metrics(self) -> dict[str, float]:
-        return {}
 
 
 def incast() -> list[FlowSpec]:

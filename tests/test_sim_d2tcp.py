@@ -16,8 +16,8 @@ from safs.sim.run import POLICIES, Simulation, SimConfig, simulate
 from safs.sim.transports import TransportStats
 from safs.sim.transports.d2tcp import D2TCP_D_MAX, D2TCP_D_MIN, D2tcpSender, gamma_penalty, imminence_factor
 from safs.sim.transports.dctcp import DctcpConfig, DctcpSender
-from safs.topology import build_topology
 from safs.workloads.api import FlowSpec
+from star import AllAtZero, star  # the shared one-switch test topology
 
 US = 1_000
 
@@ -101,33 +101,8 @@ def test_sender_refuses_bad_deadline() -> None:
 
 # ---- fan-in with staggered deadlines and bulk background -----------------------------------
 
-def _topology(n_hosts: int):
-    # 5 µs links: RTT ~20 µs, so windows span many packets and the cut size matters
-    return build_topology({
-        "name": "star", "defaults": {"rate": "100Gbps", "delay_ns": 5_000, "buffer_bytes": 4 << 20},
-        "switches": ["tor0"],
-        "hosts": {f"h{i}": {"ip": f"10.0.0.{i + 1}", "switch": "tor0"} for i in range(n_hosts)}})
-
-
-class FanIn:
-    """Every spec starts at 0; done when all pipeline flows finished."""
-
-    def __init__(self, specs: list[FlowSpec]) -> None:
-        self.specs = specs
-        self.left = sum(s.flow_class == "pipeline" for s in specs)
-
-    def start(self, api) -> None:
-        for s in self.specs:
-            api.start_flow(s, self._done if s.flow_class == "pipeline" else (lambda t: None))
-
-    def _done(self, _: int) -> None:
-        self.left -= 1
-
-    def done(self) -> bool:
-        return self.left == 0
-
-    def metrics(self) -> dict[str, float]:
-        return {}
+# 5 µs links: RTT ~20 µs, so windows span many packets and the cut size matters
+FAN_IN_LINKS = {"delay_ns": 5_000, "buffer_bytes": 4 << 20}
 
 
 def fan_in(n: int = 6, size: int = 4_000_000, bulk: int = 2) -> list[FlowSpec]:
@@ -139,7 +114,7 @@ def fan_in(n: int = 6, size: int = 4_000_000, bulk: int = 2) -> list[FlowSpec]:
 
 
 def _run(policy: str, seed: int = 1):
-    return simulate(_topology(9), FanIn(fan_in()), policy, seed, SimConfig(max_time_ns=50_000 * US))
+    return simulate(star(9, **FAN_IN_LINKS), AllAtZero(fan_in()), policy, seed, SimConfig(max_time_ns=50_000 * US))
 
 
 def test_d2tcp_is_registered() -> None:
@@ -167,7 +142,7 @@ def test_d2tcp_misses_no_more_deadlines_than_dctcp_on_fan_in() -> None:
 
 
 def test_pipeline_flows_get_d2tcp_and_background_stays_dctcp() -> None:
-    sim = Simulation(_topology(4), "d2tcp", 1, SimConfig(max_time_ns=10 * US))
+    sim = Simulation(star(4, **FAN_IN_LINKS), "d2tcp", 1, SimConfig(max_time_ns=10 * US))
     specs = [FlowSpec("h1", "h0", 1_000_000, 500 * US, "p"),
              FlowSpec("h2", "h0", 1 << 34, None, "b", "background")]
     fids = [sim.start_flow(s, lambda t: None) for s in specs]

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pytest
-import yaml
 
 from safs.errors import InvalidInput
 from safs.sim.run import SimConfig, Simulation
@@ -18,19 +17,16 @@ from safs.sim.transports.homa import (
     _masses,
     homa_priorities,
 )
-from safs.topology import build_topology
 from safs.workloads.api import FlowSpec
 from safs.workloads.distributions import SizeDistribution, load_distribution
+from star import star as shared_star  # the shared one-switch test topology
 
 US = 1_000
 
 
 def star(n_hosts: int, delay_ns: int = 1000, buffer_bytes: int = 1 << 20):
     """One switch, hosts h0..h{n-1} at 10 Gbit/s."""
-    hosts = {f"h{i}": {"ip": f"10.0.0.{i + 1}", "switch": "sw"} for i in range(n_hosts)}
-    raw = {"name": "star", "defaults": {"rate": "10Gbps", "delay_ns": delay_ns, "buffer_bytes": buffer_bytes},
-           "switches": ["sw"], "hosts": hosts}
-    return build_topology(yaml.safe_load(yaml.safe_dump(raw)), "inline")
+    return shared_star(n_hosts, "10Gbps", delay_ns, buffer_bytes, switch="sw")
 
 
 class Messages:
