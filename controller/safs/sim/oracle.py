@@ -163,13 +163,7 @@ class OracleNetwork(EngineWorkloadHost):
         Raises:
             InvalidInput: sender or receiver not a host of the topology; ``send_at_ns`` in the past.
         """
-        now = self.engine.now
-        start = now if send_at_ns is None else send_at_ns
-        if isinstance(start, bool) or not isinstance(start, int) or start < now:
-            raise InvalidInput("send_at_ns", f"must be an integer ns >= now ({now}), got {send_at_ns!r}")
-        for fname in ("sender", "receiver"):
-            if not self.topology.is_host(getattr(spec, fname)):
-                raise InvalidInput(f"flow.{fname}", f"unknown host {getattr(spec, fname)!r}")
+        start = self._flow_start(spec, send_at_ns)
         links, delay, hop_rates = self._path(spec.sender, spec.receiver)
         packets = -(-spec.size_bytes // self.payload_bytes)
         frame = min(spec.size_bytes, self.payload_bytes) + WIRE_OVERHEAD_BYTES

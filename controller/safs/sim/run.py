@@ -368,13 +368,8 @@ class Simulation(EngineWorkloadHost):
             InvalidInput: sender or receiver not a host of the topology; ``send_at_ns`` in the past.
         """
         now = self.engine.now
-        start = now if send_at_ns is None else send_at_ns
-        if isinstance(start, bool) or not isinstance(start, int) or start < now:
-            raise InvalidInput("send_at_ns", f"must be an integer ns >= now ({now}), got {send_at_ns!r}")
+        start = self._flow_start(spec, send_at_ns)
         hosts = self.network.hosts
-        for fname in ("sender", "receiver"):
-            if getattr(spec, fname) not in hosts:
-                raise InvalidInput(f"flow.{fname}", f"unknown host {getattr(spec, fname)!r}")
         fid = self._next_id
         self._next_id += 1
         src, dst = hosts[spec.sender], hosts[spec.receiver]
