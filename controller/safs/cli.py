@@ -26,8 +26,9 @@ from safs import __version__
 from safs.cliargs import OneLineParser
 from safs.errors import InvalidInput, SafsError
 from safs.numfmt import sig
-from safs.runner import (RESULT_FILES, TARGETS, archive_previous, check, check_out_dir, check_target_available, expand,
-                         missing_dirs, prepare_out_dir, remove_empty, run_scenario, write_results)
+from safs.runner import (RESULT_FILES, TARGETS, archive_previous, check, check_out_dir, check_target_available,
+                         cli_overrides, expand, missing_dirs, prepare_out_dir, remove_empty, run_scenario,
+                         write_results)
 from safs.scenario import load_scenario
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout safs is installed from (pip install -e)
@@ -147,16 +148,7 @@ def summary_table(name: str, records: list[dict[str, Any]]) -> Table:
 
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
-    overrides: dict[str, Any] = {}
-    if args.seeds:
-        overrides["seeds"] = args.seeds
-    if args.policies:
-        from safs.sim.run import POLICIES
-
-        for policy in args.policies:
-            if policy not in POLICIES:
-                raise InvalidInput("--policies", f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
-        overrides["policies"] = args.policies
+    overrides = cli_overrides(args.seeds, args.policies)
     # Everything is checked before the first run and before the output directory is created,
     # so a typo in the last file or a bad option costs nothing and leaves nothing behind.
     from safs.eval.parallel import check_jobs, check_ray

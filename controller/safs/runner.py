@@ -78,6 +78,26 @@ def _build(scenario: Scenario, spec: RunSpec) -> tuple[Any, Any, Any]:
     return topology, workload, config
 
 
+def cli_overrides(seeds: list[int] | None, policies: list[str] | None) -> dict[str, Any]:
+    """Scenario overrides from the ``--seeds`` and ``--policies`` options (None or empty:
+    keep the scenario's).
+
+    Raises:
+        InvalidInput: a policy the simulator does not know (field ``--policies``).
+    """
+    overrides: dict[str, Any] = {}
+    if seeds:
+        overrides["seeds"] = seeds
+    if policies:
+        from safs.sim.run import POLICIES  # noqa: PLC0415 (the simulator only when needed)
+
+        for policy in policies:
+            if policy not in POLICIES:
+                raise InvalidInput("--policies", f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
+        overrides["policies"] = policies
+    return overrides
+
+
 def miss_tolerance_ns(scenario: Scenario) -> int:
     """The scenario's deadline-miss tolerance (``miss_tolerance_us``) in ns."""
     return round(scenario.miss_tolerance_us * 1000)

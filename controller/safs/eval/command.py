@@ -109,7 +109,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     """
     from safs.eval import experiments as ex
     from safs.eval.parallel import check_jobs, check_ray
-    from safs.runner import check_out_dir, missing_dirs, remove_empty
+    from safs.runner import check_out_dir, cli_overrides, missing_dirs, remove_empty
 
     if args.list:
         if args.names:
@@ -137,18 +137,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     check_ray(args.ray, args.jobs)
     if args.ray is None:
         check_jobs(args.jobs)
-    overrides: dict[str, Any] = {}
-    if args.seeds:
-        overrides["seeds"] = args.seeds
-    if args.policies:
-        from safs.sim.run import POLICIES
-
-        for p in args.policies:
-            if p not in POLICIES:
-                raise InvalidInput("--policies", f"unknown policy {p!r}; valid: {', '.join(POLICIES)}")
-        overrides["policies"] = args.policies
-        if "safs" not in args.policies:
-            console.print("no safs in --policies: the comparison with the paper is skipped", highlight=False)
+    overrides = cli_overrides(args.seeds, args.policies)
+    if args.policies and "safs" not in args.policies:
+        console.print("no safs in --policies: the comparison with the paper is skipped", highlight=False)
     # Load and check every scenario before the first run.
     if args.replot:
         return _replot(args, console, exps)
