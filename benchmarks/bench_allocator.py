@@ -20,7 +20,7 @@ import random
 import statistics
 import time
 
-from safs.allocator import AllocatorConfig, AllocFlow, Allocator
+from safs.core.allocator import AllocatorConfig, AllocFlow, Allocator
 
 G = 1_000_000_000
 

@@ -1,6 +1,6 @@
 """Host agent pacing: achieved SAFS rate / target rate, and the TCP baseline, on loopback.
 
-Starts two agents (``python -m safs.emu.agent``) on two loopback addresses of this namespace,
+Starts two agents (``python -m safs.apps.agent``) on two loopback addresses of this namespace,
 no switch: the sender holds the default grant (epoch 0), so it paces at ``--default-rate-bps``,
 set to each target rate in turn. For every rate it sends one flow lasting ``--seconds`` and
 prints the achieved wire rate (DATA wire bytes the sender sent, over first REQUEST to the
@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from safs.emu.control import AgentClient
+from safs.experiments.mininet.agent_control import AgentClient
 
 A_IP, B_IP = "127.77.0.1", "127.77.0.2"
 
@@ -32,7 +32,7 @@ def _agents(tmp: str, extra: list[str]) -> tuple[list[subprocess.Popen], list[Ag
     procs, clients = [], []
     for name, ip in (("a", A_IP), ("b", B_IP)):
         path = os.path.join(tmp, f"{name}.sock")
-        proc = subprocess.Popen([sys.executable, "-m", "safs.emu.agent", "--host", name, "--ip", ip,
+        proc = subprocess.Popen([sys.executable, "-m", "safs.apps.agent", "--host", name, "--ip", ip,
                                  "--control", path, *extra], stdout=subprocess.PIPE, text=True)
         proc.stdout.readline()  # READY <pid>
         procs.append(proc)

@@ -62,9 +62,9 @@ def one_run(name: str, doubled: bool, policy: str) -> dict[str, float]:
     import resource
     import time
 
-    from safs.eval.experiments import experiment
-    from safs.runner import expand, run_one_sim
-    from safs.scenario import load_scenario
+    from safs.experiments.eval.experiments import experiment
+    from safs.experiments.runner import expand, run_one_sim
+    from safs.experiments.scenario import load_scenario
 
     exp = experiment(name)
     base = exp.load()
@@ -99,7 +99,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(one_run(args.child[0], args.child[1] == "1", args.policy)))
         return
-    from safs.eval.experiments import EXPERIMENTS
+    from safs.experiments.eval.experiments import EXPERIMENTS
 
     names = [args.only] if args.only else list(EXPERIMENTS)
     print(f"{'experiment':<12} {'hosts':<8} {'wall s':>8} {'peak RSS MiB':>13} {'events':>10} {'flows':>7}")

@@ -3,18 +3,18 @@
 Starts its own ``simple_switch_grpc`` (``--no-p4``, no interfaces, 8 priority queues, free
 gRPC and Thrift ports; polled until its gRPC port answers; stopped by PID), then, in one run:
 
-1. **Batched**: ``safs.p4rt.P4RuntimeTarget`` pushes the pipeline and writes ``--entries`` N
+1. **Batched**: ``safs.targets.p4rt.P4RuntimeTarget`` pushes the pipeline and writes ``--entries`` N
    ``flow_grant`` INSERTs in WriteRequests of ``--batch`` B updates (``P4RuntimeTarget.write``);
    the inserts are timed, read back (count checked), then deleted in batches (not timed).
 2. **One per request, p4runtime-shell client**: the same N entries, each in its own
    WriteRequest through ``p4runtime_sh.p4runtime.P4RuntimeClient.write_update`` (protobufs
-   built with ``safs.p4rt.codec.encode_update``, the encoder the batched path uses, so the two
+   built with ``safs.targets.p4rt.codec.encode_update``, the encoder the batched path uses, so the two
    rows differ only in requests per entry).
 3. **One per request, p4runtime-shell shell**: the loop a shell user writes,
    ``te = TableEntry(table)(action=...); te.match[...] = ...; te.action[...] = ...; te.insert()``
    through ``p4runtime_sh.shell`` (its process-global session, set up here once). Includes the
    shell's own string parsing and validation per entry.
-4. **Hint to grant**: ``safs.controller_app.ControllerApp`` (``admit_on_request=False``) runs
+4. **Hint to grant**: ``safs.control.controller.ControllerApp`` (``admit_on_request=False``) runs
    in a thread against the switch as ``tor1`` of a two-ToR topology; for each of ``--flows``
    K flows (a -> d, d attached to tor1) the benchmark announces the flow with
    ``HintClient.announce`` and polls the switch (``P4RuntimeTarget.read_table`` of
@@ -50,14 +50,14 @@ from typing import Iterator
 import grpc
 from p4.v1 import p4runtime_pb2
 
-from safs import p4names as n
-from safs.controller_app import ControllerApp, ControllerConfig, SwitchSpec
-from safs.hintapi.client import HintClient
-from safs.hints import FlowHint
-from safs.p4rt.codec import encode_update
-from safs.p4rt.target import P4RuntimeTarget
-from safs.scheduler import SchedulerConfig
-from safs.target import Op, TableEntry, Update
+from safs.core import p4names as n
+from safs.control.controller import ControllerApp, ControllerConfig, SwitchSpec
+from safs.control.hintapi.client import HintClient
+from safs.core.hints import FlowHint
+from safs.targets.p4rt.codec import encode_update
+from safs.targets.p4rt.target import P4RuntimeTarget
+from safs.core.scheduler import SchedulerConfig
+from safs.core.target import Op, TableEntry, Update
 
 ROOT = Path(__file__).resolve().parents[1]
 P4INFO = ROOT / "p4src" / "build" / "safs.p4info.txtpb"
@@ -258,7 +258,7 @@ def main() -> int:
             return 2
     logging.basicConfig(level=logging.WARNING)
     # tor0 is deliberately unmanaged (one switch); its "no --switch for tor0" warning is noise here.
-    logging.getLogger("safs.controller_app").setLevel(logging.ERROR)
+    logging.getLogger("safs.control.controller").setLevel(logging.ERROR)
 
     flow_ids = range(1, args.entries + 1)
     rows: list[tuple[str, str]] = []

@@ -1,6 +1,6 @@
 """Simulator speed and memory benchmark.
 
-Speed: events per second of :func:`safs.sim.run.simulate` on the shipped 16A2F topology with
+Speed: events per second of :func:`safs.experiments.sim.simulation.simulate` on the shipped 16A2F topology with
 the AFD decode workload and persistent bulk DCTCP background, next to a bare event loop
 (heapq with trivial callbacks) run in the same process, and their ratio.
 
@@ -31,9 +31,9 @@ def run_sim(steps: int, policy: str, bulk: int, seed: int = 1) -> dict[str, floa
     """Simulate ``steps`` AFD decode steps; returns events, wall seconds, events/s, peak RSS."""
     import resource
 
-    from safs.sim.run import SimConfig, simulate
-    from safs.topology import load_topology
-    from safs.workloads import build_workload
+    from safs.experiments.sim.simulation import SimConfig, simulate
+    from safs.core.topology import load_topology
+    from safs.experiments.workloads import build_workload
 
     topo = load_topology(TOPOLOGY)
     workload = build_workload("afd", {"decode_steps": steps, "warmup_steps": 10}, topo, seed=seed,

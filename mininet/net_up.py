@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python mininet/net_up.py topologies/mininet-afd.yaml [--cli] [--keep-logs DIR]
 
-Builds the network (safs.emu.net.build: BMv2 ``simple_switch_grpc`` per switch, hosts, the
+Builds the network (safs.experiments.mininet.net.build: BMv2 ``simple_switch_grpc`` per switch, hosts, the
 strict-priority bottleneck on every switch egress), starts the controller over P4Runtime with the
 hint API on a Unix socket, calibrates the switch clocks, prints where everything is, and waits
 for Ctrl-C (or opens Mininet's CLI with ``--cli``). Everything is removed on exit.
@@ -27,10 +27,10 @@ def main() -> int:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    from safs.controller_app import ControllerApp, ControllerConfig, SwitchSpec
-    from safs.emu import net as emunet
-    from safs.emu.run import BMV2_JSON, P4INFO, calibrate_clocks
-    from safs.topology import load_topology
+    from safs.control.controller import ControllerApp, ControllerConfig, SwitchSpec
+    from safs.experiments.mininet import net as emunet
+    from safs.experiments.mininet.backend import BMV2_JSON, P4INFO, calibrate_clocks
+    from safs.core.topology import load_topology
 
     topology = load_topology(args.topology)
     run_dir = args.keep_logs or Path(tempfile.mkdtemp(prefix="safs-mn-"))

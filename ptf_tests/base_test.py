@@ -2,7 +2,7 @@
 
 :class:`SafsTest` owns the P4Runtime connection to the switch under test: it arbitrates
 (election id (0, 1)), pushes the pipeline (P4Info + BMv2 JSON from p4src/build/) when the switch
-does not run it yet, looks names up in the P4Info (names from ``safs.p4names``), and records an
+does not run it yet, looks names up in the P4Info (names from ``safs.core.p4names``), and records an
 inverse for every write so ``tearDown`` undoes them in reverse order (INSERT -> DELETE; a default
 action MODIFY -> MODIFY back to the default read before; meter MODIFY -> MODIFY without config,
 i.e. back to unconfigured = always green; clone session / digest INSERT -> DELETE; BMv2 queue
@@ -30,9 +30,9 @@ from ptf.base_tests import BaseTest
 from scapy.layers.l2 import Ether
 
 from p4rt_client import Lpm, P4InfoIndex, P4RtClient, Range, load_p4info, update  # noqa: F401 (Range re-exported)
-from safs import p4names as n
-from safs.protocol import SAFS_UDP_PORT
-from safs.timebase import slack_to_key
+from safs.core import p4names as n
+from safs.core.protocol import SAFS_UDP_PORT
+from safs.core.timebase import slack_to_key
 
 PORT_SENDER = 1
 PORT_RECEIVER = 2
@@ -202,7 +202,7 @@ class SafsTest(BaseTest):
     def switch_now(self) -> int:
         """The switch's fabric time (ns) read from a GRANT it generates for a REQUEST of a flow
         without an entry (needs setup_routes)."""
-        from safs.packet import SAFS, safs_request
+        from safs.core.scapy_layer import SAFS, safs_request
         self.send(PORT_SENDER, safs_request(SENDER_IP, RECEIVER_IP, 9999, 1, 0,
                                             src_mac=SENDER_MAC, dst_mac=SWITCH_MAC))
         return self.receive(PORT_SENDER)[SAFS].timestamp_ns

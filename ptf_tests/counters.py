@@ -9,8 +9,8 @@ from scapy.layers.l2 import Ether
 
 from base_test import (OTHER_IP, PORT_OTHER, PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, SENDER_IP,
                        SENDER_MAC, SWITCH_MAC, SafsTest)
-from safs import p4names as n
-from safs.packet import safs_data
+from safs.core import p4names as n
+from safs.core.scapy_layer import safs_data
 
 
 class CountersTest(SafsTest):

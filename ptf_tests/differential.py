@@ -1,9 +1,9 @@
-"""Differential test: the same writes and packets through safs.pipeline_model and through BMv2.
+"""Differential test: the same writes and packets through safs.targets.pipeline_model and through BMv2.
 
-Both targets get the SAME typed updates: a :class:`safs.scheduler.Scheduler`
+Both targets get the SAME typed updates: a :class:`safs.core.scheduler.Scheduler`
 (``admit_on_request=False``) on a one-switch topology matching the PTF ports (sender host on
 port 1, receiver on 2, a third host on 3) writes through a fan-out target to the in-process
-:class:`~safs.pipeline_model.PipelineModel` and to BMv2 via :class:`safs.p4rt.P4RuntimeTarget`
+:class:`~safs.targets.pipeline_model.PipelineModel` and to BMv2 via :class:`safs.targets.p4rt.P4RuntimeTarget`
 (election id (0, 2), so it is primary over the base test's connection, which only pushes the
 pipeline). Both get the same clock offset (just below 2^48, so fabric time wraps), and the
 same clone sessions (``Scheduler.setup`` writes session port + 1 -> port for the three ports;
@@ -12,8 +12,8 @@ write is undone at the end through the same P4Runtime connection (entries and cl
 deleted, defaults and the clock offset restored to what was read before, meters reset to
 unconfigured).
 
-Packets (safs.packet builders) go into BMv2 through PTF and, converted to
-:class:`safs.sim.packet.Packet`, into the model; the outputs are paired by
+Packets (safs.core.scapy_layer builders) go into BMv2 through PTF and, converted to
+:class:`safs.core.packet.Packet`, into the model; the outputs are paired by
 (port, type, flow id, remaining bytes) and compared: which packets come out on which port,
 IPs, UDP ports, type, flags, qclass, flow id, remaining bytes, rate, epoch, lease, the DATA
 timestamp (unchanged) and the frame size; a switch-generated GRANT's timestamp (switch time)
@@ -52,18 +52,18 @@ from scapy.packet import Raw
 
 from base_test import (OTHER_IP, PORT_OTHER, PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, SENDER_IP,
                        SENDER_MAC, SWITCH_MAC, SafsTest, ip_int)
-from safs import p4names as n
-from safs.allocator import AllocatorConfig
-from safs.hints import FlowHint
-from safs.p4rt.target import P4RuntimeTarget
-from safs.packet import SAFS, safs_data, safs_done, safs_request
-from safs.pipeline_model import PipelineModel
-from safs.protocol import NS_PER_S, Color, MsgType
-from safs.scheduler import Scheduler, SchedulerConfig
-from safs.sim.packet import PROTO_UDP, Packet
-from safs.target import CounterValue, Op, RequestDigest, Update
-from safs.timebase import TIME_MASK, TIME_MOD
-from safs.topology import build_topology
+from safs.core import p4names as n
+from safs.core.allocator import AllocatorConfig
+from safs.core.hints import FlowHint
+from safs.targets.p4rt.target import P4RuntimeTarget
+from safs.core.scapy_layer import SAFS, safs_data, safs_done, safs_request
+from safs.targets.pipeline_model import PipelineModel
+from safs.core.protocol import NS_PER_S, Color, MsgType
+from safs.core.scheduler import Scheduler, SchedulerConfig
+from safs.core.packet import PROTO_UDP, Packet
+from safs.core.target import CounterValue, Op, RequestDigest, Update
+from safs.core.timebase import TIME_MASK, TIME_MOD
+from safs.core.topology import build_topology
 
 SWITCH = "s1"
 LINK_RATE = "8kbps"  # tiny rates: meter refill during a test is a few hundred bytes

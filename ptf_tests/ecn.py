@@ -13,8 +13,8 @@ from scapy.layers.l2 import Ether
 
 from base_test import (PORT_OTHER, OTHER_IP, PORT_SENDER, SENDER_IP, SENDER_MAC, SWITCH_MAC,
                        SafsTest)
-from safs import p4names as n
-from safs.protocol import ECN_CE, ECN_ECT0, ECN_ECT1, ECN_NOT_ECT, QUEUE_BEST_EFFORT
+from safs.core import p4names as n
+from safs.core.protocol import ECN_CE, ECN_ECT0, ECN_ECT1, ECN_NOT_ECT, QUEUE_BEST_EFFORT
 
 THRESHOLD = 2
 BURST = 10

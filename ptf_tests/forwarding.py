@@ -8,7 +8,7 @@ from scapy.layers.l2 import Ether
 
 from base_test import (OTHER_MAC, PORT_OTHER, PORT_RECEIVER, PORT_SENDER, RECEIVER_MAC, SENDER_IP,
                        SWITCH_MAC, SafsTest, Lpm, ip_int, mac_int)
-from safs import p4names as n
+from safs.core import p4names as n
 
 
 class Ipv4LpmTest(SafsTest):

@@ -11,9 +11,9 @@ from scapy.packet import Raw
 
 from base_test import (PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, RECEIVER_MAC, SENDER_IP,
                        SENDER_MAC, SWITCH_MAC, SafsTest)
-from safs import p4names as n
-from safs.packet import SAFS
-from safs.protocol import SAFS_UDP_PORT, Malformed, MsgType
+from safs.core import p4names as n
+from safs.core.scapy_layer import SAFS
+from safs.core.protocol import SAFS_UDP_PORT, Malformed, MsgType
 
 
 def _udp(payload: bytes, udp_len: int | None = None) -> Ether:

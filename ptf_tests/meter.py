@@ -7,7 +7,7 @@ slot: flows without a grant are metered too). The rates are tiny (bytes/s) so re
 the burst cannot turn a packet green on a slow machine.
 
 Queue 1 itself is not visible in the packet: ``qclass`` keeps the slack class the classifier
-chose (as in safs.pipeline_model), so the demotion is shown by ordering: queue 1 of the
+chose (as in safs.targets.pipeline_model), so the demotion is shown by ordering: queue 1 of the
 receiver port is rate limited (BMv2 Thrift ``set_queue_rate``), and a green packet of another
 flow sent after the burst overtakes most of the demoted packets.
 """
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from base_test import (PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, SENDER_IP, SENDER_MAC, SWITCH_MAC,
                        SafsTest)
-from safs import p4names as n
-from safs.packet import SAFS, safs_data
-from safs.protocol import QUEUE_OVER_RATE, QUEUE_SLACK_LEAST_URGENT, Color
+from safs.core import p4names as n
+from safs.core.scapy_layer import SAFS, safs_data
+from safs.core.protocol import QUEUE_OVER_RATE, QUEUE_SLACK_LEAST_URGENT, Color
 
 PAYLOAD = 100
 BURST = 8

@@ -18,7 +18,7 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from safs.target import Lpm, Range  # the project's match values (one place for them)
+from safs.core.target import Lpm, Range  # the project's match values (one place for them)
 
 
 def encode(value: int, bits: int) -> bytes:
@@ -38,7 +38,7 @@ def decode(raw: bytes) -> int:
 
 
 class P4InfoIndex:
-    """Name -> id and width lookup over a P4Info message (names as in safs.p4names)."""
+    """Name -> id and width lookup over a P4Info message (names as in safs.core.p4names)."""
 
     def __init__(self, p4info: p4info_pb2.P4Info) -> None:
         self.p4info = p4info

@@ -24,8 +24,8 @@ import subprocess
 import ptf.testutils as tu
 
 from base_test import OTHER_IP, PORT_OTHER, PORT_SENDER, SENDER_IP, SENDER_MAC, SWITCH_MAC, SafsTest
-from safs.packet import SAFS, safs_data
-from safs.timebase import TIME_MASK
+from safs.core.scapy_layer import SAFS, safs_data
+from safs.core.timebase import TIME_MASK
 from slack import CLASS_EDGES, S
 
 BURST = 20

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from base_test import (OTHER_IP, PORT_OTHER, PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, SENDER_IP,
                        SENDER_MAC, SWITCH_MAC, SafsTest)
-from safs import p4names as n
-from safs.packet import SAFS, safs_data, safs_done, safs_request
-from safs.protocol import QUEUE_CONTROL, Color
-from safs.timebase import TIME_MASK, TIME_MOD
+from safs.core import p4names as n
+from safs.core.scapy_layer import SAFS, safs_data, safs_done, safs_request
+from safs.core.protocol import QUEUE_CONTROL, Color
+from safs.core.timebase import TIME_MASK, TIME_MOD
 
 S = 1_000_000_000  # ns
 CLASS_EDGES = [(None, 0, 6), (0, 10 * S, 5), (10 * S, 20 * S, 4), (20 * S, 30 * S, 3)]  # slack [lo, hi) -> class

@@ -1,6 +1,6 @@
 """Test helpers for the allocator: a fluid simulator and two independent oracles.
 
-* :func:`run_fluid` drives a real :class:`safs.allocator.Allocator`: at every event (a flow
+* :func:`run_fluid` drives a real :class:`safs.core.allocator.Allocator`: at every event (a flow
   finishing, or every ``max_step_ns``) it hands the allocator the flows' remaining bytes,
   reads the rates, and integrates them exactly (integer bit-nanoseconds) until the next event.
 * :func:`edf_feasible` / :func:`edf_max_lateness`: earliest deadline first on one link with all
@@ -62,7 +62,7 @@ def run_fluid(
     """Run flows to completion under the allocator's rates.
 
     Args:
-        allocator: a fresh ``safs.allocator.Allocator`` that knows the flows' hosts.
+        allocator: a fresh ``safs.core.allocator.Allocator`` that knows the flows' hosts.
         flows: the flows, all starting at time 0.
         max_step_ns: recompute at least this often (ns); None: only when a flow finishes.
         use_installed: integrate the installed grants instead of the computed rates.
@@ -73,7 +73,7 @@ def run_fluid(
         :class:`FluidResult`. Remaining bytes are rounded up when handed to the allocator;
         finish times are rounded up to whole ns (at most 1 ns per step).
     """
-    from safs.allocator import AllocFlow  # the only allocator name used: building its input
+    from safs.core.allocator import AllocFlow  # the only allocator name used: building its input
 
     # Remaining data in bit-nanoseconds (bits * 1e9) so that rate(bit/s) * dt(ns) is exact.
     left = {f.flow_id: f.size_bytes * 8 * NS_PER_S for f in flows}

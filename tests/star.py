@@ -3,8 +3,8 @@ and ablation tests share."""
 
 from __future__ import annotations
 
-from safs.topology import Topology, build_topology
-from safs.workloads.api import FlowSpec
+from safs.core.topology import Topology, build_topology
+from safs.experiments.workloads.api import FlowSpec
 
 
 def star(n_hosts: int, rate: str = "100Gbps", delay_ns: int = 500, buffer_bytes: int = 1 << 20,
@@ -23,7 +23,7 @@ class AllAtZero:
         self.specs = specs
         self.left = sum(s.flow_class == "pipeline" for s in specs)
 
-    def start(self, api) -> None:  # noqa: ANN001 - safs.workloads.api.WorkloadAPI
+    def start(self, api) -> None:  # noqa: ANN001 - safs.experiments.workloads.api.WorkloadAPI
         for s in self.specs:
             api.start_flow(s, self._done if s.flow_class == "pipeline" else (lambda t: None))
 

@@ -13,8 +13,8 @@ from fluid import FluidFlow, edf_max_lateness, run_fluid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safs import protocol
-from safs.allocator import (
+from safs.core import protocol
+from safs.core.allocator import (
     AllocatorConfig,
     AllocFlow,
     Allocator,
@@ -22,8 +22,8 @@ from safs.allocator import (
     key_ranges,
     slack_class_table,
 )
-from safs.errors import InvalidInput
-from safs.timebase import TIME_MASK, diff, slack_key, slack_to_key, wrap
+from safs.core.errors import InvalidInput
+from safs.core.timebase import TIME_MASK, diff, slack_key, slack_to_key, wrap
 
 G = 1_000_000_000
 CAPS = [1 * G, 10 * G, 25 * G, 40 * G, 100 * G]

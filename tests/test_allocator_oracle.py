@@ -32,7 +32,7 @@ from fluid import NS_PER_S, FluidFlow, edf_max_lateness, lp_min_max_lateness, ru
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safs.allocator import AllocatorConfig, Allocator
+from safs.core.allocator import AllocatorConfig, Allocator
 
 G = 1_000_000_000
 TOL_NS = 1_000  # rounding of the fluid run (ns per step) plus LP bisection tolerance

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from safs.cli import main
+from safs.apps.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPO = ROOT / "topologies" / "zerobubble-pp.yaml"
@@ -160,7 +160,7 @@ def test_out_that_is_a_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFix
 def test_mininet_target_names_what_is_missing_before_any_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     # A non-root user on a machine without BMv2 on PATH: both named in one line, nothing created.
-    monkeypatch.setattr("safs.runner.os.geteuid", lambda: 1000)
+    monkeypatch.setattr("safs.experiments.runner.os.geteuid", lambda: 1000)
     monkeypatch.setenv("PATH", str(tmp_path))
     out = tmp_path / "out"
     assert main(["run", "--quiet", "--target", "mininet", "--out", str(out),
@@ -172,9 +172,9 @@ def test_mininet_target_names_what_is_missing_before_any_output(tmp_path: Path, 
 
 
 def test_tables_use_one_number_format() -> None:
-    from safs.cli import _fmt
-    from safs.eval.command import _fmt as eval_fmt
-    from safs.numfmt import percent
+    from safs.apps.cli import _fmt
+    from safs.apps.eval_command import _fmt as eval_fmt
+    from safs.core.numfmt import percent
 
     assert [_fmt(x) for x in (5432.1, 12698.0, 12807.0, 29.46, 0.1234)] == ["5430", "12700", "12800", "29.5", "0.123"]
     assert eval_fmt(29.5, 110.3) == "29.5 ± 110" and eval_fmt(5432.1, 1.06) == "5430 ± 1.1"

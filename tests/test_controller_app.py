@@ -12,18 +12,18 @@ from typing import Callable
 
 import pytest
 
-from safs import p4names as n
-from safs.cli import main
-from safs.controller_app import (ControllerApp, ControllerConfig, SwitchSpec, load_scheduler_config,
+from safs.core import p4names as n
+from safs.apps.cli import main
+from safs.control.controller import (ControllerApp, ControllerConfig, SwitchSpec, load_scheduler_config,
                                  parse_clock_offset, parse_switch_spec)
-from safs.errors import InvalidInput
-from safs.hintapi.client import HintClient
-from safs.hints import FlowHint
-from safs.p4rt.codec import decode_table_entry
-from safs.p4rt.fake_server import FakeP4RuntimeServer
-from safs.p4rt.p4info import P4InfoIndex
-from safs.scheduler import SchedulerConfig
-from safs.topology import load_topology
+from safs.core.errors import InvalidInput
+from safs.control.hintapi.client import HintClient
+from safs.core.hints import FlowHint
+from safs.targets.p4rt.codec import decode_table_entry
+from safs.testing.fake_p4rt import FakeP4RuntimeServer
+from safs.targets.p4rt.p4info import P4InfoIndex
+from safs.core.scheduler import SchedulerConfig
+from safs.core.topology import load_topology
 from two_tors import MS, TOPO_YAML  # the shared two-ToR test topology
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,7 +164,7 @@ def test_admit_at_announce_from_scheduler_config_and_unmanaged_switch_warned(
                                         allocator=sched_cfg.allocator) and sched_cfg.allocator.urgency_quantum_ns == 1000
     cfg = config(topo_file, servers, scheduler=sched_cfg,
                  switches=(SwitchSpec("tor1", servers["tor1"].address, 3),), duration_s=30.0)
-    with caplog.at_level(logging.INFO, logger="safs.controller_app"):
+    with caplog.at_level(logging.INFO, logger="safs.control.controller"):
         run = Running(cfg)
     try:
         assert any("no --switch for tor0" in r.getMessage() for r in caplog.records)
@@ -190,7 +190,7 @@ def test_run_returns_after_duration(topo_file: Path, servers: dict[str, FakeP4Ru
 
 def test_start_fails_cleanly_when_a_switch_is_unreachable(topo_file: Path,
                                                            servers: dict[str, FakeP4RuntimeServer]) -> None:
-    from safs.errors import TargetError
+    from safs.core.errors import TargetError
     servers["tor1"].stop()
     app = ControllerApp(config(topo_file, servers, rpc_timeout_s=2.0))
     with pytest.raises(TargetError):

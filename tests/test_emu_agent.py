@@ -1,8 +1,8 @@
-"""The host agent (safs.emu.agent) as real processes on real sockets, without Mininet or BMv2.
+"""The host agent (safs.apps.agent) as real processes on real sockets, without Mininet or BMv2.
 
 Two agents run on two loopback addresses of this namespace. A small GRANT responder in the test
 stands where the receiver's ToR would be: senders address DATA and REQUEST to it; it answers
-REQUESTs with GRANTs built with safs.protocol (and pushes a newer grant when DATA carries an
+REQUESTs with GRANTs built with safs.core.protocol (and pushes a newer grant when DATA carries an
 older epoch, like the P4 program), forwards DATA to the receiving agent, and records arrival
 times, so the achieved rate is measured on the wire. Tolerances are generous: the machine has
 two busy cores and the agent is Python.
@@ -24,14 +24,14 @@ from pathlib import Path
 
 import pytest
 
-from safs.controller_app import fabric_clock
-from safs.emu.control import AgentClient
-from safs.emu.driver import RealtimeNetwork
-from safs.errors import InvalidInput
-from safs.hintapi.server import start
-from safs.packet import parse_safs
-from safs.pipeline_model import PipelineModel
-from safs.protocol import (
+from safs.control.controller import fabric_clock
+from safs.experiments.mininet.agent_control import AgentClient
+from safs.experiments.mininet.driver import RealtimeNetwork
+from safs.core.errors import InvalidInput
+from safs.control.hintapi.server import start
+from safs.core.scapy_layer import parse_safs
+from safs.targets.pipeline_model import PipelineModel
+from safs.core.protocol import (
     HEADER_LEN,
     SAFS_UDP_PORT,
     MsgType,
@@ -41,8 +41,8 @@ from safs.protocol import (
     rate_bps_to_kbps,
     unpack_header,
 )
-from safs.scheduler import Scheduler, SchedulerConfig
-from safs.workloads.api import FlowSpec
+from safs.core.scheduler import Scheduler, SchedulerConfig
+from safs.experiments.workloads.api import FlowSpec
 from two_tors import two_tors  # the shared two-ToR test topology
 
 ETH_IP_UDP = 14 + 20 + 8  # wire bytes around the UDP payload (protocol.WIRE_OVERHEAD_BYTES - 36)
@@ -131,7 +131,7 @@ class Agents:
 
     def start(self, name: str, ip: str, *extra: str, prefix: tuple[str, ...] = ()) -> AgentClient:
         path = self.tmp / f"{name}.sock"
-        cmd = [*prefix, sys.executable, "-m", "safs.emu.agent", "--host", name, "--ip", ip,
+        cmd = [*prefix, sys.executable, "-m", "safs.apps.agent", "--host", name, "--ip", ip,
                "--control", str(path), *extra]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append((proc, path))
@@ -422,7 +422,7 @@ def test_raw_protocol_errors_and_duplicate_flow(agents: Agents, tmp_path: Path) 
 
 
 def test_setup_errors_exit_2_with_a_message(tmp_path: Path) -> None:
-    base = [sys.executable, "-m", "safs.emu.agent", "--host", "a", "--control", str(tmp_path / "a.sock")]
+    base = [sys.executable, "-m", "safs.apps.agent", "--host", "a", "--control", str(tmp_path / "a.sock")]
     for extra, text in ((["--ip", "192.0.2.1"], "Cannot assign requested address"),  # not on this host
                         (["--ip", "10.0.0.256"], "--ip: must be an IPv4 address"),
                         (["--ip", "127.0.0.1", "--default-rate-bps", "0"], "--default-rate-bps: must be an integer > 0")):
@@ -507,7 +507,7 @@ class _ThreeFlows:
     def __init__(self) -> None:
         self.finished: dict[str, int] = {}
 
-    def start(self, api) -> None:  # noqa: ANN001 - safs.workloads.api.WorkloadAPI
+    def start(self, api) -> None:  # noqa: ANN001 - safs.experiments.workloads.api.WorkloadAPI
         for spec, at in ((FlowSpec("a", "c", 150_000, 400_000_000, "p/a->c"), 0),
                          (FlowSpec("b", "c", 150_000, 400_000_000, "p/b->c"), 50_000_000),
                          (FlowSpec("a", "b", 500_000, None, "bg/a->b", "background"), 0)):
@@ -605,8 +605,8 @@ def test_sender_reports_sent_one_complete_lead_before_its_last_byte() -> None:
     """``on_sender_sent`` fires once the new bytes left take at most the endpoint's
     ``complete_lead_ns`` at the held rate (wire bytes: payload + 78-byte headers), at the last
     byte without a lead, and never while the rate is 0."""
-    from safs.emu.loop import Loop
-    from safs.emu.safs_transport import SafsEndpoint, emu_config
+    from safs.apps.agent.loop import Loop
+    from safs.apps.agent.safs_socket import SafsEndpoint, emu_config
 
     loop = Loop()
     ep = SafsEndpoint(loop, "127.0.0.1", emu_config(10 * MBIT, unscheduled_bytes=3000), 10 * MBIT,

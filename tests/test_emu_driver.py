@@ -1,4 +1,4 @@
-"""The real-time driver (safs.emu.driver) against in-process agents on a fake clock.
+"""The real-time driver (safs.experiments.mininet.driver) against in-process agents on a fake clock.
 
 The fake agents speak the agent control protocol (docs/mininet.md, "Host agent": expect,
 send, events) and finish every flow at its uncontended transfer time (Topology.min_transfer_ns), so a workload run through the
@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from safs.emu.control import AgentError
-from safs.emu.driver import RealtimeNetwork
-from safs.errors import InvalidInput
-from safs.timebase import TIME_MOD, wrap
-from safs.topology import load_topology
-from safs.workloads.api import FlowSpec
-from safs.workloads.ideal import IdealNetwork
-from safs.workloads.zerobubble import ZeroBubbleTraining
+from safs.experiments.mininet.agent_control import AgentError
+from safs.experiments.mininet.driver import RealtimeNetwork
+from safs.core.errors import InvalidInput
+from safs.core.timebase import TIME_MOD, wrap
+from safs.core.topology import load_topology
+from safs.experiments.workloads.api import FlowSpec
+from safs.experiments.workloads.ideal import IdealNetwork
+from safs.experiments.workloads.zerobubble import ZeroBubbleTraining
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The Mininet network of a topology (safs.emu.net) and the mininet target (safs.emu.run).
+"""The Mininet network of a topology (safs.experiments.mininet.net) and the mininet target (safs.experiments.mininet.backend).
 
 Tiers: the traffic-control commands and argument checks run everywhere; building a network
 needs root and Mininet (marker ``mininet``), with a switch class that forwards nothing, so it
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from safs.emu import net as emunet
-from safs.errors import InvalidInput
-from safs.topology import load_topology
+from safs.experiments.mininet import net as emunet
+from safs.core.errors import InvalidInput
+from safs.core.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[1]
 AFD = ROOT / "topologies" / "mininet-afd.yaml"
@@ -65,8 +65,8 @@ def test_qdisc_drops_sums_leaves_not_root():
 
 
 def test_mininet_target_refuses_simulator_only_policies():
-    from safs.runner import check
-    from safs.scenario import load_scenario
+    from safs.experiments.runner import check
+    from safs.experiments.scenario import load_scenario
 
     scenario = load_scenario(ROOT / "scenarios" / "mininet-afd.yaml", {"policies": ["safs", "d2tcp"]})
     with pytest.raises(InvalidInput, match="d2tcp.*does not run on target mininet"):
@@ -79,8 +79,8 @@ def test_mininet_target_refuses_simulator_only_policies():
 _BUILD = textwrap.dedent("""\
     import os, signal, sys, time, pathlib
     from mininet.node import Switch
-    from safs.emu import net as emunet
-    from safs.topology import load_topology
+    from safs.experiments.mininet import net as emunet
+    from safs.core.topology import load_topology
 
     class NoSwitch(Switch):
         def start(self, controllers):
@@ -173,9 +173,9 @@ def test_nothing_left_after_failure_or_kill(tmp_path, how):
 def test_urgent_class_wins_at_the_bottleneck(tmp_path):
     """Two SAFS flows into f0 through BMv2 and the bottleneck: a lax one started first and a
     late (urgent) one; the urgent one finishes first although it started second and is as big."""
-    from safs.emu.run import run_mininet
-    from safs.runner import expand
-    from safs.scenario import load_scenario
+    from safs.experiments.mininet.backend import run_mininet
+    from safs.experiments.runner import expand
+    from safs.experiments.scenario import load_scenario
 
     import yaml
 
@@ -227,7 +227,7 @@ def test_end_to_end_cli_run_and_clean(tmp_path):
     raw.update(repetitions=1, background={"bulk_flows": [1]})
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(yaml.safe_dump(raw))
-    out = subprocess.run([sys.executable, "-m", "safs.cli", "run", str(scenario), "--target", "mininet",
+    out = subprocess.run([sys.executable, "-m", "safs.apps.cli", "run", str(scenario), "--target", "mininet",
                           "--out", str(tmp_path / "out"), "--quiet"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -250,9 +250,9 @@ def test_agents_start_in_every_host_and_stop(tmp_path):
     over its control socket from its namespace, and nothing is left after stop."""
     from mininet.node import Switch
 
-    from safs.emu.run import start_agents, stop_agents
-    from safs.scheduler import SchedulerConfig
-    from safs.sim.run import SimConfig
+    from safs.experiments.mininet.backend import start_agents, stop_agents
+    from safs.core.scheduler import SchedulerConfig
+    from safs.experiments.sim.simulation import SimConfig
 
     class NoSwitch(Switch):
         def start(self, controllers):

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from safs.cli import main
-from safs.errors import InvalidInput
-from safs.eval.experiments import CHECK_MODULES, EXPERIMENTS, check_missing, experiment, summarize, t_interval, tasks
-from safs.runner import expand, run_one_output
-from safs.workloads.jitter import jittered_ns
+from safs.apps.cli import main
+from safs.core.errors import InvalidInput
+from safs.experiments.eval.experiments import CHECK_MODULES, EXPERIMENTS, check_missing, experiment, summarize, t_interval, tasks
+from safs.experiments.runner import expand, run_one_output
+from safs.experiments.workloads.jitter import jittered_ns
 
 
 # ---- statistics --------------------------------------------------------------------------------
@@ -105,11 +105,11 @@ def test_impossible_background_refused(background: dict, field: str) -> None:
 
 
 def test_missing_baseline_check_is_named() -> None:
-    from safs.eval.experiments import run_check
+    from safs.experiments.eval.experiments import run_check
 
     with pytest.raises(InvalidInput) as err:
         run_check("no_such_baseline", True)
-    assert "safs.eval.checks.no_such_baseline is missing" in err.value.message
+    assert "safs.experiments.eval.checks.no_such_baseline is missing" in err.value.message
     assert set(check_missing()) <= set(CHECK_MODULES)
 
 
@@ -162,7 +162,7 @@ def test_eval_writes_results_samples_summary_and_plots(tmp_path: Path, capsys: p
 
 
 def test_ablation_shares_of_the_gain() -> None:
-    from safs.eval.experiments import ablation
+    from safs.experiments.eval.experiments import ablation
 
     def row(policy: str, bulk: int, value: float) -> dict:
         return {"policy": policy, "background_flows": bulk, "m_mean": value}
@@ -177,13 +177,13 @@ def test_ablation_shares_of_the_gain() -> None:
 
 def test_baseline_checks_report_a_missing_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    import safs.eval.experiments as ex
+    import safs.experiments.eval.experiments as ex
 
     monkeypatch.setattr(ex, "CHECK_MODULES", ("no_such_baseline",))
     assert main(["eval", "baseline-checks", "--jobs", "1", "--out", str(tmp_path)]) == 1
-    assert "safs.eval.checks.no_such_baseline is missing" in capsys.readouterr().out
+    assert "safs.experiments.eval.checks.no_such_baseline is missing" in capsys.readouterr().out
     rows = json.loads((tmp_path / "baseline-checks" / "checks.json").read_text())
-    assert rows == [{"baseline": "no_such_baseline", "error": "safs.eval.checks.no_such_baseline is missing "
+    assert rows == [{"baseline": "no_such_baseline", "error": "safs.experiments.eval.checks.no_such_baseline is missing "
                                                                 "(docs/baselines.md)"}]
 
 
@@ -249,7 +249,7 @@ def test_rerun_keeps_earlier_files_merges_timing_and_replot_reports_missing(
 
 def test_baseline_checks_table_shows_deviation_in_percent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    import safs.eval.experiments as ex
+    import safs.experiments.eval.experiments as ex
 
     monkeypatch.setattr(ex, "CHECK_MODULES", ("fake",))
     monkeypatch.setattr(ex, "check_missing", lambda: [])

@@ -1,4 +1,4 @@
-"""D2TCP own-paper check (safs.eval.checks.d2tcp): a tiny run of the check's machinery, the
+"""D2TCP own-paper check (safs.experiments.eval.checks.d2tcp): a tiny run of the check's machinery, the
 report's fields, and bad setups."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from safs.errors import InvalidInput
-from safs.eval.checks import d2tcp as check
+from safs.core.errors import InvalidInput
+from safs.experiments.eval.checks import d2tcp as check
 
 # Two 1 MB responses per round, no background flows, deadlines U[0.6, 2.0] x the round's
 # line-rate time: a tight response (< 1x) cannot make it at DCTCP's fair share (both finish

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from safs.errors import InvalidInput
-from safs.eval.experiments import EXPERIMENTS, run_check
-from safs.eval.parallel import check_jobs, default_jobs, map_ordered
-from safs.runner import run_scenario_outputs
+from safs.core.errors import InvalidInput
+from safs.experiments.eval.experiments import EXPERIMENTS, run_check
+from safs.experiments.eval.parallel import check_jobs, default_jobs, map_ordered
+from safs.experiments.runner import run_scenario_outputs
 
 VOLATILE = {"wall_time_s"}  # the only fields allowed to differ between executors
 
@@ -54,7 +54,7 @@ def test_worker_invalid_input_is_reraised() -> None:
     with pytest.raises(InvalidInput) as err:
         map_ordered(run_check, [("no_such_baseline", True), ("another_missing", True)], jobs=2)
     assert err.value.field == "baseline-checks"
-    assert "safs.eval.checks." in err.value.message
+    assert "safs.experiments.eval.checks." in err.value.message
 
 
 @pytest.mark.parametrize("jobs", [0, -3, True, 1.5])
@@ -69,7 +69,7 @@ def test_default_jobs_is_cpu_count() -> None:
 
 
 def test_run_refuses_bad_jobs_before_any_run(tmp_path, capsys) -> None:
-    from safs.cli import main
+    from safs.apps.cli import main
 
     scenario = Path(__file__).resolve().parents[1] / "scenarios" / "zerobubble.yaml"
     assert main(["run", str(scenario), "--jobs", "0", "--out", str(tmp_path / "out")]) == 2

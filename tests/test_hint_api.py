@@ -12,19 +12,19 @@ from typing import Iterator, Sequence
 import grpc
 import pytest
 
-from safs import p4names as n
-from safs.errors import InvalidInput, TargetError
-from safs.hintapi import HintClient, HintServiceError, UnknownFlow
-from safs.hintapi import hints_pb2 as pb
-from safs.hintapi import hints_pb2_grpc as pb_grpc
-from safs.hintapi.convert import FIELD_METADATA_KEY
-from safs.hintapi.server import HintServicer, RunningHintServer, start
-from safs.hints import LABEL_MAX_LEN, FlowClass, FlowHint
-from safs.pipeline_model import PipelineModel
-from safs.protocol import lease_ns_to_us, rate_bps_to_kbps
-from safs.scheduler import Scheduler, SchedulerConfig, wire_epoch
-from safs.target import Update
-from safs.timebase import wrap
+from safs.core import p4names as n
+from safs.core.errors import InvalidInput, TargetError
+from safs.control.hintapi import HintClient, HintServiceError, UnknownFlow
+from safs.control.hintapi import hints_pb2 as pb
+from safs.control.hintapi import hints_pb2_grpc as pb_grpc
+from safs.control.hintapi.convert import FIELD_METADATA_KEY
+from safs.control.hintapi.server import HintServicer, RunningHintServer, start
+from safs.core.hints import LABEL_MAX_LEN, FlowClass, FlowHint
+from safs.targets.pipeline_model import PipelineModel
+from safs.core.protocol import lease_ns_to_us, rate_bps_to_kbps
+from safs.core.scheduler import Scheduler, SchedulerConfig, wire_epoch
+from safs.core.target import Update
+from safs.core.timebase import wrap
 from two_tors import MS, two_tors  # the shared two-ToR test topology
 
 AT_ANNOUNCE = SchedulerConfig(admit_on_request=False)

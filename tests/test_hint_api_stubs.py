@@ -18,9 +18,9 @@ from pathlib import Path
 import google.protobuf
 import pytest
 
-from safs.hintapi import generate
-from safs.hintapi import hints_pb2 as pb
-from safs.hintapi import hints_pb2_grpc as pb_grpc
+from safs.control.hintapi import generate
+from safs.control.hintapi import hints_pb2 as pb
+from safs.control.hintapi import hints_pb2_grpc as pb_grpc
 
 ENV_VAR = "SAFS_GRPC_TOOLS_PYTHON"
 GENERATE_SCRIPT = Path(generate.__file__)
@@ -39,7 +39,7 @@ def test_stubs_load_on_installed_protobuf_and_define_the_service() -> None:
     service = pb.DESCRIPTOR.services_by_name["HintService"]
     assert service.full_name == "safs.v1.HintService"
     assert [m.name for m in service.methods] == ["Announce", "Update", "Complete", "GetGrant"]
-    assert pb.AnnounceRequest.__module__ == "safs.hintapi.hints_pb2"
+    assert pb.AnnounceRequest.__module__ == "safs.control.hintapi.hints_pb2"
     assert hasattr(pb_grpc, "HintServiceStub") and hasattr(pb_grpc, "add_HintServiceServicer_to_server")
     # proto3 `optional` fields keep presence on this protobuf runtime
     assert not pb.AnnounceRequest().HasField("start_time_ns")

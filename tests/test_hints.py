@@ -1,4 +1,4 @@
-"""safs.hints: validation, idempotence, late hints, digest merge; a rejected call changes nothing."""
+"""safs.core.hints: validation, idempotence, late hints, digest merge; a rejected call changes nothing."""
 
 import copy
 
@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safs.errors import InvalidInput
-from safs.hints import DIGEST_LABEL, LABEL_MAX_LEN, FlowClass, FlowHint, HintRegistry
-from safs.protocol import REMAINING_BYTES_MAX
-from safs.timebase import TIME_MOD
+from safs.core.errors import InvalidInput
+from safs.core.hints import DIGEST_LABEL, LABEL_MAX_LEN, FlowClass, FlowHint, HintRegistry
+from safs.core.protocol import REMAINING_BYTES_MAX
+from safs.core.timebase import TIME_MOD
 
 HOSTS = {f"h{i}": 0x0A000000 + i for i in range(1, 9)}
 IP = HOSTS  # name -> address, for readability in digest calls

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from safs.metrics import MISS_TOLERANCE_NS, FlowRecord, flow_metrics
+from safs.experiments.metrics import MISS_TOLERANCE_NS, FlowRecord, flow_metrics
 
 
 def _rec(fid: int, cls: str, start: int, finish: int | None, deadline: int | None) -> FlowRecord:

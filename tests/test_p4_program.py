@@ -1,4 +1,4 @@
-"""The P4 program and the pipeline model share one set of P4Runtime names (safs.p4names).
+"""The P4 program and the pipeline model share one set of P4Runtime names (safs.core.p4names).
 
 The pure-Python test reads the P4 source everywhere; the compile test needs p4c-bm2-ss and
 checks that the committed artifacts (P4Info text, BMv2 JSON) are what the source compiles to.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from safs import p4names
+from safs.core import p4names
 
 ROOT = Path(__file__).resolve().parents[1]
 P4SRC = ROOT / "p4src"
@@ -26,7 +26,7 @@ def _p4_text() -> str:
 
 
 def _contract_names() -> dict[str, str]:
-    """Every fully qualified object name in safs.p4names (tables, actions, externs)."""
+    """Every fully qualified object name in safs.core.p4names (tables, actions, externs)."""
     return {k: v for k, v in vars(p4names).items()
             if k.isupper() and isinstance(v, str) and v.startswith(("SafsIngress.", "SafsEgress."))}
 
@@ -34,7 +34,7 @@ def _contract_names() -> dict[str, str]:
 def test_every_p4names_object_is_named_in_the_p4_source() -> None:
     absolute = set(re.findall(r'@name\("\.([A-Za-z0-9_.]+)"\)', _p4_text()))
     missing = {k: v for k, v in _contract_names().items() if v not in absolute}
-    assert not missing, f"names in safs.p4names without an @name in p4src/: {missing}"
+    assert not missing, f"names in safs.core.p4names without an @name in p4src/: {missing}"
 
 
 def test_match_fields_and_digest_are_in_the_p4_source() -> None:
@@ -58,7 +58,7 @@ def test_committed_artifacts_match_the_source(tmp_path: Path) -> None:
 
 
 def test_committed_p4info_has_every_name_the_pipeline_model_uses() -> None:
-    """Runs everywhere: the P4Info the controller loads knows every name of safs.p4names."""
+    """Runs everywhere: the P4Info the controller loads knows every name of safs.core.p4names."""
     text = (ARTIFACTS / "safs.p4info.txtpb").read_text()
     names = set(re.findall(r'^\s+name: "([^"]+)"', text, flags=re.M))
     missing = {k: v for k, v in _contract_names().items() if v not in names}

@@ -22,18 +22,18 @@ from hypothesis import strategies as st
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
-from safs import p4names as n
-from safs import pipeline_model as pm
-from safs.errors import InvalidInput, TargetError
-from safs.hints import FlowHint
-from safs.p4rt.codec import encode_update
-from safs.p4rt.fake_server import FakeP4RuntimeServer
-from safs.p4rt.p4info import P4InfoIndex, bytes_to_int, canonical_bytes, padded_bytes
-from safs.p4rt.target import DigestSettings, P4RuntimeTarget, parse_write_error
-from safs.pipeline_model import PipelineModel
-from safs.scheduler import Scheduler, SchedulerConfig
-from safs.target import CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
-from safs.timebase import TIME_MASK
+from safs.core import p4names as n
+from safs.targets import pipeline_model as pm
+from safs.core.errors import InvalidInput, TargetError
+from safs.core.hints import FlowHint
+from safs.targets.p4rt.codec import encode_update
+from safs.testing.fake_p4rt import FakeP4RuntimeServer
+from safs.targets.p4rt.p4info import P4InfoIndex, bytes_to_int, canonical_bytes, padded_bytes
+from safs.targets.p4rt.target import DigestSettings, P4RuntimeTarget, parse_write_error
+from safs.targets.pipeline_model import PipelineModel
+from safs.core.scheduler import Scheduler, SchedulerConfig
+from safs.core.target import CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
+from safs.core.timebase import TIME_MASK
 from two_tors import MS, two_tors  # the shared two-ToR test topology
 
 ROOT = Path(__file__).resolve().parents[1]

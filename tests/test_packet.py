@@ -1,4 +1,4 @@
-"""safs.packet: the scapy SAFS layer, builders and the strict parser."""
+"""safs.core.scapy_layer: the scapy SAFS layer, builders and the strict parser."""
 
 import struct
 
@@ -10,11 +10,11 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 from scapy.utils import checksum, rdpcap, wrpcap
 
-from safs.errors import ProtocolError
-from safs.packet import (
+from safs.core.errors import ProtocolError
+from safs.core.scapy_layer import (
     SAFS, SafsHeader, parse_safs, safs_data, safs_done, safs_grant, safs_request,
 )
-from safs.protocol import HEADER_LEN, SAFS_UDP_PORT, Color, Malformed, MsgType
+from safs.core.protocol import HEADER_LEN, SAFS_UDP_PORT, Color, Malformed, MsgType
 
 SETTINGS = settings(max_examples=200, deadline=None)
 

@@ -1,4 +1,4 @@
-"""safs.protocol: the constants agree with docs/protocol.md; helpers for malformed input,
+"""safs.core.protocol: the constants agree with docs/protocol.md; helpers for malformed input,
 epochs (RFC 1982), wire units and the latest start time."""
 
 import re
@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safs import p4names, protocol
-from safs.errors import InvalidInput
-from safs.protocol import (
+from safs.core import p4names, protocol
+from safs.core.errors import InvalidInput
+from safs.core.protocol import (
     EPOCH_MAX, EPOCH_NONE, HEADER_LEN, Malformed, MsgType, epoch_newer, latest_start_ns,
     lease_ns_to_us, malformed_reason, next_epoch, rate_bps_to_kbps, rate_kbps_to_bps,
 )
-from safs.timebase import TIME_MOD, diff
+from safs.core.timebase import TIME_MOD, diff
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "protocol.md"
 SETTINGS = settings(max_examples=200, deadline=None)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from safs.errors import InvalidInput
-from safs.runner import expand
-from safs.scenario import load_scenario
+from safs.core.errors import InvalidInput
+from safs.experiments.runner import expand
+from safs.experiments.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from safs import p4names as n
-from safs.allocator import AllocatorConfig
-from safs.errors import InvalidInput, TargetError
-from safs.hints import FlowClass, FlowHint
-from safs.pipeline_model import PipelineModel
-from safs.protocol import SAFS_UDP_PORT, WIRE_OVERHEAD_BYTES, MsgType, lease_ns_to_us, rate_bps_to_kbps
-from safs.scheduler import Scheduler, SchedulerConfig, node_mac, wire_epoch
-from safs.target import CloneSession, Op, RequestDigest, Update
-from safs.sim.packet import PROTO_TCP, PROTO_UDP, Packet
-from safs.topology import build_topology
-from safs.timebase import wrap
+from safs.core import p4names as n
+from safs.core.allocator import AllocatorConfig
+from safs.core.errors import InvalidInput, TargetError
+from safs.core.hints import FlowClass, FlowHint
+from safs.targets.pipeline_model import PipelineModel
+from safs.core.protocol import SAFS_UDP_PORT, WIRE_OVERHEAD_BYTES, MsgType, lease_ns_to_us, rate_bps_to_kbps
+from safs.core.scheduler import Scheduler, SchedulerConfig, node_mac, wire_epoch
+from safs.core.target import CloneSession, Op, RequestDigest, Update
+from safs.core.packet import PROTO_TCP, PROTO_UDP, Packet
+from safs.core.topology import build_topology
+from safs.core.timebase import wrap
 from two_tors import MS, two_tors  # the shared two-ToR test topology
 
 

@@ -8,15 +8,15 @@ from collections import Counter
 
 import pytest
 
-from safs import p4names as n
-from safs.errors import InvalidInput
-from safs.protocol import QUEUE_CONTROL, QUEUE_OVER_RATE, QUEUE_SLACK_LEAST_URGENT, MsgType
-from safs.scheduler import SchedulerConfig
-from safs.sim.ablations import SafsShim
-from safs.sim.run import POLICIES, SimConfig, Simulation, simulate
-from safs.sim.transports.dctcp import DctcpSender
-from safs.sim.transports.safs import SafsSender
-from safs.workloads.api import FlowSpec
+from safs.core import p4names as n
+from safs.core.errors import InvalidInput
+from safs.core.protocol import QUEUE_CONTROL, QUEUE_OVER_RATE, QUEUE_SLACK_LEAST_URGENT, MsgType
+from safs.core.scheduler import SchedulerConfig
+from safs.hosts.no_grants import SafsShim
+from safs.experiments.sim.simulation import POLICIES, SimConfig, Simulation, simulate
+from safs.hosts.dctcp import DctcpSender
+from safs.hosts.safs import SafsSender
+from safs.experiments.workloads.api import FlowSpec
 from star import AllAtZero, star  # the shared one-switch test topology
 
 US = 1_000

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safs.errors import InvalidInput
-from safs.sim.engine import Engine
-from safs.sim.network import Host
-from safs.sim.run import POLICIES, Simulation, SimConfig, simulate
-from safs.sim.transports import TransportStats
-from safs.sim.transports.d2tcp import D2TCP_D_MAX, D2TCP_D_MIN, D2tcpSender, gamma_penalty, imminence_factor
-from safs.sim.transports.dctcp import DctcpConfig, DctcpSender
-from safs.workloads.api import FlowSpec
+from safs.core.errors import InvalidInput
+from safs.experiments.sim.engine import Engine
+from safs.experiments.sim.network import Host
+from safs.experiments.sim.simulation import POLICIES, Simulation, SimConfig, simulate
+from safs.hosts.stats import TransportStats
+from safs.hosts.d2tcp import D2TCP_D_MAX, D2TCP_D_MIN, D2tcpSender, gamma_penalty, imminence_factor
+from safs.hosts.dctcp import DctcpConfig, DctcpSender
+from safs.experiments.workloads.api import FlowSpec
 from star import AllAtZero, star  # the shared one-switch test topology
 
 US = 1_000

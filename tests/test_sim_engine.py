@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safs.errors import InvalidInput
-from safs.sim.engine import Engine
+from safs.core.errors import InvalidInput
+from safs.experiments.sim.engine import Engine
 
 
 def test_events_run_in_time_order_with_fifo_ties() -> None:

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from safs.sim.run import SimConfig, Simulation
-from safs.topology import load_topology
-from safs.workloads import build_workload
+from safs.experiments.sim.simulation import SimConfig, Simulation
+from safs.core.topology import load_topology
+from safs.experiments.workloads import build_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -115,9 +115,9 @@ def test_digest_sees_a_single_changed_flow_time() -> None:
 
 
 def test_fast_grant_keys_equal_table_entry_keys() -> None:
-    from safs import p4names as n
-    from safs.scheduler import Scheduler, _entry_key
-    from safs.target import Lpm, TableEntry
+    from safs.core import p4names as n
+    from safs.core.scheduler import Scheduler, _entry_key
+    from safs.core.target import Lpm, TableEntry
 
     for fid in (1, 77, 2**32 - 1):
         entry = TableEntry(n.FLOW_GRANT, {n.F_FLOW_ID: fid}, n.ACT_SET_GRANT)
@@ -127,10 +127,10 @@ def test_fast_grant_keys_equal_table_entry_keys() -> None:
 
 
 def test_trusted_write_keeps_op_checks_and_public_write_still_validates() -> None:
-    from safs import p4names as n
-    from safs.errors import TargetError
-    from safs.pipeline_model import PipelineModel
-    from safs.target import MeterConfig, Op, TableEntry, Update
+    from safs.core import p4names as n
+    from safs.core.errors import TargetError
+    from safs.targets.pipeline_model import PipelineModel
+    from safs.core.target import MeterConfig, Op, TableEntry, Update
 
     def grant(fid: int, kbps: int) -> TableEntry:
         return TableEntry(n.FLOW_GRANT, {n.F_FLOW_ID: fid}, n.ACT_SET_GRANT,

@@ -1,4 +1,4 @@
-"""Homa baseline (policy "homa", safs.sim.transports.homa): SRPT grants, unscheduled bytes,
+"""Homa baseline (policy "homa", safs.hosts.homa): SRPT grants, unscheduled bytes,
 overcommitment, CDF-derived priorities, loss recovery and config validation."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from typing import Any, Callable
 
 import pytest
 
-from safs.errors import InvalidInput
-from safs.sim.run import SimConfig, Simulation
-from safs.sim.transports.homa import (
+from safs.core.errors import InvalidInput
+from safs.experiments.sim.simulation import SimConfig, Simulation
+from safs.hosts.homa import (
     HOMA_DATA,
     HOMA_GRANT,
     NUM_QUEUES,
@@ -17,8 +17,8 @@ from safs.sim.transports.homa import (
     _masses,
     homa_priorities,
 )
-from safs.workloads.api import FlowSpec
-from safs.workloads.distributions import SizeDistribution, load_distribution
+from safs.experiments.workloads.api import FlowSpec
+from safs.core.distributions import SizeDistribution, load_distribution
 from star import star as shared_star  # the shared one-switch test topology
 
 US = 1_000

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from safs.errors import InvalidInput
-from safs.sim.engine import Engine
-from safs.sim.network import Network, serialization_ns
-from safs.sim.packet import PROTO_UDP, Packet
+from safs.core.errors import InvalidInput
+from safs.experiments.sim.engine import Engine
+from safs.experiments.sim.network import Network, serialization_ns
+from safs.core.packet import PROTO_UDP, Packet
 
 
 class StandInPipeline:

@@ -1,4 +1,4 @@
-"""The "edf-oracle" policy (safs.sim.oracle): EDF against an independent single-machine EDF
+"""The "edf-oracle" policy (safs.experiments.sim.oracle): EDF against an independent single-machine EDF
 computation, preemption, background sharing, packet overheads, the SimResult shape, bad input."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from fractions import Fraction
 
 import pytest
 
-from safs.errors import InvalidInput
-from safs.sim.oracle import OracleFlow, OracleNetwork, edf_rates
-from safs.sim.run import POLICIES, SimConfig, Simulation, simulate
-from safs.topology import build_topology
-from safs.workloads.api import FlowSpec
+from safs.core.errors import InvalidInput
+from safs.experiments.sim.oracle import OracleFlow, OracleNetwork, edf_rates
+from safs.experiments.sim.simulation import POLICIES, SimConfig, Simulation, simulate
+from safs.core.topology import build_topology
+from safs.experiments.workloads.api import FlowSpec
 
 US = 1_000
 RATE = 100_000_000_000

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from safs.errors import InvalidInput
-from safs.sim.engine import Engine
-from safs.sim.network import Host, Port
-from safs.sim.packet import PROTO_TCP, Packet
-from safs.sim.run import SimConfig, Simulation
-from safs.sim.transports import TransportStats
-from safs.sim.transports.pfabric import (
+from safs.core.errors import InvalidInput
+from safs.experiments.sim.engine import Engine
+from safs.experiments.sim.network import Host, Port
+from safs.core.packet import PROTO_TCP, Packet
+from safs.experiments.sim.simulation import SimConfig, Simulation
+from safs.hosts.stats import TransportStats
+from safs.hosts.pfabric import (
     PROBE_BYTES,
     TCP_PROBE,
     PfabricConfig,
@@ -22,8 +22,8 @@ from safs.sim.transports.pfabric import (
     idle_fct_ns,
     pfabric_config,
 )
-from safs.topology import build_topology
-from safs.workloads.api import FlowSpec
+from safs.core.topology import build_topology
+from safs.experiments.workloads.api import FlowSpec
 
 US = 1_000
 MS = 1_000_000

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from safs.errors import InvalidInput
-from safs.sim.run import POLICIES, SimConfig, simulate
-from safs.topology import build_topology
-from safs.workloads.api import FlowSpec
+from safs.core.errors import InvalidInput
+from safs.experiments.sim.simulation import POLICIES, SimConfig, simulate
+from safs.core.topology import build_topology
+from safs.experiments.workloads.api import FlowSpec
 
 US = 1_000
 
@@ -139,7 +139,7 @@ def test_safs_beats_dctcp_on_urgent_incast_with_background_bulk() -> None:
 
 def test_safs_timers_scale_through_sim_config() -> None:
     """Slow emulated fabrics (scenarios/mininet-*.yaml) stretch the SAFS sender's timers."""
-    from safs.sim.run import SimConfig
+    from safs.experiments.sim.simulation import SimConfig
 
     cfg = SimConfig(safs_grant_poll_ns=2_000_000, safs_reorder_window_ns=5_000_000).safs_config()
     assert (cfg.grant_poll_ns, cfg.reorder_window_ns) == (2_000_000, 5_000_000)

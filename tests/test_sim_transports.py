@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from safs.errors import InvalidInput
-from safs.protocol import ECN_CE, ECN_ECT0, EPOCH_NONE, QUEUE_CONTROL, MsgType, epoch_newer
-from safs.sim.engine import Engine
-from safs.sim.network import Network
-from safs.sim.packet import PROTO_UDP, Packet
-from safs.sim.transports import TransportStats
-from safs.sim.transports.dctcp import DctcpConfig, DctcpReceiver, DctcpSender, dctcp_k_packets
-from safs.sim.transports.safs import DATA_OVERHEAD_BYTES, SafsConfig, SafsReceiver, SafsSender
+from safs.core.errors import InvalidInput
+from safs.core.protocol import ECN_CE, ECN_ECT0, EPOCH_NONE, QUEUE_CONTROL, MsgType, epoch_newer
+from safs.experiments.sim.engine import Engine
+from safs.experiments.sim.network import Network
+from safs.core.packet import PROTO_UDP, Packet
+from safs.hosts.stats import TransportStats
+from safs.hosts.dctcp import DctcpConfig, DctcpReceiver, DctcpSender, dctcp_k_packets
+from safs.hosts.safs import DATA_OVERHEAD_BYTES, SafsConfig, SafsReceiver, SafsSender
 
 G = 1_000_000_000
 

@@ -1,9 +1,9 @@
-"""48-bit fabric time: wraparound properties of safs.timebase."""
+"""48-bit fabric time: wraparound properties of safs.core.timebase."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safs.timebase import HALF, TIME_MOD, before, diff, key_to_slack, slack_key, slack_to_key, wrap
+from safs.core.timebase import HALF, TIME_MOD, before, diff, key_to_slack, slack_key, slack_to_key, wrap
 
 t48 = st.integers(0, TIME_MOD - 1)
 anyint = st.integers(-(1 << 70), 1 << 70)

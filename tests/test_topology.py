@@ -9,8 +9,8 @@ import networkx as nx
 import pytest
 import yaml
 
-from safs.errors import InvalidInput
-from safs.topology import build_topology, load_topology, parse_rate
+from safs.core.errors import InvalidInput
+from safs.core.topology import build_topology, load_topology, parse_rate
 
 TOPO_DIR = Path(__file__).resolve().parents[1] / "topologies"
 

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safs.errors import InvalidInput
-from safs.metrics import MISS_TOLERANCE_NS
-from safs.runner import check, run_one_sim, expand
-from safs.scenario import load_scenario
-from safs.topology import load_topology
-from safs.workloads import build_workload
-from safs.workloads.ideal import IdealNetwork
-from safs.workloads.urgent import RECEIVER, UrgentIncast
+from safs.core.errors import InvalidInput
+from safs.experiments.metrics import MISS_TOLERANCE_NS
+from safs.experiments.runner import check, run_one_sim, expand
+from safs.experiments.scenario import load_scenario
+from safs.core.topology import load_topology
+from safs.experiments.workloads import build_workload
+from safs.experiments.workloads.ideal import IdealNetwork
+from safs.experiments.workloads.urgent import RECEIVER, UrgentIncast
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "urgent.yaml"

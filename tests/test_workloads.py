@@ -11,16 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safs.errors import InvalidInput
-from safs.topology import load_topology
-from safs.workloads import build_workload
-from safs.workloads.afd import MODEL_LAYERS, AfdDecode, load_trace
-from safs.workloads.api import FlowSpec
-from safs.workloads.background import BulkFlows, PoissonArrivals
-from safs.workloads.distributions import load_distribution
-from safs.workloads.ideal import IdealNetwork, transfer_ns
-from safs.workloads.trace import load_trace_file
-from safs.workloads.zerobubble import (
+from safs.core.errors import InvalidInput
+from safs.core.topology import load_topology
+from safs.experiments.workloads import build_workload
+from safs.experiments.workloads.afd import MODEL_LAYERS, AfdDecode, load_trace
+from safs.experiments.workloads.api import FlowSpec
+from safs.experiments.workloads.background import BulkFlows, PoissonArrivals
+from safs.core.distributions import load_distribution
+from safs.experiments.workloads.ideal import IdealNetwork, transfer_ns
+from safs.experiments.workloads.trace import load_trace_file
+from safs.experiments.workloads.zerobubble import (
     Op, ZeroBubbleTraining, makespan, op_inputs, schedule_times, zb_h1_formula_ns, zb_h1_order,
 )
 
@@ -320,7 +320,7 @@ def test_flowspec_validation():
 def test_serial_instance_drops_old_ops_and_keeps_working() -> None:
     """Memory does not grow with the run: ops before the last started one are forgotten, while
     timing and no-bubble answers stay those of a full history."""
-    from safs.workloads.instance import SerialInstance
+    from safs.experiments.workloads.instance import SerialInstance
 
     net = IdealNetwork()
     ends: list[int] = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import yaml
 
-from safs.topology import Topology, build_topology
+from safs.core.topology import Topology, build_topology
 
 TOPO_YAML = """
 name: two-tors

@@ -1,0 +1,1 @@
+"""The SAFS host agent: one process per emulated host (``python -m safs.apps.agent``)."""

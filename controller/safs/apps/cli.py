@@ -1,0 +1,277 @@
+"""The ``safs`` command line.
+
+``safs run SCENARIO... [--out DIR]`` runs scenarios on the simulator and prints one table per
+scenario. ``safs controller --topology FILE --switch NAME=HOST:PORT[:DEVICE_ID]...`` runs the
+controller over P4Runtime with the hint API (docs/controller.md). ``safs eval NAME...`` runs
+the paper's experiments (docs/evaluation.md); ``run`` and ``eval`` take ``--jobs N`` (local
+processes, default one per CPU) or ``--ray ADDRESS`` (an existing Ray cluster). User errors (bad files, bad values) print one line naming the file and key and exit
+with status 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from safs import __version__
+from safs.apps.cliargs import OneLineParser
+from safs.core.errors import InvalidInput, SafsError
+from safs.core.numfmt import sig
+from safs.experiments.runner import (RESULT_FILES, TARGETS, archive_previous, check, check_out_dir, check_target_available,
+                         cli_overrides, expand, missing_dirs, prepare_out_dir, remove_empty, run_scenario,
+                         write_results)
+from safs.experiments.scenario import load_scenario
+
+REPO_ROOT = Path(__file__).resolve().parents[3]  # the checkout safs is installed from (pip install -e)
+DEFAULT_P4INFO = Path("p4src/build/safs.p4info.txtpb")
+DEFAULT_BMV2_JSON = Path("p4src/build/safs.json")
+
+
+def _unique(values: list[Any], text: str) -> list[Any]:
+    # A repeated seed or policy would count the same runs twice and narrow the intervals.
+    dup = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if dup is not None:
+        raise argparse.ArgumentTypeError(f"duplicate {dup} in {text!r}; each may appear once")
+    return values
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 0, got {text!r}")
+    return _unique(values, text)
+
+
+def _name_list(text: str) -> list[str]:
+    names = text.split(",")
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return _unique(names, text)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="safs", description="Slack-Aware Flow Scheduling for pipelined AI workloads")
+    parser.add_argument("--version", action="version", version=f"safs {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run scenario files and print a table per scenario")
+    run.add_argument("scenarios", nargs="+", type=Path, metavar="SCENARIO", help="scenario YAML file(s)")
+    run.add_argument("--out", type=Path, default=Path("results"), help="directory for results.json/csv (default: results); earlier results there are moved "
+                          "aside as results.<YYYYMMDDTHHMMSS>.json/csv")
+    run.add_argument("--target", default="sim", choices=TARGETS, help="where to run (default: sim)")
+    run.add_argument("--seeds", type=_int_list, help="override the scenario's seeds, e.g. 1,2,3")
+    run.add_argument("--policies", type=_name_list, help="override the policies, e.g. safs,dctcp")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--jobs", type=int, default=None, help="local worker processes (default: one per CPU)")
+    run.add_argument("--ray", metavar="ADDRESS", default=None,
+                     help="run on an existing Ray cluster instead: auto, local, ray://HOST:PORT or HOST:PORT "
+                          "(not with --jobs)")
+    from safs.apps.eval_command import add_parser as add_eval_parser
+
+    add_eval_parser(sub, _int_list, _name_list)
+    ctl = sub.add_parser("controller", help="run the SAFS controller: switches over P4Runtime, hint API (docs/controller.md)")
+    ctl.add_argument("--topology", required=True, metavar="FILE", help="topology YAML")
+    ctl.add_argument("--switch", action="append", metavar="NAME=HOST:PORT[:DEVICE_ID]",
+                     help="a topology switch's P4Runtime address (repeat per switch; device id default 0)")
+    ctl.add_argument("--hint-addr", default="127.0.0.1:50051", metavar="HOST:PORT",
+                     help="address the hint API binds (default 127.0.0.1:50051)")
+    ctl.add_argument("--p4info", default=None, metavar="FILE",
+                     help=f"compiled P4Info (default {DEFAULT_P4INFO} in the safs checkout)")
+    ctl.add_argument("--bmv2-json", default=None, metavar="FILE",
+                     help=f"compiled BMv2 JSON (default {DEFAULT_BMV2_JSON} in the safs checkout)")
+    ctl.add_argument("--tick-ms", default="1", metavar="MS", help="scheduler tick period in ms (default 1)")
+    ctl.add_argument("--duration-s", default=None, metavar="S", help="stop after S seconds (default: until SIGINT/SIGTERM)")
+    ctl.add_argument("--scheduler-config", default=None, metavar="YAML",
+                     help="SchedulerConfig fields (allocator: AllocatorConfig fields)")
+    ctl.add_argument("--clock-offset", action="append", metavar="NAME=NS",
+                     help="a switch's clock offset in ns, instead of the estimate (repeatable)")
+    ctl.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                     help="logging level (default INFO)")
+    return parser
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    return sig(value, digits)
+
+
+def _mean(rows: list[dict[str, Any]], key: str) -> float:
+    vals = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and not math.isnan(r[key])]
+    return statistics.fmean(vals) if vals else float("nan")
+
+
+def summary_table(name: str, records: list[dict[str, Any]]) -> Table:
+    """One row per (policy, swept parameters): means over seeds and repetitions; misses summed."""
+    has_tpot = any("tpot_p99_ms" in r for r in records)
+    has_iter = any("iteration_time_ms" in r for r in records)
+    has_load = any(r["load"] for r in records)
+    runs = len({(r["seed"], r["repetition"]) for r in records})
+    target = records[0]["target"] if records else "?"
+    table = Table(title=f"{name} (target {target}; {runs} run(s) per row, means; misses summed)")
+    for col in ("policy", "bg"):
+        table.add_column(col)
+    if has_load:
+        table.add_column("load")
+    if has_tpot:
+        table.add_column("TPOT ms p50/p99", justify="right")
+    if has_iter:
+        table.add_column("iter ms (/ideal)", justify="right")
+    for col in ("misses", "late p99 ms", "pipe FCT ms mean/p99", "bg FCT ms mean/p99", "ctrl/data B"):
+        table.add_column(col, justify="right")
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["background_flows"], r["load"], r["policy"]), []).append(r)
+    for (bulk, load, policy), rows in groups.items():
+        cells = [policy, str(bulk)] + ([_fmt(load)] if has_load else [])
+        if has_tpot:
+            cells.append(f"{_fmt(_mean(rows, 'tpot_p50_ms'))}/{_fmt(_mean(rows, 'tpot_p99_ms'))}")
+        if has_iter:
+            cells.append(f"{_fmt(_mean(rows, 'iteration_time_ms'))} ({_fmt(_mean(rows, 'iteration_time_ratio'))})")
+        misses = sum(int(r["pipeline_deadline_misses"]) for r in rows)
+        flows = sum(int(r["pipeline_flows"]) for r in rows)
+        cells += [f"{misses}/{flows}", _fmt(_mean(rows, "pipeline_late_p99_ms")),
+                  f"{_fmt(_mean(rows, 'pipeline_fct_mean_ms'))}/{_fmt(_mean(rows, 'pipeline_fct_p99_ms'))}",
+                  f"{_fmt(_mean(rows, 'background_fct_mean_ms'))}/{_fmt(_mean(rows, 'background_fct_p99_ms'))}",
+                  _fmt(_mean(rows, "control_bytes_per_data_byte"), 2)]
+        table.add_row(*cells)
+    return table
+
+
+def _cmd_run(args: argparse.Namespace, console: Console) -> int:
+    overrides = cli_overrides(args.seeds, args.policies)
+    # Everything is checked before the first run and before the output directory is created,
+    # so a typo in the last file or a bad option costs nothing and leaves nothing behind.
+    from safs.experiments.eval.parallel import check_jobs, check_ray
+
+    check_out_dir(args.out)
+    if args.target == "mininet" and (args.jobs is not None or args.ray is not None):
+        raise InvalidInput("--target mininet", f"runs one run at a time in real time; drop "
+                                               f"{'--jobs' if args.jobs is not None else '--ray'}")
+    check_ray(args.ray, args.jobs)
+    if args.ray is None:
+        check_jobs(args.jobs)
+    check_target_available(args.target)
+    scenarios = [load_scenario(p, overrides) for p in args.scenarios]
+    for scenario in scenarios:
+        check(scenario, args.target)
+    created = missing_dirs(args.out)
+    prepare_out_dir(args.out)
+    try:
+        return _run_all(args, console, scenarios)
+    except BaseException:
+        remove_empty(created)  # e.g. Ray unreachable: no empty --out left behind
+        raise
+
+
+def _run_all(args: argparse.Namespace, console: Console, scenarios: list[Any]) -> int:
+    for old, new in archive_previous(args.out, RESULT_FILES):
+        console.print(f"earlier {old.name} moved to {new}", highlight=False)
+    all_records: list[dict[str, Any]] = []
+    total = sum(len(list(expand(s))) for s in scenarios)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, disable=args.quiet, transient=True) as progress:
+        task = progress.add_task("simulating", total=total)
+        for scenario in scenarios:
+            progress.update(task, description=f"{scenario.name}")
+            records = run_scenario(scenario, args.target, progress=lambda spec: progress.advance(task),
+                                   jobs=args.jobs, ray_address=args.ray)
+            all_records.extend(records)
+            write_results(all_records, args.out)  # after each scenario: nothing finished is lost
+            progress.console.print(summary_table(scenario.name, records))
+    n = len(all_records)
+    console.print(f"wrote {n} record{'s' if n != 1 else ''} to {args.out / 'results.json'} (and results.csv); "
+                  "columns: docs/results.md")
+    return 0
+
+
+def _cmd_controller(args: argparse.Namespace) -> int:
+    """``safs controller``: validate everything, start, run until SIGINT/SIGTERM or --duration-s,
+    stop cleanly. User errors raise SafsError (one line, exit 2)."""
+    import logging
+    import signal
+    import threading
+
+    from safs.control.controller import ControllerApp, config_from_args
+    from safs.core.errors import TargetError
+    from safs.targets.p4rt.p4info import P4InfoIndex
+    from safs.core.topology import load_topology
+
+    load_topology(Path(args.topology))  # a bad --topology first, before the --switch checks
+    for option, attr, default in (("--p4info", "p4info", DEFAULT_P4INFO), ("--bmv2-json", "bmv2_json", DEFAULT_BMV2_JSON)):
+        if getattr(args, attr) is None:
+            path = REPO_ROOT / default
+            if not path.is_file():
+                raise InvalidInput(option, f"default {path} does not exist (build it: docs/controller.md, "
+                                           f"or pass {option} FILE)")
+            setattr(args, attr, str(path))
+    try:
+        P4InfoIndex.from_file(args.p4info)
+    except InvalidInput as exc:
+        raise InvalidInput("--p4info", exc.message) from None
+    try:
+        json.loads(Path(args.bmv2_json).read_text())
+    except OSError as exc:
+        raise InvalidInput("--bmv2-json", f"cannot read {args.bmv2_json}: {exc.strerror}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput("--bmv2-json", f"{args.bmv2_json} is not a BMv2 JSON file: {exc}") from None
+    config = config_from_args(args)
+    app = ControllerApp(config)  # checks the switch names against the topology
+    logging.basicConfig(level=getattr(logging, args.log_level),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            app.start()
+        except TargetError as exc:  # name the switch as the user gave it
+            text = str(exc)
+            spec = next((s for s in config.switches if s.grpc_addr in text or f"{s.name}:" in text), None)
+            if spec is None:
+                raise
+            _, code, message = exc.failures[0]
+            raise InvalidInput(f"--switch {spec.name}={spec.grpc_addr}", f"switch unusable ({code}): {message}") from None
+        app.run(stop)
+    finally:
+        app.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``safs`` console script; returns the exit status."""
+    args = _build_parser().parse_args(argv)
+    console = Console()
+    if not console.is_terminal:  # files and pipes: wide enough that no column is cut
+        console = Console(width=160)
+    try:
+        if args.command == "run":
+            return _cmd_run(args, console)
+        if args.command == "controller":
+            return _cmd_controller(args)
+        if args.command == "eval":
+            from safs.apps.eval_command import run as run_eval
+
+            return run_eval(args, console)
+    except SafsError as exc:
+        print(f"safs: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("safs: interrupted", file=sys.stderr)
+        return 130
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

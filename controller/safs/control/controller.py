@@ -1,0 +1,660 @@
+"""The SAFS controller as a long-running program (``safs controller``; docs/controller.md).
+
+::
+
+    applications --hint API (gRPC)--> HintServicer --+
+                                                     |  one lock
+    switches --digest stream--> run loop: poll ------+--> Scheduler --> SwitchLink --> P4RuntimeTarget
+                                run loop: tick every tick_ns ----+         (per switch; fails fast
+                                run loop: reconnect + reinstall a switch     while the switch is down)
+                                          whose stream broke (backoff)
+
+:class:`ControllerApp` owns the pieces: ``start()`` connects to every switch, pushes the
+pipeline (P4Info + BMv2 JSON), enables digests, sets clock offsets, installs the static state
+(``Scheduler.setup``) and starts the hint API; ``run(stop_event)`` loops until the event is set
+or the configured duration passed; ``stop()`` stops the hint server and closes the switches.
+
+Fabric time is the host's wall clock in ns modulo 2^48 (``time.time_ns()``). BMv2's clock counts
+microseconds from the switch's start and cannot be read over P4Runtime, so a switch's clock
+offset (fabric time minus switch time) is estimated as the fabric time just before its pipeline
+push; ``--clock-offset NAME=NS`` overrides it for the first connection (docs/controller.md,
+"Clock offset", says what error this leaves).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from safs.core.allocator import AllocatorConfig
+from safs.core.errors import InvalidInput, TargetError
+from safs.core.files import load_yaml
+from safs.control.hintapi import server as hint_server
+from safs.targets.p4rt.target import P4RuntimeTarget
+from safs.core.scheduler import Scheduler, SchedulerConfig
+from safs.core.target import CounterValue, RequestDigest, Update
+from safs.core.timebase import TIME_MASK
+from safs.core.topology import Topology, load_topology
+
+log = logging.getLogger(__name__)
+
+_U64 = (1 << 64) - 1
+NS_PER_MS = 1_000_000
+DIGEST_POLL_S = 0.001  # longest wait of the run loop between digest polls (a tick may be longer)
+
+
+def fabric_clock() -> int:
+    """Fabric time now: the host's wall clock in ns, modulo 2^48 (``time.time_ns()``)."""
+    return time.time_ns() & TIME_MASK
+
+
+# ---------------------------------------------------------------------------- arguments
+
+@dataclass(frozen=True)
+class SwitchSpec:
+    """Where one topology switch is reached.
+
+    Attributes:
+        name: the switch's name in the topology.
+        grpc_addr: ``host:port`` of its P4Runtime server (port 1..65535).
+        device_id: P4Runtime device id, 0..2^64-1 (BMv2 ``--device-id``; default 0).
+    """
+
+    name: str
+    grpc_addr: str
+    device_id: int = 0
+
+
+def parse_switch_spec(text: str) -> SwitchSpec:
+    """Parse ``NAME=HOST:PORT[:DEVICE_ID]`` (IPv4 address or host name; no IPv6 literals).
+
+    Raises:
+        InvalidInput: field ``--switch``, naming the expected form.
+    """
+    form = "expected NAME=HOST:PORT[:DEVICE_ID], e.g. tor0=127.0.0.1:9559:0"
+    name, sep, addr = text.partition("=")
+    parts = addr.split(":")
+    if not sep or not name or len(parts) not in (2, 3) or not all(parts):
+        raise InvalidInput("--switch", f"{form}; got {text!r}")
+    host, port_text = parts[0], parts[1]
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise InvalidInput("--switch", f"port must be an integer in 1..65535, got {port_text!r} in {text!r}")
+    device_id = 0
+    if len(parts) == 3:
+        if not parts[2].isdigit() or int(parts[2]) > _U64:
+            raise InvalidInput("--switch", f"device id must be an integer in 0..2^64-1, got {parts[2]!r} in {text!r}")
+        device_id = int(parts[2])
+    return SwitchSpec(name, f"{host}:{int(port_text)}", device_id)
+
+
+def parse_clock_offset(text: str) -> tuple[str, int]:
+    """Parse ``NAME=NS`` (an integer, may be negative; used modulo 2^48).
+
+    Raises:
+        InvalidInput: field ``--clock-offset``.
+    """
+    name, sep, value = text.partition("=")
+    try:
+        offset = int(value)
+    except ValueError:
+        offset = None
+    if not sep or not name or offset is None:
+        raise InvalidInput("--clock-offset", f"expected NAME=NS with an integer NS, got {text!r}")
+    return name, offset
+
+
+def load_scheduler_config(path: str | Path) -> SchedulerConfig:
+    """A :class:`SchedulerConfig` from a YAML mapping of its fields; ``allocator`` is a mapping
+    of :class:`AllocatorConfig` fields (``slack_thresholds_ns`` a list). Unset fields keep their
+    defaults. An empty file gives the defaults.
+
+    Raises:
+        InvalidInput: unreadable file, bad YAML, an unknown key or a value out of range
+            (field ``scheduler.<key>``, source the file).
+    """
+    raw = load_yaml(path, "scheduler-config")
+    src = str(path)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise InvalidInput("scheduler", "expected a mapping of SchedulerConfig fields", src)
+    raw = dict(raw)
+    alloc_raw = raw.pop("allocator", None) or {}
+    if not isinstance(alloc_raw, dict):
+        raise InvalidInput("scheduler.allocator", "expected a mapping of AllocatorConfig fields", src)
+    alloc_raw = dict(alloc_raw)
+    sched_fields = {f.name for f in dataclasses.fields(SchedulerConfig)} - {"allocator"}
+    alloc_fields = {f.name for f in dataclasses.fields(AllocatorConfig)}
+    for key in raw:
+        if key not in sched_fields:
+            raise InvalidInput(f"scheduler.{key}", f"unknown key; valid: allocator, {', '.join(sorted(sched_fields))}", src)
+    for key in alloc_raw:
+        if key not in alloc_fields:
+            raise InvalidInput(f"scheduler.allocator.{key}", f"unknown key; valid: {', '.join(sorted(alloc_fields))}", src)
+    if isinstance(alloc_raw.get("slack_thresholds_ns"), list):
+        alloc_raw["slack_thresholds_ns"] = tuple(alloc_raw["slack_thresholds_ns"])
+    try:
+        allocator = AllocatorConfig(**alloc_raw)
+    except InvalidInput as exc:
+        raise InvalidInput(f"scheduler.allocator.{exc.field.split('.')[-1]}", exc.message, src) from None
+    try:
+        return SchedulerConfig(allocator=allocator, **raw)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.field.replace("config.", "scheduler.", 1), exc.message, src) from None
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """Everything ``safs controller`` needs (validated on construction; InvalidInput names the
+    command-line option).
+
+    Attributes:
+        topology_path: topology YAML (``safs.core.topology``).
+        switches: where each managed switch is; names must be topology switches, each once.
+            Topology switches not listed are not written (a warning is logged).
+        p4info_path: compiled P4Info text (default ``p4src/build/safs.p4info.txtpb``).
+        bmv2_json_path: compiled BMv2 JSON pushed with it (default ``p4src/build/safs.json``).
+        hint_addr: ``host:port`` the hint API binds (port 0: any free port), or ``unix:/PATH``
+            (a Unix socket; the Mininet runner uses one so host namespaces reach it).
+        tick_ns: period of ``Scheduler.tick``, ns, 1 µs..60 s. Default 1 ms.
+        duration_s: stop after this many seconds (> 0), or None to run until stopped.
+        scheduler: :class:`SchedulerConfig`.
+        clock_offsets_ns: switch -> clock offset (ns) overriding the estimate on the first
+            connection; names must be in ``switches``.
+        election_id: P4Runtime ``(high, low)`` election id of this controller.
+        rpc_timeout_s: deadline of each P4Runtime RPC and of arbitration, seconds (> 0).
+        activation_lead_ns: the hint API allocates a flow announced with a start time this
+            many ns before it (>= 0). Default 1 ms: about one grant write over P4Runtime.
+        reconnect_min_s, reconnect_max_s: first and largest wait between reconnection attempts
+            of a switch, seconds (0 < min <= max); the wait doubles after each failure.
+        summary_period_s: period of the INFO summary line, seconds (> 0).
+    """
+
+    topology_path: Path
+    switches: tuple[SwitchSpec, ...]
+    p4info_path: Path = Path("p4src/build/safs.p4info.txtpb")
+    bmv2_json_path: Path = Path("p4src/build/safs.json")
+    hint_addr: str = "127.0.0.1:50051"
+    tick_ns: int = NS_PER_MS
+    duration_s: float | None = None
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    clock_offsets_ns: dict[str, int] = field(default_factory=dict)
+    election_id: tuple[int, int] = (0, 1)
+    rpc_timeout_s: float = 10.0
+    activation_lead_ns: int = NS_PER_MS
+    reconnect_min_s: float = 0.05
+    reconnect_max_s: float = 5.0
+    summary_period_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.switches:
+            raise InvalidInput("--switch", "give at least one NAME=HOST:PORT[:DEVICE_ID]")
+        names = [s.name for s in self.switches]
+        for name in names:
+            if names.count(name) > 1:
+                raise InvalidInput("--switch", f"switch {name!r} given more than once")
+        for name in self.clock_offsets_ns:
+            if name not in names:
+                raise InvalidInput("--clock-offset", f"{name!r} is not a --switch; switches: {', '.join(names)}")
+        if isinstance(self.tick_ns, bool) or not isinstance(self.tick_ns, int) \
+                or not 1_000 <= self.tick_ns <= 60 * 1_000 * NS_PER_MS:
+            raise InvalidInput("--tick-ms", f"must be in 0.001..60000 ms, got {self.tick_ns / NS_PER_MS!r}")
+        if self.duration_s is not None and not self.duration_s > 0:
+            raise InvalidInput("--duration-s", f"must be > 0 seconds, got {self.duration_s!r}")
+        host, sep, port = self.hint_addr.rpartition(":")
+        if self.hint_addr.startswith("unix:"):  # a Unix socket (reachable from other network namespaces)
+            if not self.hint_addr.startswith("unix:/"):
+                raise InvalidInput("--hint-addr", f"a Unix socket address must be absolute, unix:/PATH; got {self.hint_addr!r}")
+        elif not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise InvalidInput("--hint-addr", f"must be HOST:PORT with port 0..65535, or unix:/PATH, got {self.hint_addr!r}")
+        if not self.rpc_timeout_s > 0:
+            raise InvalidInput("rpc_timeout_s", f"must be > 0 seconds, got {self.rpc_timeout_s!r}")
+        if not 0 < self.reconnect_min_s <= self.reconnect_max_s:
+            raise InvalidInput("reconnect_min_s", "need 0 < reconnect_min_s <= reconnect_max_s, got "
+                               f"{self.reconnect_min_s!r}, {self.reconnect_max_s!r}")
+        if not self.summary_period_s > 0:
+            raise InvalidInput("summary_period_s", f"must be > 0 seconds, got {self.summary_period_s!r}")
+        for what, path in (("--p4info", self.p4info_path), ("--bmv2-json", self.bmv2_json_path)):
+            if not Path(path).is_file():
+                raise InvalidInput(what, f"no such file: {path}")
+
+
+# ---------------------------------------------------------------------------- one switch
+
+class SwitchLink:
+    """One switch as the scheduler sees it (implements :class:`safs.core.target.Target`): forwards to
+    the current :class:`P4RuntimeTarget`, and while the switch is marked down fails fast.
+
+    Down (``down_reason`` set) after the digest stream closed, or a write or read failed with
+    UNAVAILABLE on every update. Then writes raise TargetError UNAVAILABLE for every update
+    without any I/O (the scheduler keeps them unrecorded; ``Scheduler.reinstall`` writes all
+    again), and counter reads answer the last value read (no progress seen while down), so a
+    tick still serves the other switches. The run loop reconnects and calls :meth:`attach`.
+    """
+
+    def __init__(self, spec: SwitchSpec, target: P4RuntimeTarget) -> None:
+        self.name = spec.name
+        self.spec = spec
+        self.target = target
+        self.down_reason: str | None = None
+        self._counters: dict[tuple[str, int], CounterValue] = {}
+
+    @property
+    def is_down(self) -> bool:
+        """True while the connection is known broken."""
+        return self.down_reason is not None
+
+    def mark_down(self, reason: str) -> None:
+        """Record that the connection broke (the first reason is kept)."""
+        if self.down_reason is None:
+            self.down_reason = reason
+            log.warning("%s: connection lost: %s", self.name, reason)
+
+    def attach(self, target: P4RuntimeTarget) -> None:
+        """Use a new connection; the link is up again. Counter cache dropped (counters restart)."""
+        self.target = target
+        self.down_reason = None
+        self._counters.clear()
+
+    def _unavailable(self, n: int) -> TargetError:
+        return TargetError([(i, "UNAVAILABLE", f"{self.name}: switch down ({self.down_reason})") for i in range(max(n, 1))])
+
+    def _check(self, err: TargetError) -> None:
+        if err.failures and all(code == "UNAVAILABLE" for _, code, _ in err.failures):
+            self.mark_down(err.failures[0][2])
+
+    def write(self, updates: Sequence[Update]) -> None:
+        """``P4RuntimeTarget.write``, or UNAVAILABLE for every update while down."""
+        if self.is_down:
+            raise self._unavailable(len(updates))
+        try:
+            self.target.write(updates)
+        except TargetError as err:
+            self._check(err)
+            raise
+
+    def set_clock_offset(self, offset_ns: int) -> None:
+        """``P4RuntimeTarget.set_clock_offset`` (UNAVAILABLE while down)."""
+        if self.is_down:
+            raise self._unavailable(1)
+        try:
+            self.target.set_clock_offset(offset_ns)
+        except TargetError as err:
+            self._check(err)
+            raise
+
+    def read_counter(self, counter: str, index: int) -> CounterValue:
+        """``P4RuntimeTarget.read_counter``; while down (or when the read finds it down) the
+        last value read for that cell, zero if none."""
+        key = (counter, index)
+        if not self.is_down:
+            try:
+                value = self.target.read_counter(counter, index)
+            except TargetError as err:
+                self._check(err)
+                if not self.is_down:
+                    raise
+            else:
+                self._counters[key] = value
+                return value
+        return self._counters.get(key, CounterValue(0, 0))
+
+    def read_counter_cells(self, counter: str, indices: Sequence[int]) -> list[CounterValue]:
+        """``P4RuntimeTarget.read_counter_cells`` (one Read); while down (or when the read finds
+        it down) the last value read for each cell, zero if none."""
+        if not self.is_down:
+            try:
+                values = self.target.read_counter_cells(counter, indices)
+            except TargetError as err:
+                self._check(err)
+                if not self.is_down:
+                    raise
+            else:
+                for index, value in zip(indices, values):
+                    self._counters[(counter, index)] = value
+                return values
+        return [self._counters.get((counter, i), CounterValue(0, 0)) for i in indices]
+
+    def poll_digests(self) -> list[RequestDigest]:
+        """Digests received since the last call ([] while down; a closed stream marks it down)."""
+        if self.is_down:
+            return []
+        try:
+            return self.target.poll_digests()
+        except TargetError as err:
+            self.mark_down(err.failures[0][2] if err.failures else str(err))
+            return []
+
+
+# ---------------------------------------------------------------------------- the program
+
+@dataclass
+class ControllerStats:
+    """Counters of a :class:`ControllerApp` run.
+
+    Attributes:
+        digests: REQUEST digests received from switches.
+        digests_rejected: digests the scheduler refused (bad content, no free meter slot).
+        ticks: scheduler ticks run.
+        tick_failures: ticks (or digest merges) with switch writes refused (retried next tick).
+        reconnects: switches reconnected and re-installed.
+        reconnect_failures: reconnection attempts that failed (retried with backoff).
+    """
+
+    digests: int = 0
+    digests_rejected: int = 0
+    ticks: int = 0
+    tick_failures: int = 0
+    reconnects: int = 0
+    reconnect_failures: int = 0
+
+
+@dataclass
+class _Retry:
+    due_s: float  # time.monotonic() of the next attempt
+    wait_s: float  # wait after the next failure
+
+
+class ControllerApp:
+    """The controller program: switches, scheduler, hint API and the run loop.
+
+    Args:
+        config: :class:`ControllerConfig`.
+        clock: fabric time now in ns (default :func:`fabric_clock`); also the hint API's clock.
+
+    Raises:
+        InvalidInput: an unreadable topology, or a ``--switch`` name that is not a topology
+            switch (field ``--switch``, listing the topology's switches).
+
+    Thread safety: :attr:`lock` serialises every scheduler call (hint RPCs, digests, ticks,
+    re-installs). ``run`` is meant for one thread; ``stop`` may be called from another after
+    ``run`` returned.
+    """
+
+    def __init__(self, config: ControllerConfig, clock: Callable[[], int] = fabric_clock) -> None:
+        self.config = config
+        self.clock = clock
+        self.topology: Topology = load_topology(config.topology_path)
+        switches = self.topology.switches()
+        for spec in config.switches:
+            if spec.name not in switches:
+                raise InvalidInput("--switch", f"unknown switch {spec.name!r}; topology "
+                                   f"{self.topology.name!r} has switches: {', '.join(switches)}")
+        self.lock = threading.Lock()
+        self.stats = ControllerStats()
+        self.links: dict[str, SwitchLink] = {}
+        self.clock_offsets_ns: dict[str, int] = {}
+        self.scheduler: Scheduler | None = None
+        self.hint_server: hint_server.RunningHintServer | None = None
+        self._retry: dict[str, _Retry] = {}
+        self._stopped = False
+        self._next_tick_warning = 0.0
+
+    @property
+    def hint_address(self) -> str:
+        """``host:port`` (or ``unix:/PATH``) the hint API listens on (after :meth:`start`)."""
+        if self.hint_server is None:
+            raise InvalidInput("hint_address", "the controller is not started")
+        if self.config.hint_addr.startswith("unix:"):
+            return self.config.hint_addr
+        return self.hint_server.target
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Connect to every switch, push the pipeline, enable digests, set clock offsets,
+        install the static state (``Scheduler.setup``) and start the hint API.
+
+        Raises:
+            TargetError: a switch did not answer or refused the pipeline or a write.
+            InvalidInput: the hint address cannot be bound (field ``address``).
+            Everything opened so far is closed before the error propagates.
+        """
+        cfg = self.config
+        missing = [sw for sw in self.topology.switches() if sw not in {s.name for s in cfg.switches}]
+        if missing:
+            log.warning("no --switch for %s: the controller will not write to %s (their flows are "
+                        "still allocated)", ", ".join(missing), "it" if len(missing) == 1 else "them")
+        try:
+            for spec in cfg.switches:
+                target, estimate = self._open(spec)
+                offset = cfg.clock_offsets_ns.get(spec.name, estimate)
+                if spec.name in cfg.clock_offsets_ns:
+                    log.info("%s: clock offset %d ns (from --clock-offset; estimate was %d ns)",
+                             spec.name, offset, estimate)
+                self.links[spec.name] = SwitchLink(spec, target)
+                self.clock_offsets_ns[spec.name] = offset
+            self.scheduler = Scheduler(self.topology, self.links, cfg.scheduler)
+            with self.lock:
+                self.scheduler.setup(self.clock(), self.clock_offsets_ns)
+            log.info("installed routes, slack classes and defaults on %s", ", ".join(self.links))
+            self.hint_server = hint_server.start(self.scheduler, cfg.hint_addr, self.clock, lock=self.lock,
+                                                 activation_lead_ns=cfg.activation_lead_ns)
+            log.info("hint API listening on %s", self.hint_address)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _open(self, spec: SwitchSpec) -> tuple[P4RuntimeTarget, int]:
+        """Connect, arbitrate and push the pipeline; returns the target and the estimated clock
+        offset (fabric time just before the push, ns mod 2^48)."""
+        cfg = self.config
+        target = P4RuntimeTarget(spec.name, spec.grpc_addr, spec.device_id, cfg.p4info_path, cfg.bmv2_json_path,
+                                 election_id=cfg.election_id, timeout_s=cfg.rpc_timeout_s)
+        try:
+            if not target.is_primary:
+                raise TargetError([(0, "PERMISSION_DENIED", f"{spec.name}: another controller with a higher "
+                                    f"election id is primary at {spec.grpc_addr}")])
+            log.info("%s: connected to %s (device %d), primary", spec.name, spec.grpc_addr, spec.device_id)
+            before = self.clock()
+            t0 = time.monotonic_ns()
+            target.push_pipeline()  # also enables the digest stream
+            push_ns = time.monotonic_ns() - t0
+        except BaseException:
+            target.close()
+            raise
+        offset = before & TIME_MASK
+        log.info("%s: pipeline pushed and digests enabled in %.1f ms; clock offset estimate %d ns "
+                 "(error below the push time if the switch clock starts at the push)",
+                 spec.name, push_ns / NS_PER_MS, offset)
+        return target, offset
+
+    def stop(self) -> None:
+        """Stop the hint server and close every switch connection. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.hint_server is not None:
+            self.hint_server.stop(grace_s=0.5)
+        for link in self.links.values():
+            link.target.close()
+        log.info("controller stopped")
+
+    def __enter__(self) -> "ControllerApp":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ run loop
+
+    def run(self, stop_event: threading.Event) -> None:
+        """Poll digests, tick every ``tick_ns`` and reconnect broken switches until
+        ``stop_event`` is set or ``duration_s`` passed. Errors of single switches are logged
+        and retried, never raised.
+
+        Raises:
+            InvalidInput: not started.
+        """
+        if self.scheduler is None:
+            raise InvalidInput("run", "call start() first")
+        cfg = self.config
+        tick_s = cfg.tick_ns / 1e9
+        begin = time.monotonic()
+        end = begin + cfg.duration_s if cfg.duration_s is not None else None
+        next_tick = begin
+        next_summary = begin + cfg.summary_period_s
+        last = _Snapshot.of(self)
+        while not stop_event.is_set():
+            now_s = time.monotonic()
+            if end is not None and now_s >= end:
+                log.info("duration of %.3g s reached", cfg.duration_s)
+                break
+            self.poll_digests()
+            if now_s >= next_tick:
+                self.tick()
+                next_tick += tick_s
+                if next_tick < now_s:  # a slow tick: do not try to catch up
+                    next_tick = now_s + tick_s
+            self.reconnect_due(now_s)
+            if now_s >= next_summary:
+                last = self._summary(last)
+                next_summary = now_s + cfg.summary_period_s
+            # Digests are polled at least every DIGEST_POLL_S, however long the tick: a flow
+            # nobody announced is admitted by its first REQUEST's digest.
+            wait = min(next_tick, time.monotonic() + DIGEST_POLL_S) - time.monotonic()
+            if end is not None:
+                wait = min(wait, end - time.monotonic())
+            if wait > 0:
+                stop_event.wait(wait)
+
+    def poll_digests(self) -> int:
+        """Merge the digests every switch sent since the last call; returns how many arrived."""
+        assert self.scheduler is not None
+        received = 0
+        for name, link in self.links.items():
+            digests = link.poll_digests()
+            if not digests:
+                continue
+            received += len(digests)
+            with self.lock:
+                now = self.clock()
+                for digest in digests:
+                    try:
+                        self.scheduler.on_digest(name, digest, now)
+                    except InvalidInput as err:
+                        self.stats.digests_rejected += 1
+                        log.warning("%s: digest of flow %d refused: %s", name, digest.flow_id, err)
+                    except TargetError as err:  # admitted; the writes are retried by tick
+                        self.stats.tick_failures += 1
+                        log.debug("%s: digest of flow %d: writes failed: %s", name, digest.flow_id, err)
+        self.stats.digests += received
+        return received
+
+    def tick(self) -> None:
+        """One ``Scheduler.tick`` under the lock; refused writes are counted and logged (DEBUG
+        while a switch is down, else at most one WARNING per summary period), and retried by
+        the next tick."""
+        assert self.scheduler is not None
+        with self.lock:
+            try:
+                self.scheduler.tick(self.clock())
+            except TargetError as err:
+                self.stats.tick_failures += 1
+                down = any(link.is_down for link in self.links.values())
+                # At most one WARNING per summary period: a persistent refusal would otherwise
+                # log once per tick.
+                now_s = time.monotonic()
+                if down or now_s < self._next_tick_warning:
+                    log.debug("tick: writes refused: %s", err)
+                else:
+                    self._next_tick_warning = now_s + self.config.summary_period_s
+                    log.warning("tick: writes refused (retried every tick): %s", err)
+            self.stats.ticks += 1
+
+    def reconnect_due(self, now_s: float | None = None) -> list[str]:
+        """Try to reconnect every down switch whose backoff elapsed: close the old connection,
+        connect, push the pipeline (BMv2 restarted without it), then under the lock
+        ``Scheduler.reinstall`` with the new clock offset estimate. Returns the switches
+        re-installed. Failures are logged and retried after a doubling wait."""
+        assert self.scheduler is not None
+        now_s = time.monotonic() if now_s is None else now_s
+        done = []
+        for name, link in self.links.items():
+            if not link.is_down:
+                self._retry.pop(name, None)
+                continue
+            retry = self._retry.setdefault(name, _Retry(now_s, self.config.reconnect_min_s))
+            if now_s < retry.due_s:
+                continue
+            try:
+                link.target.close()
+                target, offset = self._open(link.spec)
+                with self.lock:
+                    link.attach(target)
+                    self.clock_offsets_ns[name] = offset
+                    self.scheduler.reinstall(name, self.clock(), offset, link)
+            except (TargetError, InvalidInput) as err:
+                self.stats.reconnect_failures += 1
+                if not link.is_down:
+                    link.mark_down(str(err))
+                retry.due_s = time.monotonic() + retry.wait_s
+                log.warning("%s: reconnect failed (next try in %.2g s): %s", name, retry.wait_s, err)
+                retry.wait_s = min(2 * retry.wait_s, self.config.reconnect_max_s)
+                continue
+            self.stats.reconnects += 1
+            self._retry.pop(name, None)
+            done.append(name)
+            log.info("%s: reconnected and re-installed", name)
+        return done
+
+    def _summary(self, last: "_Snapshot") -> "_Snapshot":
+        now = _Snapshot.of(self)
+        down = [name for name, link in self.links.items() if link.is_down]
+        log.info("flows %d (granted %d); last %.3g s: grant changes %d, digests %d, table/meter updates %d, "
+                 "ticks %d (%d with refused writes)%s", now.flows, now.granted, self.config.summary_period_s,
+                 now.grant_changes - last.grant_changes, now.digests - last.digests, now.updates - last.updates,
+                 now.ticks - last.ticks, now.tick_failures - last.tick_failures,
+                 f"; down: {', '.join(down)}" if down else "")
+        return now
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    flows: int
+    granted: int
+    grant_changes: int
+    digests: int
+    updates: int
+    ticks: int
+    tick_failures: int
+
+    @classmethod
+    def of(cls, app: ControllerApp) -> "_Snapshot":
+        sched = app.scheduler
+        assert sched is not None
+        with app.lock:
+            s = sched.stats
+            return cls(len(sched.registry), len(sched.allocator.grants()), s.grant_changes, app.stats.digests,
+                       s.table_updates + s.meter_updates, app.stats.ticks, app.stats.tick_failures)
+
+
+def config_from_args(args: Any) -> ControllerConfig:
+    """A :class:`ControllerConfig` from the ``safs controller`` argparse namespace (strings are
+    parsed here so every bad value gives one InvalidInput line naming the option)."""
+    switches = tuple(parse_switch_spec(s) for s in args.switch or [])
+    offsets: dict[str, int] = {}
+    for text in args.clock_offset or []:
+        name, value = parse_clock_offset(text)
+        offsets[name] = value
+    tick_ns = _number("--tick-ms", args.tick_ms, NS_PER_MS)
+    duration = None if args.duration_s is None else _number("--duration-s", args.duration_s, 1)
+    scheduler = load_scheduler_config(args.scheduler_config) if args.scheduler_config else SchedulerConfig()
+    return ControllerConfig(topology_path=Path(args.topology), switches=switches, p4info_path=Path(args.p4info),
+                            bmv2_json_path=Path(args.bmv2_json), hint_addr=args.hint_addr, tick_ns=int(tick_ns),
+                            duration_s=duration, scheduler=scheduler, clock_offsets_ns=offsets)
+
+
+def _number(option: str, text: str, scale: int) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidInput(option, f"must be a number, got {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise InvalidInput(option, f"must be a finite number > 0, got {text!r}")
+    return value * scale

@@ -1,0 +1,313 @@
+"""The gRPC hint service ``safs.v1.HintService`` (proto/safs/v1/hints.proto) over a Scheduler.
+
+::
+
+    application --Announce/Update/Complete/GetGrant--> HintServicer --(lock)--> Scheduler
+                                                           |                      |
+                                     pending activations (start_time_ns)    allocator grants,
+                                     -> Scheduler.activate at that time     target writes
+
+One lock serialises every call into the scheduler (gRPC runs handlers on a thread pool). Code
+that drives the same scheduler from elsewhere (a digest poller, a tick loop) must hold
+:attr:`HintServicer.lock` too.
+
+Errors (docs/hint-api.md): :class:`safs.core.errors.InvalidInput` becomes INVALID_ARGUMENT with
+details ``"<field>: <message>"`` and the field in trailing metadata ``safs-field``; Update,
+Complete or GetGrant for a flow the scheduler's registry does not hold becomes NOT_FOUND;
+:class:`safs.core.errors.TargetError` (hint accepted, switch writes refused, retried on the next
+tick) becomes UNAVAILABLE. The scheduler validates before it changes anything, so a refused
+call leaves every admitted flow as it was.
+
+Activation at a start time: an Announce with ``start_time_ns`` asks for the flow's grant to be
+allocated (:meth:`Scheduler.activate`) at ``start_time_ns - activation_lead_ns``. Due times at or
+before now are activated inside the Announce call. Later ones wait in a table served by one
+daemon thread, which sleeps until the earliest due time on the servicer's clock, assuming that
+clock advances like real time, and never longer than ``max_wait_s`` (so a simulated clock that
+jumps is noticed within that bound); :meth:`HintServicer.run_due` runs due activations
+synchronously (for a caller that owns the clock, e.g. a test or a simulator). Complete cancels
+a pending activation. An activation that fails (no free meter slot at the receiver's ToR) is
+counted in :attr:`HintServicer.stats`; the flow stays recorded and is allocated at its first
+REQUEST digest instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Callable, NoReturn
+
+import grpc
+
+from safs.core.errors import InvalidInput, TargetError
+from safs.control.hintapi import hints_pb2 as pb
+from safs.control.hintapi import hints_pb2_grpc as pb_grpc
+from safs.control.hintapi.convert import FIELD_METADATA_KEY, flow_class_from_pb, grant_to_pb
+from safs.core.hints import FlowHint
+from safs.core.scheduler import Scheduler
+from safs.core.timebase import diff, wrap
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class HintServiceStats:
+    """Counters of a :class:`HintServicer`.
+
+    Attributes:
+        activations: flows allocated because their start time came (or had passed at announce).
+        activation_failures: activations the scheduler refused (e.g. no free meter slot); those
+            flows are allocated at their first REQUEST digest instead.
+        write_failures: calls whose hint was accepted but whose switch writes failed
+            (TargetError; the scheduler retries on its next tick).
+    """
+
+    activations: int = 0
+    activation_failures: int = 0
+    write_failures: int = 0
+
+
+class HintServicer(pb_grpc.HintServiceServicer):
+    """``safs.v1.HintService`` implemented on a :class:`safs.core.scheduler.Scheduler`.
+
+    Args:
+        scheduler: the scheduler every call goes to (its hint registry decides what is known).
+        clock: returns now in ns of the fabric clock (any integer; reduced modulo 2^48 where
+            compared); passed as ``now_ns`` to every scheduler call.
+        lock: the lock serialising scheduler access; a new ``threading.Lock`` when None.
+            Share it with any other code that calls the same scheduler.
+        activation_lead_ns: allocate a flow with a start time this many ns before it (>= 0).
+        max_wait_s: longest sleep of the activation thread, seconds (> 0).
+
+    Raises:
+        InvalidInput: ``activation_lead_ns`` or ``max_wait_s`` out of range.
+    """
+
+    def __init__(self, scheduler: Scheduler, clock: Callable[[], int], *,
+                 lock: threading.Lock | threading.RLock | None = None,
+                 activation_lead_ns: int = 0, max_wait_s: float = 0.05) -> None:
+        if type(activation_lead_ns) is not int or activation_lead_ns < 0:
+            raise InvalidInput("activation_lead_ns", f"must be an integer >= 0 ns, got {activation_lead_ns!r}")
+        if not isinstance(max_wait_s, (int, float)) or not max_wait_s > 0:
+            raise InvalidInput("max_wait_s", f"must be > 0 seconds, got {max_wait_s!r}")
+        self._sched = scheduler
+        self._clock = clock
+        self.lock = lock if lock is not None else threading.Lock()
+        self._cond = threading.Condition(self.lock)
+        self._lead_ns = activation_lead_ns
+        self._max_wait_s = float(max_wait_s)
+        self._pending: dict[int, int] = {}  # flow id -> due time, 48-bit ns
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.stats = HintServiceStats()
+
+    # ------------------------------------------------------------------ RPCs
+
+    def Announce(self, request: pb.AnnounceRequest, context: grpc.ServicerContext) -> pb.AnnounceResponse:
+        """Announce a flow (:meth:`Scheduler.announce`); with a start time, activate it then."""
+        start = request.start_time_ns if request.HasField("start_time_ns") else None
+        with self.lock:
+            now = self._clock()
+            try:
+                hint = FlowHint(request.flow_id, request.sender, request.receiver, request.remaining_bytes,
+                                request.no_bubble_ts_ns, request.label, flow_class_from_pb(request.flow_class))
+                self._sched.announce(hint, now)
+            except (InvalidInput, TargetError) as err:
+                self._abort(context, err)
+            if start is None:
+                return pb.AnnounceResponse()
+            due = wrap(start - self._lead_ns)
+            if diff(due, wrap(now)) > 0:
+                self._pending[request.flow_id] = due
+                self._ensure_thread()
+                self._cond.notify_all()
+                return pb.AnnounceResponse(activation_scheduled=True)
+            self._pending.pop(request.flow_id, None)
+            try:
+                activated = self._activate(request.flow_id, now)
+            except TargetError as err:
+                self._abort(context, err)
+            return pb.AnnounceResponse(activated=activated)
+
+    def Update(self, request: pb.UpdateRequest, context: grpc.ServicerContext) -> pb.UpdateResponse:
+        """Report remaining bytes and optionally a new no-bubble timestamp of a known flow."""
+        ts = request.no_bubble_ts_ns if request.HasField("no_bubble_ts_ns") else None
+        with self.lock:
+            now = self._clock()
+            self._require_known(request.flow_id, context)
+            try:
+                self._update(request.flow_id, request.remaining_bytes, ts, now)
+            except (InvalidInput, TargetError) as err:
+                self._abort(context, err)
+        return pb.UpdateResponse()
+
+    def Complete(self, request: pb.CompleteRequest, context: grpc.ServicerContext) -> pb.CompleteResponse:
+        """Complete a known flow (:meth:`Scheduler.complete`); cancels a pending activation."""
+        with self.lock:
+            now = self._clock()
+            self._require_known(request.flow_id, context)
+            self._pending.pop(request.flow_id, None)
+            try:
+                self._sched.complete(request.flow_id, now)
+            except (InvalidInput, TargetError) as err:
+                self._abort(context, err)
+        return pb.CompleteResponse()
+
+    def GetGrant(self, request: pb.GetGrantRequest, context: grpc.ServicerContext) -> pb.GetGrantResponse:
+        """The allocator's installed grant of a known flow, or an empty response (none yet)."""
+        with self.lock:
+            self._require_known(request.flow_id, context)
+            grant = self._sched.allocator.grants().get(request.flow_id)
+        return pb.GetGrantResponse(grant=grant_to_pb(grant)) if grant is not None else pb.GetGrantResponse()
+
+    # ------------------------------------------------------------------ activations
+
+    def pending_activations(self) -> dict[int, int]:
+        """Flow id -> due time (48-bit ns) of every activation not yet run."""
+        with self.lock:
+            return dict(self._pending)
+
+    def run_due(self, now_ns: int | None = None) -> list[int]:
+        """Run every pending activation due at ``now_ns`` (default: the clock) and return the
+        ids of the flows that were allocated. Failures are counted in :attr:`stats`."""
+        with self.lock:
+            return self._run_due_locked(self._clock() if now_ns is None else now_ns)
+
+    def close(self) -> None:
+        """Stop the activation thread (pending activations are dropped). Idempotent."""
+        with self.lock:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    # ------------------------------------------------------------------ internals
+
+    def _run_due_locked(self, now_ns: int) -> list[int]:
+        now = wrap(now_ns)
+        due = sorted((t, fid) for fid, t in self._pending.items() if diff(t, now) <= 0)
+        done = []
+        for _, fid in due:
+            del self._pending[fid]
+            try:
+                if self._activate(fid, now_ns):
+                    done.append(fid)
+            except TargetError as err:  # admitted; the scheduler retries the writes on tick
+                self.stats.write_failures += 1
+                _log.warning("activation of flow %d: %s", fid, err)
+                done.append(fid)
+        return done
+
+    def _activate(self, flow_id: int, now_ns: int) -> bool:
+        """Scheduler.activate; an InvalidInput (no free slot) is counted, not raised."""
+        try:
+            activated = self._sched.activate(flow_id, now_ns)
+        except InvalidInput as err:
+            self.stats.activation_failures += 1
+            _log.warning("activation of flow %d refused: %s", flow_id, err)
+            return False
+        self.stats.activations += activated
+        return activated
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None and not self._closed:
+            self._thread = threading.Thread(target=self._activation_loop, name="safs-hint-activations",
+                                            daemon=True)
+            self._thread.start()
+
+    def _activation_loop(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if not self._pending:
+                    self._cond.wait()
+                    continue
+                now = self._clock()
+                self._run_due_locked(now)
+                if self._pending:
+                    wait_ns = min(diff(t, wrap(now)) for t in self._pending.values())
+                    self._cond.wait(min(max(wait_ns, 0) / 1e9, self._max_wait_s))
+
+    def _update(self, flow_id: int, remaining_bytes: int, ts: int | None, now_ns: int) -> None:
+        self._sched.update(flow_id, remaining_bytes, now_ns, no_bubble_ts_ns=ts)
+
+    def _require_known(self, flow_id: int, context: grpc.ServicerContext) -> None:
+        if flow_id not in self._sched.registry:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"flow_id: unknown flow {flow_id} "
+                          "(never announced, or completed)")
+
+    def _abort(self, context: grpc.ServicerContext, err: InvalidInput | TargetError) -> NoReturn:
+        if isinstance(err, InvalidInput):
+            context.set_trailing_metadata(((FIELD_METADATA_KEY, err.field),))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{err.field}: {err.message}")
+        self.stats.write_failures += 1
+        context.abort(grpc.StatusCode.UNAVAILABLE, f"hint accepted, but a switch refused the grant "
+                      f"writes (the controller retries on its next tick): {err}")
+        raise AssertionError("unreachable")  # context.abort raises
+
+
+@dataclass
+class RunningHintServer:
+    """A started hint server: the gRPC server, its servicer and the bound port.
+
+    Use as a context manager or call :meth:`stop`.
+    """
+
+    server: grpc.Server
+    servicer: HintServicer
+    host: str
+    port: int
+
+    @property
+    def target(self) -> str:
+        """``host:port`` to give :class:`safs.control.hintapi.client.HintClient`."""
+        return f"{self.host}:{self.port}"
+
+    def stop(self, grace_s: float | None = None) -> None:
+        """Stop serving (waiting up to ``grace_s`` s for calls in progress) and the activation thread."""
+        self.server.stop(grace_s).wait()
+        self.servicer.close()
+
+    def __enter__(self) -> "RunningHintServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start(scheduler: Scheduler, address: str, clock: Callable[[], int], *,
+          lock: threading.Lock | threading.RLock | None = None, activation_lead_ns: int = 0,
+          max_workers: int = 4) -> RunningHintServer:
+    """Serve ``safs.v1.HintService`` on ``address`` (``"host:port"``, port 0 = any free port).
+
+    Insecure (plaintext) channel: the hint API is meant for the cluster's control network.
+    Args as :class:`HintServicer`; ``max_workers`` threads run handlers (they serialise on
+    the lock anyway). Raises InvalidInput("address") when the address cannot be bound.
+    """
+    host, sep, _ = address.rpartition(":")
+    if not sep or not host:
+        raise InvalidInput("address", f"must be 'host:port', got {address!r}")
+    servicer = HintServicer(scheduler, clock, lock=lock, activation_lead_ns=activation_lead_ns)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
+                                                    thread_name_prefix="safs-hint-rpc"))
+    pb_grpc.add_HintServiceServicer_to_server(servicer, server)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as err:
+        port, why = 0, str(err)
+    else:
+        why = "port in use or address not local"
+    if port == 0:
+        raise InvalidInput("address", f"cannot bind {address!r}: {why}")
+    server.start()
+    return RunningHintServer(server, servicer, host, port)
+
+
+def serve(scheduler: Scheduler, address: str, clock: Callable[[], int], **kwargs: object) -> grpc.Server:
+    """Start the hint service (:func:`start`) and return the running ``grpc.Server``.
+
+    The caller stops it with ``server.stop(grace)``; the activation thread is a daemon. Use
+    :func:`start` to learn the port bound for ``host:0`` or to stop the thread too.
+    """
+    return start(scheduler, address, clock, **kwargs).server  # type: ignore[arg-type]

@@ -1,0 +1,157 @@
+"""The target interface: what the controller writes, whichever switch implements it.
+
+Two implementations: :class:`safs.targets.pipeline_model.PipelineModel` (in-process, used by the
+simulator) and the P4Runtime target (p4runtime-shell over gRPC, for BMv2 and Tofino). Entries
+are typed value objects that mirror P4Runtime's (table entry, meter config, clone session,
+counter read), with names from :mod:`safs.core.p4names`. The allocator never sees this module.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol, Sequence
+
+from safs.core.p4names import CLONE_SESSION_BASE
+
+
+class Op(enum.Enum):
+    """P4Runtime update type."""
+
+    INSERT = "INSERT"
+    MODIFY = "MODIFY"
+    DELETE = "DELETE"
+
+
+@dataclass(frozen=True)
+class Lpm:
+    """Longest-prefix match value: ``value`` (int) with ``prefix_len`` bits."""
+
+    value: int
+    prefix_len: int
+
+
+@dataclass(frozen=True)
+class Range:
+    """Range match value ``low..high`` inclusive (unsigned ints)."""
+
+    low: int
+    high: int
+
+
+MatchValue = int | Lpm | Range
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """One table entry.
+
+    ``match`` maps match-field names to ints (exact), :class:`Lpm` or :class:`Range`; an empty
+    ``match`` with ``is_default=True`` sets the table's default action (single-entry settings
+    tables). ``priority`` is required for range tables (higher wins, as in P4Runtime).
+    """
+
+    table: str
+    match: Mapping[str, MatchValue]
+    action: str
+    params: Mapping[str, int] = field(default_factory=dict)
+    priority: int = 0
+    is_default: bool = False
+
+    def key(self) -> tuple:
+        """Identity of the entry in its table (what INSERT/MODIFY/DELETE address)."""
+        return (self.table, self.is_default, tuple(sorted(self.match.items())), self.priority)
+
+
+@dataclass(frozen=True)
+class MeterConfig:
+    """Two-rate three-colour meter config of one index of an indirect meter (bytes).
+
+    ``cir``/``pir`` in bytes per second, ``cburst``/``pburst`` in bytes (P4Runtime MeterConfig
+    units for a BYTES meter). PI accepts only MODIFY for these.
+    """
+
+    meter: str
+    index: int
+    cir: int
+    cburst: int
+    pir: int
+    pburst: int
+
+    def key(self) -> tuple:
+        return (self.meter, self.index)
+
+
+@dataclass(frozen=True)
+class CloneSession:
+    """A clone session: P4Runtime ``PacketReplicationEngineEntry.clone_session_entry`` with one
+    replica (``egress_port``, instance 0).
+
+    The P4 program clones a stale-epoch DATA to session ``port + p4names.CLONE_SESSION_BASE``
+    (``port`` = the ``grant_route`` port toward the sender); the clone leaves on the replica's
+    ``egress_port`` (0..NUM_PORTS-1). BMv2 accepts session ids 1..32767. INSERT/MODIFY/DELETE
+    address it by ``session_id`` (a DELETE's ``egress_port`` is ignored).
+    """
+
+    session_id: int
+    egress_port: int
+
+    @classmethod
+    def for_port(cls, port: int) -> "CloneSession":
+        """The session the P4 program clones to for a GRANT leaving on ``port``."""
+        return cls(session_id=port + CLONE_SESSION_BASE, egress_port=port)
+
+    def key(self) -> tuple:
+        """Identity of the session (what INSERT/MODIFY/DELETE address)."""
+        return ("clone_session", self.session_id)
+
+
+@dataclass(frozen=True)
+class Update:
+    """One write: an operation on a table entry, a clone session or (MODIFY only) a meter config."""
+
+    op: Op
+    entity: TableEntry | MeterConfig | CloneSession
+
+
+@dataclass(frozen=True)
+class CounterValue:
+    """A counter cell: bytes and packets."""
+
+    byte_count: int
+    packet_count: int
+
+
+@dataclass(frozen=True)
+class RequestDigest:
+    """A digest the receiver's ToR sends for a REQUEST of a flow it has no grant entry for.
+
+    Addresses are IPv4 as ints; ``no_bubble_ts_ns`` is 48-bit fabric time.
+    """
+
+    flow_id: int
+    src_addr: int
+    dst_addr: int
+    remaining_bytes: int
+    no_bubble_ts_ns: int
+
+
+class Target(Protocol):
+    """What the controller needs from a switch (pipeline model or P4Runtime).
+
+    Errors: ``write`` raises :class:`safs.core.errors.TargetError` carrying every failed update's
+    index, gRPC status name and message; the updates that succeeded stay applied (P4Runtime
+    CONTINUE_ON_ERROR semantics).
+    """
+
+    name: str
+
+    def write(self, updates: Sequence[Update]) -> None: ...
+
+    def read_counter(self, counter: str, index: int) -> CounterValue: ...
+
+    def read_counter_cells(self, counter: str, indices: Sequence[int]) -> list[CounterValue]: ...
+
+    def set_clock_offset(self, offset_ns: int) -> None: ...
+
+    def poll_digests(self) -> list[RequestDigest]: ...

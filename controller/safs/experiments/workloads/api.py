@@ -1,0 +1,96 @@
+"""The workload interface: how workloads drive a network (docs/design.md, "Workload interface").
+
+Workloads are closed-loop: a flow starts when its producer's compute finishes, and the
+consumer's compute starts when the flow's ``on_done`` fires. The simulator
+(:mod:`safs.experiments.sim`) and :class:`safs.experiments.workloads.ideal.IdealNetwork` implement :class:`WorkloadAPI`.
+Times are integer ns of the fabric clock (not wrapped), sizes integer bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from safs.core.errors import InvalidInput
+
+FLOW_CLASSES = ("pipeline", "background")
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    """One transfer a workload asks the network to carry.
+
+    Attributes:
+        sender: host name of the sender.
+        receiver: host name of the receiver (must differ from ``sender``).
+        size_bytes: bytes to deliver, >= 1.
+        no_bubble_ts_ns: the time by which all bytes must have arrived for the consumer to
+            start without a bubble (ns, fabric time); None for background flows.
+        label: free text naming the transfer (e.g. ``"A2F s3 l1 mb0 a5->f0"``).
+        flow_class: ``"pipeline"`` or ``"background"``.
+
+    Raises:
+        InvalidInput: empty or equal endpoints, size < 1, unknown class, or a pipeline flow
+            without a no-bubble timestamp.
+    """
+
+    sender: str
+    receiver: str
+    size_bytes: int
+    no_bubble_ts_ns: int | None
+    label: str
+    flow_class: str = "pipeline"
+
+    def __post_init__(self) -> None:
+        if not self.sender or not self.receiver:
+            raise InvalidInput("flow.sender", "sender and receiver must be host names")
+        if self.sender == self.receiver:
+            raise InvalidInput("flow.receiver", f"must differ from the sender ({self.sender!r})")
+        if isinstance(self.size_bytes, bool) or not isinstance(self.size_bytes, int) or self.size_bytes < 1:
+            raise InvalidInput("flow.size_bytes", f"must be an integer >= 1, got {self.size_bytes!r}")
+        if self.flow_class not in FLOW_CLASSES:
+            raise InvalidInput("flow.flow_class", f"must be one of {', '.join(FLOW_CLASSES)}, got {self.flow_class!r}")
+        if self.flow_class == "pipeline" and self.no_bubble_ts_ns is None:
+            raise InvalidInput("flow.no_bubble_ts_ns", "a pipeline flow needs a no-bubble timestamp")
+        if self.no_bubble_ts_ns is not None and (isinstance(self.no_bubble_ts_ns, bool)
+                                                 or not isinstance(self.no_bubble_ts_ns, int)
+                                                 or self.no_bubble_ts_ns < 0):
+            raise InvalidInput("flow.no_bubble_ts_ns", f"must be an integer ns >= 0 or None, got {self.no_bubble_ts_ns!r}")
+
+
+class WorkloadAPI(Protocol):
+    """What a workload may ask of the network it runs on (implemented by the simulator)."""
+
+    def now(self) -> int:
+        """Current fabric time in ns."""
+        ...
+
+    def call_at(self, t_ns: int, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` at absolute time ``t_ns`` (>= now)."""
+        ...
+
+    def start_flow(self, spec: FlowSpec, on_done: Callable[[int], None], send_at_ns: int | None = None) -> int:
+        """Announce a flow now and send its first byte at ``send_at_ns`` (>= now; None = now).
+
+        Announcing ahead is how SAFS applications work: the producer knows, when its compute
+        starts, which transfer it will make when the compute ends, so the hint (and the grant)
+        can be in place before the data moves. Returns the flow id; ``on_done(finish_ns)`` is
+        called when the last byte arrives. FCT counts from ``send_at_ns``.
+        """
+        ...
+
+
+class Workload(Protocol):
+    """A closed-loop traffic source."""
+
+    def start(self, api: WorkloadAPI) -> None:
+        """Schedule the first events / flows on ``api``."""
+        ...
+
+    def done(self) -> bool:
+        """True when the workload has finished (the run may stop)."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """Workload metrics, units in the key (``tpot_p99_ms``, ``iteration_time_ms``)."""
+        ...

@@ -1,0 +1,373 @@
+"""DCTCP host transport (Alizadeh et al., "Data Center TCP (DCTCP)", SIGCOMM 2010; RFC 8257).
+
+Sender: TCP-style window in bytes; slow start and congestion avoidance (RFC 5681); fast
+retransmit after 3 duplicate ACKs with NewReno partial-ACK retransmission (RFC 6582, without
+window inflation); retransmission timeout from RFC 6298 (SRTT/RTTVAR, RTO = SRTT + 4*RTTVAR,
+at least ``min_rto_ns``, doubled per back-off, go-back-N from the first unacked byte). DCTCP
+part (paper Section 3.1, RFC 8257 Section 3.3): every data packet is ECN-capable (ECT(0));
+the sender keeps alpha <- (1-g)*alpha + g*F once per window of data, F = fraction of
+acknowledged bytes whose ACK carried ECE, g = 1/16 (the paper's value); on an ECE it cuts
+cwnd <- cwnd*(1 - alpha/2), at most once per window.
+
+Receiver: cumulative ACK for every data packet (no delayed ACKs, so ECE echoes the CE bit of
+exactly the packet being acknowledged, which is what the paper's two-state ACK machine
+reproduces under delayed ACKs). Out-of-order segments are kept and acknowledged cumulatively.
+The ACK echoes the data packet's send time, standing in for the TCP timestamp option
+(RFC 7323) for RTT samples (so retransmitted segments give valid samples too).
+
+Marking threshold K: the paper recommends K = 65 packets at 10 Gbit/s (Section 3.4, with
+1500-byte packets) and K = 20 at 1 Gbit/s; :func:`dctcp_k_packets` scales K linearly with the
+link rate in bytes and converts it to packets of the simulator's MTU. Persistent flows
+(``size_bytes`` None) send forever and never finish.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from safs.core.errors import InvalidInput
+from safs.core.protocol import ECN_CE, ECN_ECT0
+from safs.experiments.sim.engine import Engine
+from safs.experiments.sim.network import Host
+from safs.core.packet import (
+    ETH_HEADER_BYTES,
+    IPV4_HEADER_BYTES,
+    PROTO_TCP,
+    TCP_ACK,
+    TCP_ECE,
+    TCP_HEADER_BYTES,
+    Packet,
+)
+from safs.hosts.stats import TransportStats
+
+TCP_OVERHEAD_BYTES = ETH_HEADER_BYTES + IPV4_HEADER_BYTES + TCP_HEADER_BYTES  # 54
+ACK_BYTES = 64  # a pure ACK (54 bytes of headers) padded to Ethernet's minimum frame
+DCTCP_K_PKTS_10G = 65  # DCTCP paper, Section 3.4: K = 65 packets at 10 Gbit/s
+DCTCP_K_PKT_BYTES = 1500  # ... measured in 1500-byte packets
+DCTCP_K_RATE_BPS = 10_000_000_000
+
+
+def dctcp_k_packets(rate_bps: int, mtu_bytes: int) -> int:
+    """ECN marking threshold K in packets of ``mtu_bytes`` for a link of ``rate_bps``.
+
+    K = 65 packets of 1500 bytes at 10 Gbit/s (Alizadeh et al. 2010, Section 3.4) scaled
+    linearly with the rate (K is a bandwidth-delay product), then converted to packets of
+    ``mtu_bytes``; at least 1. Example: 100 Gbit/s, 9000-byte MTU -> 109 packets.
+
+    Raises:
+        InvalidInput: ``rate_bps`` or ``mtu_bytes`` not positive.
+    """
+    if rate_bps <= 0:
+        raise InvalidInput("rate_bps", f"must be > 0 bit/s, got {rate_bps}")
+    if mtu_bytes <= 0:
+        raise InvalidInput("mtu_bytes", f"must be > 0, got {mtu_bytes}")
+    k_bytes = DCTCP_K_PKTS_10G * DCTCP_K_PKT_BYTES * rate_bps // DCTCP_K_RATE_BPS
+    return max(1, -(-k_bytes // mtu_bytes))
+
+
+@dataclass(frozen=True)
+class DctcpConfig:
+    """DCTCP settings (defaults with sources).
+
+    Attributes:
+        mtu_bytes: largest IP packet; MSS = MTU - 40 (IPv4 + TCP headers, no options).
+        initial_cwnd_segments: 10 (RFC 6928).
+        g: alpha gain 1/16 (DCTCP paper Section 3.1; RFC 8257 Section 4.2).
+        min_rto_ns: 200 µs. Linux's 200 ms floor is three orders of magnitude above fabric RTTs;
+            Vasudevan et al., "Safe and Effective Fine-grained TCP Retransmissions for
+            Datacenter Communication" (SIGCOMM 2009) show microsecond-scale RTOs avoid incast
+            collapse. (The DCTCP paper ran with 10 ms because of its OS timer granularity.)
+        initial_rto_ns: RTO before the first RTT sample (1 ms; RFC 6298's 1 s is for the WAN).
+        max_rto_ns: cap of the exponential back-off.
+        dupack_threshold: 3 (RFC 5681).
+
+    Raises:
+        InvalidInput: a field out of range.
+    """
+
+    mtu_bytes: int = 9000
+    initial_cwnd_segments: int = 10
+    g: float = 1.0 / 16.0
+    min_rto_ns: int = 200_000
+    initial_rto_ns: int = 1_000_000
+    max_rto_ns: int = 200_000_000
+    dupack_threshold: int = 3
+
+    def __post_init__(self) -> None:
+        if type(self.mtu_bytes) is not int or not 41 <= self.mtu_bytes <= 65535:
+            raise InvalidInput("mtu_bytes", f"must be an integer in 41..65535, got {self.mtu_bytes!r}")
+        if type(self.initial_cwnd_segments) is not int or self.initial_cwnd_segments < 1:
+            raise InvalidInput("initial_cwnd_segments", f"must be an integer >= 1, got {self.initial_cwnd_segments!r}")
+        if not 0.0 < self.g <= 1.0:
+            raise InvalidInput("g", f"must be in (0, 1], got {self.g!r}")
+        for name in ("min_rto_ns", "initial_rto_ns", "max_rto_ns"):
+            v = getattr(self, name)
+            if type(v) is not int or v <= 0:
+                raise InvalidInput(name, f"must be an integer > 0 ns, got {v!r}")
+        if self.max_rto_ns < self.min_rto_ns:
+            raise InvalidInput("max_rto_ns", f"must be >= min_rto_ns ({self.min_rto_ns}), got {self.max_rto_ns}")
+        if type(self.dupack_threshold) is not int or self.dupack_threshold < 1:
+            raise InvalidInput("dupack_threshold", f"must be an integer >= 1, got {self.dupack_threshold!r}")
+
+    @property
+    def mss_bytes(self) -> int:
+        """Payload bytes of a full segment."""
+        return self.mtu_bytes - IPV4_HEADER_BYTES - TCP_HEADER_BYTES
+
+
+class DctcpSender:
+    """Sender side of one DCTCP flow.
+
+    Args:
+        engine, host: the simulator and the sending host.  dst_ip: receiver address.
+        flow_id: unique id (carried in ``Packet.flow_id``, which the sim uses to find endpoints).
+        size_bytes: bytes to send, or None for a persistent flow.
+        config: :class:`DctcpConfig`.  stats: shared counters.
+        on_closed: called with the flow id when every byte is acknowledged.
+
+    State in bytes: ``cwnd``, ``ssthresh``, ``snd_una``, ``snd_nxt``; ``alpha`` in [0, 1].
+    """
+
+    __slots__ = ("engine", "nic", "src", "dst", "flow_id", "size", "cfg", "mss", "stats",
+                 "on_closed", "cwnd", "ssthresh", "snd_una", "snd_nxt", "high_sent", "dupacks",
+                 "in_recovery", "recover", "alpha", "alpha_end", "win_acked", "win_marked",
+                 "cwr_end", "srtt", "rttvar", "rto", "rto_deadline", "rto_event_at", "closed",
+                 "ecn_cuts")
+
+    def __init__(self, engine: Engine, host: Host, dst_ip: int, flow_id: int, size_bytes: int | None,
+                 config: DctcpConfig, stats: TransportStats, on_closed: Callable[[int], None]) -> None:
+        if size_bytes is not None and (type(size_bytes) is not int or size_bytes <= 0):
+            raise InvalidInput("size_bytes", f"must be an integer > 0 or None, got {size_bytes!r}")
+        self.engine = engine
+        self.nic = host.nic
+        self.src = host.ip
+        self.dst = dst_ip
+        self.flow_id = flow_id
+        self.size = size_bytes if size_bytes is not None else (1 << 62)
+        self.cfg = config
+        self.mss = config.mss_bytes
+        self.stats = stats
+        self.on_closed = on_closed
+        self.cwnd = float(config.initial_cwnd_segments * self.mss)
+        self.ssthresh = float(1 << 62)
+        self.snd_una = 0
+        self.snd_nxt = 0
+        self.high_sent = 0  # highest byte ever sent (for counting retransmissions)
+        self.dupacks = 0
+        self.in_recovery = False
+        self.recover = 0
+        self.alpha = 1.0  # RFC 8257 Section 4.2: initialise alpha to 1 (conservative)
+        self.alpha_end = 0
+        self.win_acked = 0
+        self.win_marked = 0
+        self.cwr_end = 0
+        self.srtt = 0
+        self.rttvar = 0
+        self.rto = config.initial_rto_ns
+        self.rto_deadline = 0  # 0 = timer off
+        self.rto_event_at = -1  # time of the queued timer event, -1 = none
+        self.closed = False
+        self.ecn_cuts = 0
+
+    def start(self) -> None:
+        """Send the initial window."""
+        self.alpha_end = 0
+        self._try_send()
+
+    def _send_segment(self, seq: int) -> int:
+        payload = min(self.mss, self.size - seq)
+        pkt = Packet(self.src, self.dst, PROTO_TCP, 1024 + self.flow_id % 64000, 5001,
+                     payload + TCP_OVERHEAD_BYTES, payload, ECN_ECT0)
+        pkt.flow_id = self.flow_id
+        pkt.seq = seq
+        pkt.sent_ns = self.engine.now
+        size = pkt.size
+        self.stats.data_bytes += size
+        if seq < self.high_sent:
+            self.stats.retransmitted_bytes += size
+        end = seq + payload
+        if end > self.high_sent:
+            self.high_sent = end
+        self.nic.send(pkt)  # type: ignore[union-attr]
+        return payload
+
+    def _try_send(self) -> None:
+        limit = self.snd_una + max(int(self.cwnd), self.mss)
+        size = self.size
+        sent = False
+        while self.snd_nxt < size and self.snd_nxt < limit:
+            self.snd_nxt += self._send_segment(self.snd_nxt)
+            sent = True
+        if sent and self.rto_deadline == 0:
+            self._arm_rto()
+
+    def _arm_rto(self) -> None:
+        deadline = self.engine.now + self.rto
+        self.rto_deadline = deadline
+        if self.rto_event_at < 0 or self.rto_event_at > deadline:
+            self.rto_event_at = deadline
+            self.engine.at(deadline, self._on_timer, deadline)
+
+    def _on_timer(self, at: int) -> None:
+        if at != self.rto_event_at:
+            return  # superseded by an earlier timer event
+        self.rto_event_at = -1
+        if self.closed or self.rto_deadline == 0:
+            return
+        now = self.engine.now
+        if now < self.rto_deadline:  # the deadline moved on; sleep until it
+            self.rto_event_at = self.rto_deadline
+            self.engine.at(self.rto_deadline, self._on_timer, self.rto_deadline)
+            return
+        # Retransmission timeout (RFC 6298 5.4-5.7; RFC 5681 eq. 4 for ssthresh).
+        self.stats.timeouts += 1
+        flight = self.snd_nxt - self.snd_una
+        self.ssthresh = float(max(flight // 2, 2 * self.mss))
+        self.cwnd = float(self.mss)
+        self.snd_nxt = self.snd_una
+        self.in_recovery = False
+        self.dupacks = 0
+        self.rto = min(self.rto * 2, self.cfg.max_rto_ns)
+        self.rto_deadline = 0
+        self._try_send()
+
+    def receive(self, pkt: Packet) -> None:
+        """Handle an ACK (``pkt.ack`` cumulative, ``TCP_ECE`` flag, echoed ``sent_ns``)."""
+        if self.closed:
+            return
+        now = self.engine.now
+        ack = pkt.ack
+        ece = pkt.tcp_flags & TCP_ECE
+        if ack > self.snd_una:
+            self._rtt_sample(now - pkt.sent_ns)
+            acked = ack - self.snd_una
+            self.snd_una = ack
+            if self.snd_nxt < ack:  # after a go-back-N restart the receiver may be ahead
+                self.snd_nxt = ack
+            self.dupacks = 0
+            # DCTCP alpha, once per window of data (RFC 8257 Section 3.3 steps 3-9).
+            self.win_acked += acked
+            if ece:
+                self.win_marked += acked
+            if ack >= self.alpha_end:
+                g = self.cfg.g
+                frac = self.win_marked / self.win_acked if self.win_acked else 0.0
+                self.alpha = (1.0 - g) * self.alpha + g * frac
+                self.win_acked = self.win_marked = 0
+                self.alpha_end = self.snd_nxt
+            if self.in_recovery:
+                if ack >= self.recover:
+                    self.in_recovery = False
+                    self.cwnd = self.ssthresh
+                else:  # NewReno partial ACK: the next hole is lost too
+                    self._send_segment(ack)
+            elif ece and ack > self.cwr_end:
+                # At most one reduction per window (RFC 8257 Section 3.3 step 10).
+                self.cwnd = max(self.cwnd * (1.0 - self._ecn_penalty() / 2.0), float(self.mss))
+                self.ssthresh = self.cwnd
+                self.cwr_end = self.snd_nxt
+                self.ecn_cuts += 1
+            elif self.cwnd < self.ssthresh:
+                self.cwnd += acked  # slow start
+            else:
+                self.cwnd += self.mss * acked / self.cwnd  # congestion avoidance
+            if self.snd_una >= self.size:
+                self.closed = True
+                self.rto_deadline = 0
+                self.on_closed(self.flow_id)
+                return
+            self.rto_deadline = 0
+            if self.snd_nxt > self.snd_una:
+                self._arm_rto()
+        elif ack == self.snd_una and self.snd_nxt > self.snd_una:
+            self.dupacks += 1
+            if self.dupacks == self.cfg.dupack_threshold and not self.in_recovery:
+                self.stats.fast_retransmits += 1
+                flight = self.snd_nxt - self.snd_una
+                self.ssthresh = float(max(flight // 2, 2 * self.mss))
+                self.cwnd = self.ssthresh
+                self.in_recovery = True
+                self.recover = self.snd_nxt
+                self.cwr_end = self.snd_nxt
+                self._send_segment(self.snd_una)
+        self._try_send()
+
+    def _ecn_penalty(self) -> float:
+        """Penalty p of the ECN window cut cwnd <- cwnd * (1 - p/2); DCTCP's p is alpha.
+
+        A hook for DCTCP variants (D2TCP's p = alpha^d); called once per cut, on ECE.
+        """
+        return self.alpha
+
+    def _rtt_sample(self, r: int) -> None:
+        """RFC 6298 Section 2 estimator (integer ns)."""
+        if r <= 0:
+            return
+        if self.srtt == 0:
+            self.srtt = r
+            self.rttvar = r // 2
+        else:
+            self.rttvar = (3 * self.rttvar + abs(self.srtt - r)) // 4
+            self.srtt = (7 * self.srtt + r) // 8
+        self.rto = min(max(self.cfg.min_rto_ns, self.srtt + 4 * self.rttvar), self.cfg.max_rto_ns)
+
+
+class DctcpReceiver:
+    """Receiver side of one DCTCP flow: cumulative ACK per data packet, ECE = CE of that packet.
+
+    Args:
+        engine, host: the simulator and the receiving host.  src_ip: the sender's address.
+        flow_id, size_bytes: the flow (None: persistent, never finishes).
+        stats: shared counters.  on_finish: ``on_finish(flow_id, finish_ns)`` once.
+    """
+
+    __slots__ = ("engine", "nic", "src", "sender", "flow_id", "size", "rcv_nxt", "ooo", "stats",
+                 "on_finish", "finished", "ce_seen")
+
+    def __init__(self, engine: Engine, host: Host, src_ip: int, flow_id: int, size_bytes: int | None,
+                 stats: TransportStats, on_finish: Callable[[int, int], None]) -> None:
+        self.engine = engine
+        self.nic = host.nic
+        self.src = host.ip
+        self.sender = src_ip
+        self.flow_id = flow_id
+        self.size = size_bytes
+        self.rcv_nxt = 0
+        self.ooo: dict[int, int] = {}  # seq -> end of segments above rcv_nxt
+        self.stats = stats
+        self.on_finish = on_finish
+        self.finished = False
+        self.ce_seen = 0
+
+    def receive(self, pkt: Packet) -> None:
+        self._take(pkt.seq, pkt.seq + pkt.payload)
+        ce = pkt.ecn == ECN_CE
+        if ce:
+            self.ce_seen += 1
+        self._ack(pkt, TCP_ACK | TCP_ECE if ce else TCP_ACK)
+
+    def _take(self, seq: int, end: int) -> None:
+        """Reassemble: bytes [seq, end) arrived (cumulative ``rcv_nxt``, out-of-order map)."""
+        if seq == self.rcv_nxt:
+            ooo = self.ooo
+            while end in ooo:
+                end = ooo.pop(end)
+            self.rcv_nxt = end
+        elif seq > self.rcv_nxt:
+            self.ooo[seq] = end
+
+    def _ack(self, pkt: Packet, flags: int, seq: int = 0) -> None:
+        """ACK ``pkt`` (cumulative ``rcv_nxt``; ``seq`` names the segment, 0 for none) and
+        report the flow finished once every byte arrived."""
+        ack = Packet(self.src, self.sender, PROTO_TCP, pkt.dport, pkt.sport, ACK_BYTES, 0)
+        ack.flow_id = self.flow_id
+        ack.ack = self.rcv_nxt
+        ack.seq = seq
+        ack.tcp_flags = flags
+        ack.sent_ns = pkt.sent_ns
+        self.stats.ack_bytes += ACK_BYTES
+        self.nic.send(ack)  # type: ignore[union-attr]
+        if not self.finished and self.size is not None and self.rcv_nxt >= self.size:
+            self.finished = True
+            self.on_finish(self.flow_id, self.engine.now)

@@ -1,0 +1,567 @@
+"""Homa host transport (Montazeri, Li, Alizadeh, Ousterhout, "Homa: A Receiver-Driven
+Low-Latency Transport Protocol Using Network Priorities", SIGCOMM 2018), for policy ``"homa"``.
+
+Under policy ``"homa"`` every flow is a Homa message -- pipeline flows AND background flows:
+Homa is a whole-fabric transport (in the paper's evaluation all traffic is Homa), and its
+priorities only mean something when no other transport shares the queues.
+
+What is modelled (paper sections in brackets):
+
+- **Unscheduled bytes** [3.2, 3.3]: a sender transmits the first ``rtt_bytes`` of a message at
+  once, without waiting for a grant (RTTbytes: the bytes a sender can put on the wire in one
+  round trip; 9.7 KB at 10 Gbit/s in the paper's simulations [5.2], the HomaSimulation
+  ``maxOutstandingRecvBytes = 9700B``). The simulator derives it from the topology (see
+  :func:`rtt_bytes_for`) unless configured.
+- **Grants, SRPT at the receiver** [3.3, 3.4]: for every DATA packet it receives, a receiver
+  ranks its incoming messages that still need grants by remaining bytes (fewest first: SRPT)
+  and sends each of the top ``overcommit`` messages a GRANT that keeps ``rtt_bytes`` granted
+  but not yet received (grant offset = received + rtt_bytes, at most the message size).
+- **Overcommitment** [3.5]: at most ``overcommit`` messages per receiver hold outstanding
+  grants; the default degree is the number of scheduled priority levels (the paper's choice).
+- **Priorities chosen by the receiver** [3.4]: of the 8 switch queues (queue 7 served first),
+  the top ``8 - sched_priorities`` are *unscheduled* levels and the bottom ``sched_priorities``
+  are *scheduled* levels. The number of unscheduled levels is proportional to the fraction of
+  the workload's bytes that are unscheduled, and the size cutoffs between unscheduled levels
+  split the unscheduled bytes equally, smaller messages higher
+  (:func:`homa_priorities`, from the workload's message-size CDF). A message's unscheduled
+  packets use the level of its size; scheduled packets use the level carried by its latest
+  GRANT: with ``n`` messages granted, the one with the fewest remaining bytes gets scheduled
+  level ``n - 1`` and the last gets 0 (the lowest levels are used when fewer messages than
+  levels are active, so a new shorter message can preempt without reshuffling [3.4]).
+  GRANT, RESEND and ACK packets go out at queue 7.
+- **Sender SRPT** [3.2]: each host's NIC is fed one packet at a time (a pacer that sends when
+  the NIC is idle), always from the sendable message with the fewest bytes left to send, so a
+  short message never waits behind a long one's queued packets at the sender.
+- Switches honour the host-chosen priority: :class:`HomaPipeline` keeps ``pkt.priority`` of
+  Homa packets (IP protocol 146) and is otherwise the SAFS :class:`PipelineModel` (routes,
+  counters).
+
+Simplified, and documented as such:
+
+- **Loss recovery** [3.7] is timer based: a receiver that got no new data of a message with
+  granted-but-missing bytes for ``resend_ns`` sends a RESEND for the first missing byte up to
+  the granted offset (it also re-announces the grant, so lost GRANTs are recovered); the
+  sender goes back to that offset (go-back-N) when it had already sent it. A sender that has
+  sent everything it may and heard nothing from the receiver for ``sender_timeout_ns``
+  resends the unscheduled part when it never heard from it at all (its packets may all have
+  been lost, so the receiver does not know the message), else its last packet as a probe; a
+  receiver answers DATA of a message it already completed with an ACK (so a lost ACK is
+  recovered). Timers run per host, only while it has
+  messages. Defaults follow the ns-3 Homa of Arslan (HomaL4Protocol-ns-3, paper-reproduction
+  script): 1 ms inbound, 10 ms outbound.
+- The receiver sends an ACK when the message is complete (the Linux Homa ACK packet; the 2018
+  paper uses the RPC response as the acknowledgement); the sender then forgets the message.
+- No BUSY packets, no per-RPC state, no incast optimisation, no cutoff-distribution packets
+  (every host uses the same configured cutoffs, as if announced once).
+
+Wire format in the simulator: a DATA packet is ``payload + HOMA_DATA_OVERHEAD_BYTES`` on the
+wire (Ethernet 14 + IPv4 20 + Homa 38: the HomaSimulation's 8-byte UDP plus its ~30-byte data
+header, see :data:`safs.core.distributions.HOMA_MAX_DATA_BYTES_PER_PKT`); control packets
+are 64 bytes. ``Packet.flags`` holds the Homa type (codes of the Linux module's homa_wire.h),
+``seq`` the DATA offset, ``ack`` a GRANT/RESEND offset, ``qclass`` the GRANT's priority.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from safs.core.errors import InvalidInput
+from safs.targets.pipeline_model import PipelineModel
+from safs.core.protocol import NUM_QUEUES
+from safs.experiments.sim.engine import Engine
+from safs.experiments.sim.network import Host
+from safs.core.packet import ETH_HEADER_BYTES, IPV4_HEADER_BYTES, Packet
+from safs.hosts.stats import TransportStats
+from safs.core.distributions import SizeDistribution
+
+PROTO_HOMA = 146  # IPPROTO_HOMA of the Linux Homa module (PlatformLab/HomaModule, homa.h)
+HOMA_HEADER_BYTES = 38  # UDP 8 + ~30-byte Homa data header, as the HomaSimulation counts it
+HOMA_IP_OVERHEAD_BYTES = IPV4_HEADER_BYTES + HOMA_HEADER_BYTES  # inside the MTU
+HOMA_DATA_OVERHEAD_BYTES = ETH_HEADER_BYTES + HOMA_IP_OVERHEAD_BYTES  # 72 on the wire
+HOMA_CONTROL_BYTES = 64  # GRANT / RESEND / ACK: one minimum Ethernet frame
+
+# Packet types (Linux Homa, homa_wire.h: DATA 0x10, GRANT 0x11, RESEND 0x12, ACK 0x18).
+HOMA_DATA, HOMA_GRANT, HOMA_RESEND, HOMA_ACK = 0x10, 0x11, 0x12, 0x18
+
+QUEUE_HOMA_CONTROL = NUM_QUEUES - 1  # GRANT/RESEND/ACK at the highest priority [3.4]
+
+DEFAULT_SCHED_PRIORITIES = NUM_QUEUES // 2  # without a CDF: HomaSimulation homaTransportConfig.ini
+#   schedPrioLevels = prioLevels / 2
+
+
+@dataclass(frozen=True)
+class HomaConfig:
+    """Homa settings (sizes in bytes, times in ns). ``None`` fields are derived.
+
+    Attributes:
+        mtu_bytes: largest IP packet; payload per DATA packet = MTU - 58 (IPv4 + Homa).
+        rtt_bytes: unscheduled bytes per message and bytes kept granted per granted message
+            (RTTbytes, paper Section 3.2; 9.7 KB at 10 Gbit/s in Section 5.2). None: derived
+            from the topology, :func:`rtt_bytes_for`.
+        sched_priorities: scheduled levels, 1..7 (the other 8 - n are unscheduled). None:
+            from ``size_distribution`` (:func:`homa_priorities`, Section 3.4), else 4.
+        overcommit: messages a receiver grants at once, >= 1. None: ``sched_priorities``
+            (the paper's default degree, Section 3.5).
+        unsched_cutoffs_bytes: ascending size cutoffs between unscheduled levels
+            (``8 - sched_priorities - 1`` of them); None: from ``size_distribution``, else
+            RTTbytes/8, /4, /2, ... (a fallback of this simulator, not from the paper).
+        size_distribution: a flow-size CDF file (:func:`safs.core.distributions.
+            load_distribution`; bare names are the shipped ones) whose sizes set the priority
+            split; None: no CDF.
+        resend_ns: receiver RESEND timeout, default 1 ms (ns-3 Homa InbndRtxTimeout).
+        sender_timeout_ns: sender timeout without any reply, default 10 ms (ns-3 Homa
+            OutbndRtxTimeout).
+
+    Raises:
+        InvalidInput: a field out of range (the field is named ``homa.<name>``).
+    """
+
+    mtu_bytes: int = 9000
+    rtt_bytes: int | None = None
+    sched_priorities: int | None = None
+    overcommit: int | None = None
+    unsched_cutoffs_bytes: tuple[int, ...] | None = None
+    size_distribution: str | None = None
+    resend_ns: int = 1_000_000
+    sender_timeout_ns: int = 10_000_000
+
+    def __post_init__(self) -> None:
+        def bad_int(v: Any, low: int, high: int | None = None) -> bool:
+            return (isinstance(v, bool) or not isinstance(v, int) or v < low
+                    or (high is not None and v > high))
+
+        if bad_int(self.mtu_bytes, HOMA_IP_OVERHEAD_BYTES + 1, 65535):
+            raise InvalidInput("homa.mtu_bytes", f"must be an integer in {HOMA_IP_OVERHEAD_BYTES + 1}..65535, "
+                               f"got {self.mtu_bytes!r}")
+        if self.rtt_bytes is not None and bad_int(self.rtt_bytes, 1):
+            raise InvalidInput("homa.rtt_bytes", f"must be an integer >= 1 byte or null, got {self.rtt_bytes!r}")
+        if self.sched_priorities is not None and bad_int(self.sched_priorities, 1, NUM_QUEUES - 1):
+            raise InvalidInput("homa.sched_priorities",
+                               f"must be an integer in 1..{NUM_QUEUES - 1} or null, got {self.sched_priorities!r}")
+        if self.overcommit is not None and bad_int(self.overcommit, 1):
+            raise InvalidInput("homa.overcommit", f"must be an integer >= 1 or null, got {self.overcommit!r}")
+        for name in ("resend_ns", "sender_timeout_ns"):
+            if bad_int(getattr(self, name), 1):
+                raise InvalidInput(f"homa.{name}", f"must be an integer >= 1 ns, got {getattr(self, name)!r}")
+        cut = self.unsched_cutoffs_bytes
+        if cut is not None:
+            if not isinstance(cut, (tuple, list)) or any(bad_int(c, 1) for c in cut) \
+                    or any(b <= a for a, b in zip(cut, cut[1:])):
+                raise InvalidInput("homa.unsched_cutoffs_bytes",
+                                   f"must be strictly ascending integers >= 1 byte, got {cut!r}")
+            if self.sched_priorities is not None and len(cut) != NUM_QUEUES - self.sched_priorities - 1:
+                raise InvalidInput("homa.unsched_cutoffs_bytes",
+                                   f"needs {NUM_QUEUES - self.sched_priorities - 1} cutoffs for "
+                                   f"{self.sched_priorities} scheduled levels, got {len(cut)}")
+        if self.size_distribution is not None and not isinstance(self.size_distribution, str):
+            raise InvalidInput("homa.size_distribution", f"must be a file name or null, got {self.size_distribution!r}")
+
+    @property
+    def max_payload(self) -> int:
+        """Payload bytes per DATA packet (MTU - IPv4 - Homa headers)."""
+        return self.mtu_bytes - HOMA_IP_OVERHEAD_BYTES
+
+
+@dataclass(frozen=True)
+class HomaParams:
+    """Resolved per-run Homa parameters (see :class:`HomaConfig` for meanings).
+
+    ``cutoffs`` has ``NUM_QUEUES - sched_priorities - 1`` ascending sizes; a message of size
+    s gets unscheduled queue ``7 - bisect_left(cutoffs, s)`` (<= cutoffs[0]: queue 7).
+    """
+
+    max_payload: int
+    rtt_bytes: int
+    sched_priorities: int
+    overcommit: int
+    cutoffs: tuple[int, ...]
+    resend_ns: int
+    sender_timeout_ns: int
+
+    def unsched_queue(self, size_bytes: int) -> int:
+        """Queue of a message's unscheduled packets (smaller messages higher)."""
+        return NUM_QUEUES - 1 - bisect.bisect_left(self.cutoffs, size_bytes)
+
+
+def _masses(dist: SizeDistribution) -> list[tuple[float, float]]:
+    """(size bytes, probability) points of ``dist`` (step CDF: mass at each size; interpolated
+    CDF: each segment's mass at its mid size; a Pareto tail: its mass at its mean)."""
+    out: list[tuple[float, float]] = []
+    prev_p, prev_s = 0.0, 0.0
+    for s, p in zip(dist.sizes, dist.cdf):
+        if p > prev_p:
+            out.append(((prev_s + s) / 2 if dist.interpolate and out else float(s), p - prev_p))
+        prev_p, prev_s = p, float(s)
+    if dist.pareto_tail is not None and prev_p < 1.0:
+        k, sigma, _ = dist.pareto_tail
+        out.append((prev_s + sigma / (1 - k), 1.0 - prev_p))
+    return out
+
+
+def homa_priorities(dist: SizeDistribution, rtt_bytes: int,
+                    num_priorities: int = NUM_QUEUES) -> tuple[int, tuple[int, ...]]:
+    """Split ``num_priorities`` levels between unscheduled and scheduled traffic (paper 3.4).
+
+    Unscheduled levels U = round(P * f), clamped to 1..P-1, where f is the fraction of the
+    workload's bytes that are unscheduled (E[min(size, rtt_bytes)] / E[size]); the U-1 size
+    cutoffs split the unscheduled bytes into U equal shares, smaller messages on higher
+    levels (the paper: "each unscheduled priority level carries the same amount of
+    unscheduled bytes").
+
+    Args:
+        dist: the workload's message-size distribution.
+        rtt_bytes: RTTbytes (>= 1).
+        num_priorities: levels available (2..8).
+
+    Returns:
+        (scheduled levels, ascending cutoffs in bytes; ``len = P - scheduled - 1``).
+
+    Raises:
+        InvalidInput: ``rtt_bytes`` < 1 or ``num_priorities`` outside 2..8.
+    """
+    if isinstance(rtt_bytes, bool) or not isinstance(rtt_bytes, int) or rtt_bytes < 1:
+        raise InvalidInput("rtt_bytes", f"must be an integer >= 1 byte, got {rtt_bytes!r}")
+    if not 2 <= num_priorities <= NUM_QUEUES:
+        raise InvalidInput("num_priorities", f"must be in 2..{NUM_QUEUES}, got {num_priorities!r}")
+    masses = _masses(dist)
+    total = sum(s * p for s, p in masses)
+    unsched = [(s, p * min(s, rtt_bytes)) for s, p in masses]
+    unsched_total = sum(b for _, b in unsched)
+    levels_u = min(num_priorities - 1, max(1, round(num_priorities * unsched_total / total)))
+    cutoffs: list[int] = []
+    acc = 0.0
+    share = unsched_total / levels_u
+    for s, b in unsched:
+        acc += b
+        while len(cutoffs) < levels_u - 1 and acc >= share * (len(cutoffs) + 1) - 1e-12:
+            c = max(1, int(s))
+            if cutoffs and c <= cutoffs[-1]:
+                c = cutoffs[-1] + 1
+            cutoffs.append(c)
+    return num_priorities - levels_u, tuple(cutoffs)
+
+
+def rtt_bytes_for(topology: Any, mtu_bytes: int) -> int:
+    """RTTbytes for ``topology``: host link rate x (idle one-way time of a full DATA packet
+    plus that of a control packet back) between the farthest pair of hosts, in bytes.
+
+    This is the paper's definition (Section 3.2: the bytes a sender can transmit in the time
+    it takes a packet to reach the receiver and a grant to come back).
+    """
+    hosts = topology.hosts()
+    rate = max(topology.host_link_bps(h) for h in hosts)
+    worst = 0
+    if len(hosts) >= 2:
+        a = hosts[0]
+        for b in hosts[1:]:
+            t = (topology.min_transfer_ns(a, b, mtu_bytes - HOMA_IP_OVERHEAD_BYTES, mtu_bytes)
+                 + topology.min_transfer_ns(b, a, 1, mtu_bytes))
+            worst = max(worst, t)
+    return max(1, -(-worst * rate // 8_000_000_000))
+
+
+def resolve(config: HomaConfig, topology: Any) -> HomaParams:
+    """Fill the derived fields of ``config`` for ``topology`` (see :class:`HomaConfig`).
+
+    Raises:
+        InvalidInput: an unreadable ``size_distribution`` (file named), or cutoffs that do
+            not match the derived number of levels.
+    """
+    rtt = config.rtt_bytes if config.rtt_bytes is not None else rtt_bytes_for(topology, config.mtu_bytes)
+    sched, cutoffs = config.sched_priorities, config.unsched_cutoffs_bytes
+    if config.size_distribution is not None and (sched is None or cutoffs is None):
+        from safs.core.distributions import load_distribution
+
+        d_sched, d_cut = homa_priorities(load_distribution(config.size_distribution), rtt)
+        if sched is None:
+            sched = d_sched
+        if cutoffs is None:
+            cutoffs = d_cut if sched == d_sched else None
+    if sched is None:
+        sched = DEFAULT_SCHED_PRIORITIES
+    n_cut = NUM_QUEUES - sched - 1
+    if cutoffs is None:
+        cutoffs = tuple(sorted({max(1, rtt >> (n_cut - i)) for i in range(n_cut)}))
+        while len(cutoffs) < n_cut:  # tiny rtt_bytes: keep the count right
+            cutoffs = cutoffs + (cutoffs[-1] + 1 if cutoffs else 1,)
+    if len(cutoffs) != n_cut:
+        raise InvalidInput("homa.unsched_cutoffs_bytes", f"needs {n_cut} cutoffs for {sched} scheduled levels, "
+                           f"got {len(cutoffs)}")
+    return HomaParams(config.max_payload, rtt, sched, config.overcommit or sched, tuple(cutoffs),
+                      config.resend_ns, config.sender_timeout_ns)
+
+
+class HomaPipeline(PipelineModel):
+    """The SAFS pipeline model that keeps the host-chosen priority of Homa packets.
+
+    Homa packets (IP protocol :data:`PROTO_HOMA`) are routed and counted as any non-SAFS
+    packet, but leave on queue ``pkt.priority`` as the host set it (a switch trusting the
+    packet's priority field, as the paper's switches trust 802.1p). Every other packet is
+    handled exactly as by :class:`PipelineModel`.
+    """
+
+    def ingress(self, pkt: Packet, in_port: int) -> list[tuple[int, Packet]]:
+        if pkt.proto != PROTO_HOMA:
+            return super().ingress(pkt, in_port)
+        prio = pkt.priority
+        out = super().ingress(pkt, in_port)
+        pkt.priority = prio
+        return out
+
+
+class _Out:
+    """Sender-side state of one message."""
+
+    __slots__ = ("fid", "dst", "size", "next", "granted", "unsched", "uprio", "sprio", "heard", "sent_high",
+                 "last_heard")
+
+    def __init__(self, fid: int, dst: int, size: int, p: HomaParams, now: int) -> None:
+        self.fid = fid
+        self.dst = dst
+        self.size = size
+        self.next = 0  # next offset to send
+        self.unsched = min(size, p.rtt_bytes)
+        self.granted = self.unsched
+        self.uprio = p.unsched_queue(size)
+        self.sprio = 0
+        self.heard = False  # any GRANT / RESEND from the receiver
+        self.sent_high = 0  # highest offset ever sent (retransmission accounting)
+        self.last_heard = now
+
+
+class _In:
+    """Receiver-side state of one message."""
+
+    __slots__ = ("fid", "src", "size", "received", "contig", "ooo", "granted", "progress", "checked")
+
+    def __init__(self, fid: int, src: int, size: int, p: HomaParams) -> None:
+        self.fid = fid
+        self.src = src
+        self.size = size
+        self.received = 0  # distinct payload bytes received
+        self.contig = 0  # first offset not yet received
+        self.ooo: dict[int, int] = {}  # offset -> end of packets received above contig
+        self.granted = min(size, p.rtt_bytes)
+        self.progress = 0  # bumped on every new packet
+        self.checked = -1  # progress seen at the last timer check
+
+
+class HomaHost:
+    """Homa on one host: its outgoing messages (pacer, SRPT) and incoming ones (grants).
+
+    Registered in ``Host.senders[fid]`` (GRANT, RESEND, ACK: payload 0) and
+    ``Host.receivers[fid]`` (DATA) for each message it sends or receives.
+
+    Args:
+        engine: the simulator.  host: the network host.  params: resolved parameters.
+        stats: shared counters.
+        on_finish: ``on_finish(fid, now)`` when a message it receives is complete.
+        on_closed: ``on_closed(fid)`` when a message it sends is acknowledged.
+    """
+
+    def __init__(self, engine: Engine, host: Host, params: HomaParams, stats: TransportStats,
+                 on_finish: Callable[[int, int], None], on_closed: Callable[[int], None]) -> None:
+        self.engine = engine
+        self.host = host
+        self.nic = host.nic
+        self.ip = host.ip
+        self.p = params
+        self.stats = stats
+        self.on_finish = on_finish
+        self.on_closed = on_closed
+        self.out: dict[int, _Out] = {}
+        self.ready: list[_Out] = []  # messages with next < granted
+        self.inc: dict[int, _In] = {}
+        self.wake_at = -1  # time of the queued pacer wake-up, -1 = none
+        self.timer_on = False
+
+    # ---- sender ---------------------------------------------------------------------------
+    def send_message(self, fid: int, dst_ip: int, size_bytes: int) -> None:
+        """Start sending a message of ``size_bytes`` (>= 1) to ``dst_ip`` now (unscheduled
+        bytes at once, the rest as granted)."""
+        if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 1:
+            raise InvalidInput("size_bytes", f"must be an integer >= 1, got {size_bytes!r}")
+        m = _Out(fid, dst_ip, size_bytes, self.p, self.engine.now)
+        self.out[fid] = m
+        self.ready.append(m)
+        self._arm_timer()
+        self._pump(None)
+
+    def _pump(self, _: Any) -> None:
+        """Send one packet when the NIC is idle: from the ready message with the fewest bytes
+        left to send (SRPT); then wake when the NIC is free again."""
+        engine = self.engine
+        now = engine.now
+        nic = self.nic
+        if self.wake_at == now:
+            self.wake_at = -1
+        if nic.queued_packets or nic.busy_until > now:  # type: ignore[union-attr]
+            self._wake(nic.busy_until if nic.busy_until > now else now)  # type: ignore[union-attr]
+            return
+        ready = self.ready
+        if not ready:
+            return
+        m = min(ready, key=_left)
+        off = m.next
+        payload = min(self.p.max_payload, m.size - off)
+        pkt = Packet(self.ip, m.dst, PROTO_HOMA, 0, 0, payload + HOMA_DATA_OVERHEAD_BYTES, payload)
+        pkt.flow_id = m.fid
+        pkt.flags = HOMA_DATA
+        pkt.seq = off
+        pkt.priority = m.uprio if off < m.unsched else m.sprio
+        pkt.sent_ns = now
+        stats = self.stats
+        stats.data_bytes += pkt.size
+        end = off + payload
+        if off < m.sent_high:
+            stats.retransmitted_bytes += pkt.size
+        else:
+            m.sent_high = end
+        m.next = end
+        if end >= m.granted or end >= m.size:
+            ready.remove(m)
+        nic.send(pkt)  # type: ignore[union-attr]
+        if ready:
+            self._wake(nic.busy_until)  # type: ignore[union-attr]
+
+    def _wake(self, t: int) -> None:
+        if self.wake_at < 0 or self.wake_at > t:
+            self.wake_at = t
+            self.engine.at(t, self._pump, None)
+
+    def _on_control(self, pkt: Packet) -> None:
+        m = self.out.get(pkt.flow_id)
+        if m is None:
+            return
+        kind = pkt.flags
+        if kind == HOMA_ACK:
+            del self.out[pkt.flow_id]
+            if m.next < m.granted and m.next < m.size:
+                self.ready.remove(m)
+            self.on_closed(m.fid)
+            return
+        m.heard = True
+        m.last_heard = self.engine.now
+        was_ready = m.next < m.granted and m.next < m.size
+        if kind == HOMA_GRANT:
+            m.sprio = pkt.qclass
+            if pkt.ack > m.granted:
+                m.granted = min(pkt.ack, m.size)
+        elif kind == HOMA_RESEND:
+            if pkt.ack > m.granted:
+                m.granted = min(pkt.ack, m.size)
+            if pkt.seq < m.next:
+                m.next = pkt.seq  # go back to the first missing byte
+        if not was_ready and m.next < m.granted and m.next < m.size:
+            self.ready.append(m)
+            self._pump(None)
+
+    # ---- receiver -------------------------------------------------------------------------
+    def expect(self, fid: int, src_ip: int, size_bytes: int) -> None:
+        """Register an incoming message (state is used only once its first packet arrives)."""
+        self.inc[fid] = _In(fid, src_ip, size_bytes, self.p)
+
+    def receive(self, pkt: Packet) -> None:
+        """Handle a Homa packet for this host (DATA as receiver, control as sender)."""
+        if pkt.flags != HOMA_DATA:
+            self._on_control(pkt)
+            return
+        m = self.inc.get(pkt.flow_id)
+        if m is None:  # already complete (expect() runs before any packet): ACK the duplicate
+            self._control(pkt.src, pkt.flow_id, HOMA_ACK, 0, 0)
+            return
+        seq = pkt.seq
+        end = seq + pkt.payload
+        if seq == m.contig:
+            nxt = end
+            ooo = m.ooo
+            while nxt in ooo:
+                nxt = ooo.pop(nxt)
+            m.contig = nxt
+        elif seq > m.contig and seq not in m.ooo:
+            m.ooo[seq] = end
+        else:
+            return  # duplicate
+        m.received += pkt.payload
+        m.progress += 1
+        if m.progress == 1:
+            self._arm_timer()
+        if m.received >= m.size:
+            del self.inc[m.fid]
+            self._control(m.src, m.fid, HOMA_ACK, 0, 0)
+            self.on_finish(m.fid, self.engine.now)
+        self._grant()
+
+    def _grant(self) -> None:
+        """SRPT grants: the top ``overcommit`` messages (fewest remaining bytes) that still
+        need grants each get granted offset = received + rtt_bytes (at most the size)."""
+        p = self.p
+        cands = [m for m in self.inc.values() if m.granted < m.size and m.progress]
+        if not cands:
+            return
+        if len(cands) > 1:
+            cands.sort(key=_remaining)
+        k = p.overcommit
+        n = min(len(cands), k, p.sched_priorities)
+        rtt = p.rtt_bytes
+        for rank, m in enumerate(cands[:k]):
+            want = m.received + rtt
+            if want > m.size:
+                want = m.size
+            if want > m.granted:
+                m.granted = want
+                prio = n - 1 - rank
+                self._control(m.src, m.fid, HOMA_GRANT, want, prio if prio > 0 else 0)
+
+    def _control(self, dst: int, fid: int, kind: int, offset: int, prio: int, seq: int = 0) -> None:
+        pkt = Packet(self.ip, dst, PROTO_HOMA, 0, 0, HOMA_CONTROL_BYTES, 0)
+        pkt.flow_id = fid
+        pkt.flags = kind
+        pkt.ack = offset
+        pkt.seq = seq
+        pkt.qclass = prio
+        pkt.priority = QUEUE_HOMA_CONTROL
+        self.stats.control_bytes += HOMA_CONTROL_BYTES
+        self.stats.control_packets += 1
+        self.nic.send(pkt)  # type: ignore[union-attr]
+
+    # ---- timers ---------------------------------------------------------------------------
+    def _arm_timer(self) -> None:
+        if not self.timer_on:
+            self.timer_on = True
+            self.engine.after(min(self.p.resend_ns, self.p.sender_timeout_ns), self._on_timer, None)
+
+    def _on_timer(self, _: Any) -> None:
+        """Receiver RESENDs for stalled messages; sender re-sends of unheard unscheduled bytes."""
+        now = self.engine.now
+        for m in self.inc.values():
+            if not m.progress:
+                continue
+            if m.progress == m.checked and m.granted > m.received:
+                self.stats.timeouts += 1
+                self._control(m.src, m.fid, HOMA_RESEND, m.granted, 0, m.contig)
+            m.checked = m.progress
+        for m in self.out.values():
+            if m.next >= m.granted or m.next >= m.size:
+                if now - m.last_heard >= self.p.sender_timeout_ns:
+                    m.last_heard = now
+                    self.stats.timeouts += 1
+                    if m.heard:  # probe with the last packet sent: a completed message is re-ACKed
+                        m.next = (m.next - 1) // self.p.max_payload * self.p.max_payload
+                    else:  # the receiver may not know the message: send its start again
+                        m.next = 0
+                    self.ready.append(m)
+                    self._pump(None)
+        self.timer_on = False
+        if self.out or any(m.progress for m in self.inc.values()):
+            self._arm_timer()
+
+
+def _left(m: _Out) -> int:
+    return m.size - m.next
+
+
+def _remaining(m: _In) -> int:
+    return m.size - m.received

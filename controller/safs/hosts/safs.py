@@ -1,0 +1,498 @@
+"""SAFS host transport: a grant-paced sender and a reassembling receiver, one pair per flow.
+
+Sender (../shared/BRIEF.md, "Design decisions / How grants reach senders"):
+
+- At flow start it sends a REQUEST (remaining bytes, no-bubble timestamp) and starts sending
+  DATA at the default rate (``SafsConfig.default_rate_bps``; the same number the controller
+  installs as the switch's default grant).
+- A GRANT with a newer epoch (``safs.core.protocol.epoch_newer``) replaces rate and epoch; a GRANT
+  with the current epoch renews the lease; older GRANTs are ignored, except epoch 0
+  (``EPOCH_NONE``), the switch's default grant (no entry installed for the flow), which always
+  applies (docs/protocol.md rule 2): its rate is used, it carries no lease.
+- DATA is paced per flow: after a packet of ``size`` wire bytes the next one may leave
+  ``ceil(size*8e9/rate)`` ns later (a token bucket with a one-packet burst). Flows of a host
+  share its NIC FIFO.
+- The lease is renewed by a REQUEST at ``renew_fraction`` (3/4) of the lease. If it expires
+  without renewal the sender falls back to the default rate and epoch 0 and sends one REQUEST;
+  because its DATA then carries epoch 0, the receiver's ToR pushes the installed grant in-band
+  as soon as one exists.
+- Every DATA carries remaining bytes (including its payload), latest start = no-bubble ts -
+  remaining*8/line_rate (48-bit, ``safs.core.protocol.latest_start_ns``, line rate = the host's
+  link) and the epoch it is sent under; background-class flows set ``FLAG_BACKGROUND``.
+
+Loss recovery (defined here; not part of the P4 program): the receiver sends a DONE
+(remaining 0) once every byte has arrived, and again for any DATA arriving after that. SAFS
+reorders by design (a packet over its grant waits in queue 1 while later ones pass in their
+slack class), so a hole is not taken as a loss at once: a segment still missing
+``reorder_window_ns`` (200 µs) after a segment ``reorder_segments`` (3) positions beyond it
+arrived is reported in a NACK (below), RACK-style (RFC 8985, time-based loss detection). When
+the sender has sent every byte and no DONE has come after ``rto_ns``, it re-sends the last
+segment as a probe (doubling the timeout up to ``rto_max_ns``). A duplicate DATA at a receiver
+that is still missing bytes is answered with a NACK: a DONE whose remaining bytes are the bytes
+still missing and whose payload lists up to ``nack_max_segments`` missing segment offsets (6
+bytes each, counted in its size; in the simulator the list rides in ``Packet.conn``). The
+sender queues those segments for paced retransmission. So a lost segment costs about one
+reorder window or timeout plus one RTT; a lost DONE is repaired by the next probe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from heapq import heappush
+from typing import Callable
+
+from safs.core.errors import InvalidInput
+from safs.core.protocol import (
+    EPOCH_NONE,
+    FLAG_BACKGROUND,
+    HEADER_LEN,
+    SAFS_UDP_PORT,
+    SAFS_VERSION,
+    WIRE_OVERHEAD_BYTES,
+    MsgType,
+    epoch_newer,
+    latest_start_ns,
+)
+from safs.experiments.sim.engine import Engine
+from safs.experiments.sim.network import Host
+from safs.core.packet import IPV4_HEADER_BYTES, PROTO_UDP, UDP_HEADER_BYTES, Packet
+from safs.hosts.stats import TransportStats
+from safs.core.timebase import wrap
+
+DATA_OVERHEAD_BYTES = WIRE_OVERHEAD_BYTES  # 78: headers around a DATA payload
+NS_PER_S = 1_000_000_000
+# A grant whose DATA packets are more than this many poll intervals apart counts as stalled:
+# the sender polls with REQUESTs instead of waiting for an in-band push (40 µs at the default
+# 10 µs poll: rates below 1.8 Gbit/s with 9000-byte packets).
+SLOW_GAP_POLLS = 4
+NACK_ENTRY_BYTES = 6  # one 48-bit segment offset per missing segment
+NO_DEADLINE_NS = 1 << 46  # a flow without a no-bubble ts gets one ~19.5 h ahead (least urgent)
+
+_DATA = int(MsgType.DATA)
+_REQUEST = int(MsgType.REQUEST)
+_GRANT = int(MsgType.GRANT)
+_DONE = int(MsgType.DONE)
+
+
+@dataclass(frozen=True)
+class SafsConfig:
+    """SAFS transport settings.
+
+    Attributes:
+        mtu_bytes: largest IP packet (default 9000, jumbo frames; docs/simulator.md says why).
+        default_rate_bps: rate before the first grant and after a lease expires (bit/s, wire
+            bytes); should equal the switch's default grant.
+        renew_fraction: renew the lease when this fraction of it has passed (0 < f < 1).
+        rto_ns: probe timeout after the last byte was sent without a DONE.
+        rto_max_ns: cap of the doubling probe timeout.
+        nack_max_segments: missing segments listed in one NACK.
+        reorder_segments: a segment still missing when one this many positions later
+            arrives is suspected lost (TCP's duplicate-ACK threshold, RFC 5681: 3) ...
+        reorder_window_ns: ... and reported lost if it is still missing this long after
+            (default 200 µs: two re-allocation ticks; queue-1 packets may wait behind urgent
+            classes that long without being lost).
+        unscheduled_bytes: the first bytes of a flow go at line rate without waiting for a
+            grant (Homa's "unscheduled bytes", Montazeri et al., SIGCOMM 2018, sized there to one
+            RTT of line rate); the rest follows the grant. Default 32 KiB (about 2.6 us at
+            100 Gbit/s); should equal the scheduler's ``unscheduled_bytes`` (meter bursts).
+        grant_poll_ns: while the sender holds no grant of its own (epoch 0: default rate)
+            or a grant so slow that its DATA packets are more than ``SLOW_GAP_POLLS`` times
+            this far apart (rate 0 included), it re-sends a REQUEST this often (default 10 µs). At rate 0
+            there is no DATA to carry the epoch, and at the default rate DATA is sparse (one
+            9 KB packet per 72 µs at 1 Gbit/s), so without this poll the in-band push would
+            reach the sender late.
+
+    Raises:
+        InvalidInput: a field out of its range (checked in ``__post_init__``).
+    """
+
+    mtu_bytes: int = 9000
+    default_rate_bps: int = 10_000_000_000
+    renew_fraction: float = 0.75
+    rto_ns: int = 500_000
+    rto_max_ns: int = 64_000_000
+    nack_max_segments: int = 128
+    reorder_segments: int = 3
+    reorder_window_ns: int = 200_000
+    grant_poll_ns: int = 10_000
+    unscheduled_bytes: int = 32_768
+
+    def __post_init__(self) -> None:
+        min_mtu = IPV4_HEADER_BYTES + UDP_HEADER_BYTES + HEADER_LEN + 1
+        if type(self.mtu_bytes) is not int or not min_mtu <= self.mtu_bytes <= 65535:
+            raise InvalidInput("mtu_bytes", f"must be an integer in {min_mtu}..65535, got {self.mtu_bytes!r}")
+        if type(self.default_rate_bps) is not int or self.default_rate_bps <= 0:
+            raise InvalidInput("default_rate_bps", f"must be an integer > 0 bit/s, got {self.default_rate_bps!r}")
+        if not 0.0 < self.renew_fraction < 1.0:
+            raise InvalidInput("renew_fraction", f"must be in (0, 1), got {self.renew_fraction!r}")
+        if type(self.rto_ns) is not int or self.rto_ns <= 0:
+            raise InvalidInput("rto_ns", f"must be an integer > 0 ns, got {self.rto_ns!r}")
+        if type(self.rto_max_ns) is not int or self.rto_max_ns < self.rto_ns:
+            raise InvalidInput("rto_max_ns", f"must be an integer >= rto_ns ({self.rto_ns}), got {self.rto_max_ns!r}")
+        if type(self.nack_max_segments) is not int or self.nack_max_segments < 1:
+            raise InvalidInput("nack_max_segments", f"must be an integer >= 1, got {self.nack_max_segments!r}")
+        if type(self.reorder_window_ns) is not int or self.reorder_window_ns < 0:
+            raise InvalidInput("reorder_window_ns", f"must be an integer >= 0 ns, got {self.reorder_window_ns!r}")
+        if type(self.reorder_segments) is not int or self.reorder_segments < 1:
+            raise InvalidInput("reorder_segments", f"must be an integer >= 1, got {self.reorder_segments!r}")
+        if type(self.unscheduled_bytes) is not int or self.unscheduled_bytes < 0:
+            raise InvalidInput("unscheduled_bytes", f"must be an integer >= 0, got {self.unscheduled_bytes!r}")
+        if type(self.grant_poll_ns) is not int or self.grant_poll_ns <= 0:
+            raise InvalidInput("grant_poll_ns", f"must be an integer > 0 ns, got {self.grant_poll_ns!r}")
+
+    @property
+    def segment_bytes(self) -> int:
+        """Payload bytes of a full DATA packet: MTU - IPv4 - UDP - SAFS header."""
+        return self.mtu_bytes - IPV4_HEADER_BYTES - UDP_HEADER_BYTES - HEADER_LEN
+
+
+def _control(src: int, dst: int, sport: int, dport: int, msg: int, flow_id: int, remaining: int,
+             ts: int, extra_bytes: int = 0) -> Packet:
+    pkt = Packet(src, dst, PROTO_UDP, sport, dport, WIRE_OVERHEAD_BYTES + extra_bytes)
+    pkt.safs_version = SAFS_VERSION
+    pkt.safs_type = msg
+    pkt.flow_id = flow_id
+    pkt.remaining = remaining
+    pkt.ts = ts
+    return pkt
+
+
+class SafsSender:
+    """Sender side of one SAFS flow on ``host`` (see the module docstring for behaviour).
+
+    Args:
+        engine: the simulator.  host: the sending host (its NIC rate is the line rate).
+        dst_ip: receiver address.  flow_id: 1..2^32-1.  size_bytes: > 0.
+        no_bubble_ts_ns: absolute no-bubble time in ns (None: no deadline).
+        background: set ``FLAG_BACKGROUND`` on every packet.
+        config: :class:`SafsConfig`.  stats: shared counters.
+        on_closed: called with the flow id once the sender got the final DONE.
+
+    Observable state for tests: ``rate_bps``, ``epoch``, ``lease_expiry_ns`` (None without a
+    lease), ``closed``.
+    """
+
+    __slots__ = ("engine", "host", "nic", "src", "dst", "sport", "flow_id", "size", "no_bubble",
+                 "flags", "cfg", "seg", "stats", "on_closed", "line_rate", "rate_bps", "epoch",
+                 "lease_expiry_ns", "next_offset", "retx", "retx_set", "pace_token", "pacing",
+                 "last_size", "last_send_ns", "renew_token", "probe_token", "rto", "closed",
+                 "polling")
+
+    def __init__(self, engine: Engine, host: Host, dst_ip: int, flow_id: int, size_bytes: int,
+                 no_bubble_ts_ns: int | None, background: bool, config: SafsConfig,
+                 stats: TransportStats, on_closed: Callable[[int], None]) -> None:
+        if type(size_bytes) is not int or size_bytes <= 0:
+            raise InvalidInput("size_bytes", f"must be an integer > 0, got {size_bytes!r}")
+        self.engine = engine
+        self.host = host
+        self.nic = host.nic
+        self.src = host.ip
+        self.dst = dst_ip
+        self.sport = 1024 + flow_id % 64000
+        self.flow_id = flow_id
+        self.size = size_bytes
+        self.no_bubble = (engine.now + NO_DEADLINE_NS) if no_bubble_ts_ns is None else no_bubble_ts_ns
+        self.flags = FLAG_BACKGROUND if background else 0
+        self.cfg = config
+        self.seg = config.segment_bytes
+        self.stats = stats
+        self.on_closed = on_closed
+        self.line_rate = host.nic.rate_bps  # type: ignore[union-attr]
+        self.rate_bps = config.default_rate_bps
+        self.epoch = EPOCH_NONE
+        self.lease_expiry_ns: int | None = None
+        self.next_offset = 0  # next never-sent byte
+        self.retx: list[int] = []  # segment offsets to re-send (NACKed), popped from the end
+        self.retx_set: set[int] = set()
+        self.pace_token = 0
+        self.pacing = False
+        self.last_size = 0
+        self.last_send_ns = 0
+        self.renew_token = 0
+        self.probe_token = 0
+        self.rto = config.rto_ns
+        self.closed = False
+        self.polling = False  # a grant-poll timer is queued
+
+    # ---- sending -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Send the REQUEST and start pacing DATA at the default rate."""
+        self._request()
+        self._schedule_pace(self.engine.now)
+        self._start_poll()
+
+    def _remaining_unsent(self) -> int:
+        return self.size - self.next_offset + len(self.retx) * self.seg
+
+    def _request(self) -> None:
+        remaining = min(self.size, max(1, self._remaining_unsent()))
+        pkt = _control(self.src, self.dst, self.sport, SAFS_UDP_PORT, _REQUEST, self.flow_id,
+                       remaining, wrap(self.no_bubble))
+        pkt.flags = self.flags
+        self.stats.control_bytes += pkt.size
+        self.stats.control_packets += 1
+        self.nic.send(pkt)  # type: ignore[union-attr]
+
+    def _schedule_pace(self, t_ns: int) -> None:
+        self.pace_token += 1
+        self.pacing = True
+        engine = self.engine
+        engine._seq += 1
+        heappush(engine._queue, (t_ns, engine._seq, self._pace, self.pace_token))
+
+    def _pace(self, token: int) -> None:
+        if token != self.pace_token or self.closed:
+            return
+        now = self.engine.now
+        if self.lease_expiry_ns is not None and now >= self.lease_expiry_ns:
+            self._fallback()
+        if self.retx:
+            offset = self.retx.pop()
+            self.retx_set.discard(offset)
+            resent = True
+        elif self.next_offset < self.size:
+            offset = self.next_offset
+            self.next_offset = offset + self.seg
+            resent = False
+        else:
+            self.pacing = False
+            self._arm_probe()
+            return
+        size = self._send_data(offset, now)
+        if resent:
+            self.stats.retransmitted_bytes += size
+        # Unscheduled bytes leave at line rate (the NIC serialises them back to back).
+        rate = self.line_rate if self.next_offset < self.cfg.unscheduled_bytes and not resent else self.rate_bps
+        if rate <= 0:  # a zero grant: wait for a new grant or the lease to run out
+            self._stall()
+            return
+        self._schedule_pace(now + (size * 8_000_000_000 + rate - 1) // rate)
+
+    def _send_data(self, offset: int, now: int) -> int:
+        remaining = self.size - offset
+        payload = remaining if remaining < self.seg else self.seg
+        size = payload + DATA_OVERHEAD_BYTES
+        pkt = Packet(self.src, self.dst, PROTO_UDP, self.sport, SAFS_UDP_PORT, size, payload)
+        pkt.safs_version = SAFS_VERSION
+        pkt.safs_type = _DATA
+        pkt.flags = self.flags
+        pkt.flow_id = self.flow_id
+        pkt.remaining = remaining
+        pkt.ts = latest_start_ns(self.no_bubble, remaining, self.line_rate)
+        pkt.epoch = self.epoch
+        pkt.sent_ns = now
+        self.last_size = size
+        self.last_send_ns = now
+        self.stats.data_bytes += size
+        self.nic.send(pkt)  # type: ignore[union-attr]
+        return size
+
+    def _stall(self) -> None:
+        """Rate 0: stop pacing; the grant poll asks again until a grant with a rate arrives."""
+        self.pace_token += 1
+        self.pacing = False
+        self._start_poll()
+
+    def _start_poll(self) -> None:
+        if not self.polling and not self.closed:
+            self.polling = True
+            self.engine.after(self.cfg.grant_poll_ns, self._grant_poll, None)
+
+    def _grant_poll(self, _: object) -> None:
+        self.polling = False
+        if self.closed or (self.next_offset >= self.size and not self.retx):
+            return
+        now = self.engine.now
+        if self.lease_expiry_ns is not None and now >= self.lease_expiry_ns:
+            self._fallback()  # sends a REQUEST; default rate > 0
+            if not self.pacing:
+                self._schedule_pace(now)
+        elif self.epoch == EPOCH_NONE or self._slow():
+            self._request()
+        else:
+            return  # a grant fast enough that DATA carries its epoch: in-band pushes take over
+        self._start_poll()
+
+    def _slow(self) -> bool:
+        """The rate leaves more than ``SLOW_GAP_POLLS`` poll intervals between DATA packets (or
+        is 0), so an in-band push of a newer grant would wait that long: keep asking instead."""
+        rate = self.rate_bps
+        return rate <= 0 or self.cfg.segment_bytes * 8 * NS_PER_S > SLOW_GAP_POLLS * self.cfg.grant_poll_ns * rate
+
+    def _fallback(self) -> None:
+        """Lease ran out without renewal: default rate, epoch 0, ask again."""
+        self.rate_bps = self.cfg.default_rate_bps
+        self.epoch = EPOCH_NONE
+        self.lease_expiry_ns = None
+        self.renew_token += 1
+        self.stats.lease_fallbacks += 1
+        self._request()
+        self._start_poll()
+
+    # ---- timers --------------------------------------------------------------------------
+    def _renew(self, token: int) -> None:
+        if token != self.renew_token or self.closed:
+            return
+        if self.next_offset >= self.size and not self.retx:
+            return  # everything sent: nothing left to pace at the granted rate
+        self._request()
+
+    def _arm_probe(self) -> None:
+        self.probe_token += 1
+        self.engine.after(self.rto, self._probe, self.probe_token)
+
+    def _probe(self, token: int) -> None:
+        if token != self.probe_token or self.closed or self.pacing:
+            return
+        self.stats.timeouts += 1
+        last = ((self.size - 1) // self.seg) * self.seg
+        self.stats.retransmitted_bytes += self._send_data(last, self.engine.now)
+        self.rto = min(self.rto * 2, self.cfg.rto_max_ns)
+        self._arm_probe()
+
+    # ---- receiving -----------------------------------------------------------------------
+    def receive(self, pkt: Packet) -> None:
+        """Handle a GRANT or DONE/NACK for this flow."""
+        if self.closed:
+            return
+        if pkt.safs_type == _GRANT:
+            self.stats.control_bytes += pkt.size
+            self.stats.control_packets += 1
+            self._on_grant(pkt)
+        elif pkt.safs_type == _DONE:
+            if pkt.remaining == 0:
+                self.closed = True
+                self.pace_token += 1
+                self.renew_token += 1
+                self.probe_token += 1
+                self.on_closed(self.flow_id)
+                return
+            for offset in pkt.conn or ():
+                if offset not in self.retx_set and 0 <= offset < self.next_offset:
+                    self.retx_set.add(offset)
+                    self.retx.append(offset)
+            self.retx.sort(reverse=True)  # lowest offset first (popped from the end)
+            self.rto = self.cfg.rto_ns
+            if self.retx and not self.pacing:
+                self._schedule_pace(self.engine.now)
+
+    def _on_grant(self, pkt: Packet) -> None:
+        epoch = pkt.epoch
+        newer = epoch_newer(epoch, self.epoch)
+        if not newer and epoch != self.epoch and epoch != EPOCH_NONE:
+            return  # stale grant (epoch 0, the switch's default grant, always applies: protocol rule 2)
+        now = self.engine.now
+        rate = pkt.rate_kbps * 1000
+        if epoch == EPOCH_NONE:  # the switch's default grant: no lease
+            rate = rate if rate > 0 else self.cfg.default_rate_bps
+        else:
+            lease_ns = pkt.lease_us * 1000
+            self.lease_expiry_ns = now + lease_ns
+            self.renew_token += 1
+            self.engine.at(now + int(lease_ns * self.cfg.renew_fraction), self._renew, self.renew_token)
+        self.epoch = epoch
+        if rate != self.rate_bps:
+            self.rate_bps = rate
+            self._repace(now)
+            if self._slow():
+                self._start_poll()
+        elif not self.pacing and rate > 0 and (self.retx or self.next_offset < self.size):
+            self._repace(now)
+
+    def _repace(self, now: int) -> None:
+        """Re-time the next DATA for a new rate (the packet already sent keeps its gap)."""
+        if self.next_offset >= self.size and not self.retx:
+            return
+        rate = self.rate_bps
+        if rate <= 0:
+            self._stall()
+            return
+        gap = (self.last_size * 8_000_000_000 + rate - 1) // rate if self.last_size else 0
+        self._schedule_pace(max(now, self.last_send_ns + gap))
+
+
+class SafsReceiver:
+    """Receiver side of one SAFS flow: reassembles by offset, reports completion, sends DONE.
+
+    Args:
+        engine, host: the simulator and the receiving host.  src_ip: the sender's address.
+        flow_id, size_bytes: the flow.  no_bubble_ts_ns: echoed in DONE (None: no deadline).
+        config: :class:`SafsConfig` (segment size).  stats: shared counters.
+        on_finish: ``on_finish(flow_id, finish_ns)`` once, when the last byte arrived.
+    """
+
+    __slots__ = ("engine", "host", "nic", "src", "sender", "flow_id", "size", "seg", "got",
+                 "received", "finish_ns", "ts", "cfg", "stats", "on_finish", "sender_port", "nack_mark")
+
+    def __init__(self, engine: Engine, host: Host, src_ip: int, flow_id: int, size_bytes: int,
+                 no_bubble_ts_ns: int | None, config: SafsConfig, stats: TransportStats,
+                 on_finish: Callable[[int, int], None]) -> None:
+        self.engine = engine
+        self.host = host
+        self.nic = host.nic
+        self.src = host.ip
+        self.sender = src_ip
+        self.flow_id = flow_id
+        self.size = size_bytes
+        self.seg = config.segment_bytes
+        self.got: bytearray | None = bytearray(-(-size_bytes // self.seg))
+        self.received = 0
+        self.finish_ns: int | None = None
+        self.ts = wrap((engine.now + NO_DEADLINE_NS) if no_bubble_ts_ns is None else no_bubble_ts_ns)
+        self.cfg = config
+        self.stats = stats
+        self.on_finish = on_finish
+        self.sender_port = 0
+        self.nack_mark = 0  # segments below this index were checked for loss
+
+    def receive(self, pkt: Packet) -> None:
+        """Handle a DATA packet of this flow (other types are ignored)."""
+        if pkt.safs_type != _DATA:
+            return
+        self.sender_port = pkt.sport
+        got = self.got
+        if got is None:  # complete: the sender has not seen our DONE yet
+            self._done(0, ())
+            return
+        offset = self.size - pkt.remaining
+        if not 0 <= offset < self.size or offset % self.seg:
+            return  # not a segment of this flow
+        idx = offset // self.seg
+        if got[idx]:
+            missing = [i * self.seg for i, v in enumerate(got) if not v]
+            missing_bytes = sum(min(self.seg, self.size - o) for o in missing)
+            self._done(missing_bytes, tuple(missing[: self.cfg.nack_max_segments]))
+            return
+        got[idx] = 1
+        self.received += pkt.payload
+        if self.received >= self.size:
+            self.got = None
+            now = self.engine.now
+            self.finish_ns = now
+            self.on_finish(self.flow_id, now)
+            self._done(0, ())
+            return
+        limit = idx - self.cfg.reorder_segments  # segments this far back should have arrived
+        if limit >= self.nack_mark:
+            holes = tuple(i for i in range(self.nack_mark, limit + 1) if not got[i])
+            self.nack_mark = limit + 1
+            if holes:
+                self.engine.after(self.cfg.reorder_window_ns, self._report_holes, holes)
+
+    def _report_holes(self, holes: tuple[int, ...]) -> None:
+        """NACK the suspected segments that are still missing after the reorder window."""
+        got = self.got
+        if got is None:
+            return
+        missing = [i * self.seg for i in holes if not got[i]]
+        if missing:
+            lost = sum(min(self.seg, self.size - o) for o in missing)
+            self._done(lost, tuple(missing[: self.cfg.nack_max_segments]))
+
+    def _done(self, missing_bytes: int, missing: tuple[int, ...]) -> None:
+        pkt = _control(self.src, self.sender, SAFS_UDP_PORT, self.sender_port, _DONE, self.flow_id,
+                       missing_bytes, self.ts, NACK_ENTRY_BYTES * len(missing))
+        pkt.conn = missing
+        self.stats.control_bytes += pkt.size
+        self.stats.control_packets += 1
+        self.nic.send(pkt)  # type: ignore[union-attr]

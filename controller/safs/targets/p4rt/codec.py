@@ -1,0 +1,245 @@
+"""Typed entries of :mod:`safs.core.target` <-> P4Runtime protobufs (p4.v1), through a P4Info index.
+
+Encoding follows the P4Runtime spec and what PI (BMv2's P4Runtime server) checks:
+
+* values are canonical byte strings (:func:`safs.targets.p4rt.p4info.canonical_bytes`), or padded to
+  the field width when ``padded=True``; values wider than the field are sent as they are, so
+  the server answers INVALID_ARGUMENT for them, as it would for any client;
+* "don't care" matches are omitted, never sent: an :class:`~safs.core.target.Lpm` with
+  ``prefix_len`` 0 and a :class:`~safs.core.target.Range` covering the whole field (PI rejects both
+  when sent explicitly). Decoding restores them, so an entry round-trips unchanged;
+* ``is_default`` entries become ``is_default_action`` table entries with no match;
+* a :class:`~safs.core.target.CloneSession` becomes ``packet_replication_engine_entry.
+  clone_session_entry`` with one replica (``egress_port``, instance 0); a DELETE carries the
+  session id only.
+
+Errors found before sending (unknown table, action, field or parameter, a value of the wrong
+kind, a negative value) raise :class:`EncodeError` with the gRPC code name the server would
+use, so the target reports them per update like the server's own errors.
+"""
+
+from __future__ import annotations
+
+from p4.v1 import p4runtime_pb2
+
+from safs.core.errors import InvalidInput
+from safs.targets.p4rt.p4info import P4InfoIndex, bytes_to_int, canonical_bytes, padded_bytes
+from safs.core.target import CloneSession, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
+
+UPDATE_TYPES = {Op.INSERT: p4runtime_pb2.Update.INSERT,
+                Op.MODIFY: p4runtime_pb2.Update.MODIFY,
+                Op.DELETE: p4runtime_pb2.Update.DELETE}
+
+
+class EncodeError(Exception):
+    """An update could not be encoded: gRPC status name and message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _value(value: int, bitwidth: int, padded: bool, what: str) -> bytes:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise EncodeError("INVALID_ARGUMENT", f"{what} must be an int >= 0, got {value!r}")
+    return padded_bytes(value, bitwidth) if padded else canonical_bytes(value)
+
+
+def encode_table_entry(index: P4InfoIndex, entry: TableEntry, padded: bool = False) -> p4runtime_pb2.TableEntry:
+    """Encode ``entry`` as a p4.v1.TableEntry.
+
+    Raises:
+        EncodeError: unknown table/action/field/parameter, wrong match kind, negative value.
+    """
+    table = index.tables.get(entry.table)
+    if table is None:
+        raise EncodeError("INVALID_ARGUMENT", f"unknown table {entry.table!r}")
+    action = index.actions.get(entry.action)
+    if action is None:
+        raise EncodeError("INVALID_ARGUMENT", f"unknown action {entry.action!r}")
+    msg = p4runtime_pb2.TableEntry(table_id=table.id, priority=entry.priority)
+    if entry.is_default:
+        msg.is_default_action = True
+    for name, value in entry.match.items():
+        field = table.field(name)
+        if field is None:
+            raise EncodeError("INVALID_ARGUMENT", f"{entry.table} has no match field {name!r}")
+        what = f"{entry.table}.{name}"
+        fm = p4runtime_pb2.FieldMatch(field_id=field.id)
+        if field.kind == "exact":
+            if not isinstance(value, int):
+                raise EncodeError("INVALID_ARGUMENT", f"{what} is exact: give an int, got {value!r}")
+            fm.exact.value = _value(value, field.bitwidth, padded, what)
+        elif field.kind == "lpm":
+            if not isinstance(value, Lpm):
+                raise EncodeError("INVALID_ARGUMENT", f"{what} is lpm: give an Lpm, got {value!r}")
+            if value.prefix_len == 0 and value.value == 0:
+                continue  # don't care: omitted (spec; PI rejects prefix_len 0)
+            fm.lpm.value = _value(value.value, field.bitwidth, padded, what)
+            fm.lpm.prefix_len = value.prefix_len
+        elif field.kind == "range":
+            if not isinstance(value, Range):
+                raise EncodeError("INVALID_ARGUMENT", f"{what} is range: give a Range, got {value!r}")
+            if value.low == 0 and value.high == (1 << field.bitwidth) - 1:
+                continue  # don't care: omitted (spec; PI rejects the explicit full range)
+            fm.range.low = _value(value.low, field.bitwidth, padded, what)
+            fm.range.high = _value(value.high, field.bitwidth, padded, what)
+        else:
+            raise EncodeError("UNIMPLEMENTED", f"{what}: match kind {field.kind} is not supported")
+        msg.match.append(fm)
+    act = msg.action.action
+    act.action_id = action.id
+    for name, value in entry.params.items():
+        param = action.param(name)
+        if param is None:
+            raise EncodeError("INVALID_ARGUMENT", f"{entry.action} has no parameter {name!r}")
+        act.params.append(p4runtime_pb2.Action.Param(
+            param_id=param.id, value=_value(value, param.bitwidth, padded, f"{entry.action}.{name}")))
+    return msg
+
+
+def decode_table_entry(index: P4InfoIndex, msg: p4runtime_pb2.TableEntry) -> TableEntry:
+    """Decode a p4.v1.TableEntry (as a server answers reads) into a :class:`TableEntry`.
+
+    Omitted LPM and range fields come back as ``Lpm(0, 0)`` and the full ``Range``; exact
+    fields must be present.
+
+    Raises:
+        InvalidInput: ids not in the P4Info, or a missing exact field (field ``table_entry``).
+    """
+    table = index.tables_by_id.get(msg.table_id)
+    if table is None:
+        raise InvalidInput("table_entry", f"unknown table id {msg.table_id}")
+    given = {fm.field_id: fm for fm in msg.match}
+    match: dict[str, int | Lpm | Range] = {}
+    if not msg.is_default_action:
+        for field in table.match_fields:
+            fm = given.get(field.id)
+            if field.kind == "exact":
+                if fm is None:
+                    raise InvalidInput("table_entry", f"{table.name}: exact field {field.name} missing")
+                match[field.name] = bytes_to_int(fm.exact.value)
+            elif field.kind == "lpm":
+                match[field.name] = (Lpm(bytes_to_int(fm.lpm.value), fm.lpm.prefix_len)
+                                     if fm is not None else Lpm(0, 0))
+            elif field.kind == "range":
+                match[field.name] = (Range(bytes_to_int(fm.range.low), bytes_to_int(fm.range.high))
+                                     if fm is not None else Range(0, (1 << field.bitwidth) - 1))
+    act = msg.action.action
+    action = index.actions_by_id.get(act.action_id)
+    if action is None:
+        raise InvalidInput("table_entry", f"unknown action id {act.action_id} in {table.name}")
+    by_id = {p.id: p for p in action.params}
+    params = {}
+    for p in act.params:
+        info = by_id.get(p.param_id)
+        if info is None:
+            raise InvalidInput("table_entry", f"unknown param id {p.param_id} of {action.name}")
+        params[info.name] = bytes_to_int(p.value)
+    return TableEntry(table=table.name, match=match, action=action.name, params=params,
+                      priority=msg.priority, is_default=msg.is_default_action)
+
+
+def encode_meter(index: P4InfoIndex, cfg: MeterConfig) -> p4runtime_pb2.MeterEntry:
+    """Encode ``cfg`` as a p4.v1.MeterEntry (rates bytes/s, bursts bytes, as given).
+
+    Raises:
+        EncodeError: unknown meter.
+    """
+    meter = index.meters.get(cfg.meter)
+    if meter is None:
+        raise EncodeError("INVALID_ARGUMENT", f"unknown meter {cfg.meter!r}")
+    msg = p4runtime_pb2.MeterEntry(meter_id=meter.id)
+    msg.index.index = cfg.index
+    msg.config.cir, msg.config.cburst = cfg.cir, cfg.cburst
+    msg.config.pir, msg.config.pburst = cfg.pir, cfg.pburst
+    return msg
+
+
+def decode_meter(index: P4InfoIndex, msg: p4runtime_pb2.MeterEntry) -> MeterConfig:
+    """Decode a p4.v1.MeterEntry into a :class:`MeterConfig`.
+
+    Raises:
+        InvalidInput: unknown meter id (field ``meter_entry``).
+    """
+    meter = index.meters_by_id.get(msg.meter_id)
+    if meter is None:
+        raise InvalidInput("meter_entry", f"unknown meter id {msg.meter_id}")
+    c = msg.config
+    return MeterConfig(meter.name, msg.index.index, c.cir, c.cburst, c.pir, c.pburst)
+
+
+_U32_MAX = (1 << 32) - 1
+
+
+def encode_clone_session(cs: CloneSession, with_replica: bool = True) -> p4runtime_pb2.CloneSessionEntry:
+    """Encode ``cs`` as a p4.v1.CloneSessionEntry: ``session_id`` and, when ``with_replica``,
+    one replica ``(egress_port, instance 0)`` (the uint32 ``egress_port`` field BMv2's PI reads).
+
+    Raises:
+        EncodeError: session id or port not an int in 0..2^32-1 (INVALID_ARGUMENT; the switch
+            checks the ranges it supports, BMv2 session ids 1..32767).
+    """
+    values = (("session_id", cs.session_id), ("egress_port", cs.egress_port))
+    for what, v in values if with_replica else values[:1]:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _U32_MAX:
+            raise EncodeError("INVALID_ARGUMENT", f"clone session {what} must be an int in 0..2^32-1, got {v!r}")
+    msg = p4runtime_pb2.CloneSessionEntry(session_id=cs.session_id)
+    if with_replica:
+        msg.replicas.add(egress_port=cs.egress_port, instance=0)
+    return msg
+
+
+def decode_clone_session(msg: p4runtime_pb2.CloneSessionEntry) -> CloneSession:
+    """Decode a p4.v1.CloneSessionEntry with exactly one replica into a :class:`CloneSession`.
+
+    Raises:
+        InvalidInput: not exactly one replica (field ``clone_session_entry``): the session
+            was not written by this controller.
+    """
+    if len(msg.replicas) != 1:
+        raise InvalidInput("clone_session_entry", f"session {msg.session_id} has {len(msg.replicas)} "
+                           "replicas; a CloneSession has exactly one")
+    return CloneSession(session_id=msg.session_id, egress_port=msg.replicas[0].egress_port)
+
+
+def encode_update(index: P4InfoIndex, upd: Update, padded: bool = False) -> p4runtime_pb2.Update:
+    """Encode one :class:`Update` (table entry, meter config or clone session).
+
+    Raises:
+        EncodeError: as :func:`encode_table_entry` / :func:`encode_meter` /
+            :func:`encode_clone_session`, or an unknown entity.
+    """
+    out = p4runtime_pb2.Update(type=UPDATE_TYPES[upd.op])
+    if isinstance(upd.entity, TableEntry):
+        out.entity.table_entry.CopyFrom(encode_table_entry(index, upd.entity, padded))
+    elif isinstance(upd.entity, MeterConfig):
+        out.entity.meter_entry.CopyFrom(encode_meter(index, upd.entity))
+    elif isinstance(upd.entity, CloneSession):
+        out.entity.packet_replication_engine_entry.clone_session_entry.CopyFrom(
+            encode_clone_session(upd.entity, with_replica=upd.op is not Op.DELETE))
+    else:
+        raise EncodeError("INVALID_ARGUMENT", f"unsupported entity {type(upd.entity).__name__}")
+    return out
+
+
+def decode_request_digest(members: list[int]) -> RequestDigest:
+    """A ``request_digest_t`` struct (its member values in P4Info order: flow_id, src_addr,
+    dst_addr, remaining_bytes, no_bubble_ts) as a :class:`RequestDigest`.
+
+    Raises:
+        InvalidInput: not exactly five members (field ``digest``).
+    """
+    if len(members) != 5:
+        raise InvalidInput("digest", f"request_digest_t has 5 members, got {len(members)}")
+    flow_id, src, dst, remaining, ts = members
+    return RequestDigest(flow_id=flow_id, src_addr=src, dst_addr=dst,
+                         remaining_bytes=remaining, no_bubble_ts_ns=ts)
+
+
+def digest_members(data) -> list[int]:
+    """Member values of one P4Data digest sample: a struct's bitstrings in order, or one bitstring."""
+    if data.HasField("struct"):
+        return [bytes_to_int(m.bitstring) for m in getattr(data, "struct").members]
+    return [bytes_to_int(data.bitstring)]

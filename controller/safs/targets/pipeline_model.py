@@ -1,0 +1,740 @@
+"""In-process model of the SAFS P4 pipeline (v1model program in p4src/), a :class:`safs.core.target.Target`.
+
+The simulator calls :meth:`PipelineModel.ingress` and :meth:`PipelineModel.egress` once per
+packet, so the per-packet path uses plain dicts, tuples and lists precomputed at write time and
+allocates nothing except a GRANT packet when it must send one.
+
+It mirrors p4src/ (v1model/safs.p4 and include/*.p4) control by control. Ingress::
+
+    malformed SAFS (truncated / version / type) -> malformed[reason] counted, then as non-SAFS
+    ipv4_lpm(dst) --miss--> drop
+        |
+        +-- not SAFS / malformed SAFS -------------------------------> priority 0
+        +-- REQUEST, GRANT, DONE -------------------------------------> priority 7, qclass 7
+        |     at the receiver's ToR (egress port in receiver_port) with a grant_route(src):
+        |     REQUEST -> GRANT back to the sender (flow_grant or default_grant),
+        |                digest when the flow has no flow_grant entry
+        +-- DATA: slack_class(slack_key(ts, now)) -> qclass 2..6
+              at the receiver's ToR: flow_meter[slot] colour; not green -> priority 1
+              (demoted, never dropped); stale epoch -> also a fresh GRANT to the sender,
+              cloned to session grant_route port + CLONE_SESSION_BASE: only when that
+              clone session exists (as on BMv2, a clone to a missing session is no packet),
+              and out on the session's replica port
+    colour: the meter's at the receiver's ToR for DATA, UNMETERED (3) for every other SAFS packet.
+
+Switch-generated GRANTs (REQUEST turned around, or the clone made for a stale-epoch DATA)
+swap the IPv4 addresses and go out on the ``grant_route`` port; the REQUEST keeps its UDP ports
+(its destination port stays the SAFS port), the clone gets source port = the DATA's destination
+port and destination port = SAFS port, as in the P4 program. MAC addresses are not modelled
+(``dst_mac`` parameters are validated and stored, not used).
+
+Egress: ECN CE on ECT packets when the enqueue depth exceeds the threshold, qdepth stamp on
+SAFS packets, per-port byte and queue-depth-histogram counters.
+
+Table semantics follow P4Runtime (CONTINUE_ON_ERROR batches); see :meth:`PipelineModel.write`.
+Every key field must be given (no omitted "don't care" fields); range tables need priority > 0,
+other tables priority 0.
+
+Initial defaults (as in the P4 program): ``ipv4_lpm`` drop, ``slack_class``
+``set_slack_class(QUEUE_SLACK_LEAST_URGENT)``, ``clock_offset`` 0, ``default_grant`` rate 0 /
+lease 0 / slot 0, ``ecn_threshold`` the 19-bit maximum (marking effectively off). The defaults
+of ``receiver_port`` (not a receiver port), ``grant_route`` (no route) and ``flow_grant``
+(``no_grant``) are const: writing them is INVALID_ARGUMENT.
+
+Clone sessions (:class:`safs.core.target.CloneSession`) follow P4Runtime as BMv2's PI answers them:
+INSERT of an existing session ALREADY_EXISTS, MODIFY/DELETE of a missing one NOT_FOUND, session
+id outside 1..32767 INVALID_ARGUMENT; the model also refuses an egress port outside the 9-bit
+port space (BMv2 accepts it).
+
+Counters: ``flow_bytes`` and ``port_tx_bytes`` count bytes and packets; ``malformed``,
+``ecn_marked`` and ``qdepth_hist`` are packet counters (byte_count stays 0), as declared in P4.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from safs.core import p4names as n
+from safs.core.errors import InvalidInput, TargetError
+from safs.core.protocol import (
+    ECN_CE,
+    ECN_ECT0,
+    ECN_ECT1,
+    QDEPTH_MAX,
+    QUEUE_BEST_EFFORT,
+    QUEUE_CONTROL,
+    QUEUE_OVER_RATE,
+    QUEUE_SLACK_LEAST_URGENT,
+    NS_PER_S,
+    SAFS_UDP_PORT,
+    SAFS_VERSION,
+    WIRE_OVERHEAD_BYTES,
+    Color,
+    Malformed,
+    MsgType,
+    epoch_newer,
+)
+from safs.core.packet import PROTO_UDP, Packet
+from safs.core.target import (CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry,
+                          Update)
+from safs.core.timebase import HALF, TIME_MASK
+
+# Wire size of a GRANT the switch generates (the P4 clone is truncated to the same length).
+CONTROL_PACKET_BYTES = WIRE_OVERHEAD_BYTES
+
+ECN_THRESHOLD_BITS = 19
+ECN_THRESHOLD_OFF = (1 << ECN_THRESHOLD_BITS) - 1
+
+
+_DATA = int(MsgType.DATA)
+_REQUEST = int(MsgType.REQUEST)
+_GRANT = int(MsgType.GRANT)
+_KNOWN_TYPES = frozenset(int(t) for t in MsgType)
+_GREEN = int(Color.GREEN)
+_YELLOW = int(Color.YELLOW)
+_RED = int(Color.RED)
+_UNMETERED = int(Color.UNMETERED)
+
+
+# --------------------------------------------------------------------------------------
+# Schema: key fields (name, kind, bits) and actions (name -> ((param, bits), ...)).
+
+@dataclass(frozen=True)
+class _TableSchema:
+    keys: tuple[tuple[str, str, int], ...]  # (field, "exact" | "lpm" | "range", bits)
+    actions: dict[str, tuple[tuple[str, int], ...]]
+    entry_actions: frozenset[str]  # actions allowed on entries (others: default only)
+
+    def __post_init__(self) -> None:
+        # Name sets the validators compare against, built once instead of per update.
+        object.__setattr__(self, "key_names", frozenset(f for f, _, _ in self.keys))
+        object.__setattr__(self, "param_names", {a: frozenset(p for p, _ in spec)
+                                                 for a, spec in self.actions.items()})
+
+
+_SCHEMAS: dict[str, _TableSchema] = {
+    n.IPV4_LPM: _TableSchema(
+        keys=((n.F_DST_ADDR, "lpm", 32),),
+        actions={n.ACT_SET_EGRESS: (("port", 9), ("dst_mac", 48)), n.ACT_DROP: ()},
+        entry_actions=frozenset({n.ACT_SET_EGRESS, n.ACT_DROP})),
+    n.GRANT_ROUTE: _TableSchema(
+        keys=((n.F_SRC_ADDR, "lpm", 32),),
+        actions={n.ACT_SET_GRANT_ROUTE: (("port", 9), ("dst_mac", 48))},
+        entry_actions=frozenset({n.ACT_SET_GRANT_ROUTE})),
+    n.RECEIVER_PORT: _TableSchema(
+        keys=((n.F_EGRESS_PORT, "exact", 9),),
+        actions={n.ACT_MARK_RECEIVER: ()},
+        entry_actions=frozenset({n.ACT_MARK_RECEIVER})),
+    n.SLACK_CLASS: _TableSchema(
+        keys=((n.F_SLACK_KEY, "range", 48),),
+        actions={n.ACT_SET_SLACK_CLASS: (("qclass", 3),)},
+        entry_actions=frozenset({n.ACT_SET_SLACK_CLASS})),
+    n.FLOW_GRANT: _TableSchema(
+        keys=((n.F_FLOW_ID, "exact", 32),),
+        actions={n.ACT_SET_GRANT: (("rate_kbps", 32), ("epoch", 32), ("lease_us", 32),
+                                   ("meter_slot", 16)),
+                 n.ACT_NO_GRANT: ()},
+        entry_actions=frozenset({n.ACT_SET_GRANT})),
+    n.CLOCK_OFFSET: _TableSchema(
+        keys=(), actions={n.ACT_SET_CLOCK_OFFSET: (("offset_ns", 48),)},
+        entry_actions=frozenset()),
+    n.DEFAULT_GRANT: _TableSchema(
+        keys=(), actions={n.ACT_SET_DEFAULT_GRANT: (("rate_kbps", 32), ("lease_us", 32),
+                                                    ("meter_slot", 16))},
+        entry_actions=frozenset()),
+    n.ECN_THRESHOLD: _TableSchema(
+        keys=(), actions={n.ACT_SET_ECN_THRESHOLD: (("qdepth_pkts", ECN_THRESHOLD_BITS),)},
+        entry_actions=frozenset()),
+}
+
+# Writable defaults. receiver_port, grant_route and flow_grant have const defaults (a miss
+# means "not a receiver port" / "no route back" / "no grant entry"); their names are not in
+# p4names, so they are not listed here.
+_INITIAL_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
+    n.IPV4_LPM: (n.ACT_DROP, {}),
+    n.SLACK_CLASS: (n.ACT_SET_SLACK_CLASS, {"qclass": QUEUE_SLACK_LEAST_URGENT}),
+    n.CLOCK_OFFSET: (n.ACT_SET_CLOCK_OFFSET, {"offset_ns": 0}),
+    n.DEFAULT_GRANT: (n.ACT_SET_DEFAULT_GRANT, {"rate_kbps": 0, "lease_us": 0,
+                                                "meter_slot": n.DEFAULT_METER_SLOT}),
+    n.ECN_THRESHOLD: (n.ACT_SET_ECN_THRESHOLD, {"qdepth_pkts": ECN_THRESHOLD_OFF}),
+}
+_CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.FLOW_GRANT})
+# Counters declared CounterType.packets in P4 (their byte_count reads 0).
+_PACKET_ONLY_COUNTERS = frozenset({n.MALFORMED, n.ECN_MARKED, n.QDEPTH_HIST})
+
+_COUNTER_SIZES: dict[str, int] = {
+    n.FLOW_BYTES: n.FLOW_METER_SIZE,
+    n.PORT_TX_BYTES: n.NUM_PORTS,
+    n.QDEPTH_HIST: n.NUM_PORTS * n.QDEPTH_BUCKETS,
+    n.MALFORMED: len(Malformed),
+    n.ECN_MARKED: n.NUM_PORTS,
+}
+
+_METER_RATE_MAX = (1 << 64) - 1  # P4Runtime MeterConfig fields are int64; keep them sane
+CLONE_SESSION_ID_MAX = 32767  # largest clone session id BMv2's PI accepts ("out-of-range" above)
+
+
+class _Reject(Exception):
+    """One update failed: P4Runtime status name and message (internal to write())."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _Meter:
+    """RFC 2698 two-rate three-colour meter, colour-blind, in bytes.
+
+    Token buckets are kept in byte-nanoseconds per second units (bytes * 1e9) so refill
+    ``rate_Bps * dt_ns`` stays an exact integer. Both buckets start full when configured
+    (as BMv2 does when rates are set).
+    """
+
+    __slots__ = ("cir", "pir", "cmax", "pmax", "tc", "tp", "last_ns")
+
+    def __init__(self, cfg: MeterConfig, now_ns: int) -> None:
+        self.cir = cfg.cir
+        self.pir = cfg.pir
+        self.cmax = cfg.cburst * NS_PER_S
+        self.pmax = cfg.pburst * NS_PER_S
+        self.tc = self.cmax
+        self.tp = self.pmax
+        self.last_ns = now_ns
+
+    def color(self, size_bytes: int, now_ns: int) -> int:
+        """Colour of a packet of ``size_bytes`` arriving at switch time ``now_ns``."""
+        dt = now_ns - self.last_ns
+        if dt > 0:
+            self.last_ns = now_ns
+            tc = self.tc + self.cir * dt
+            self.tc = tc if tc < self.cmax else self.cmax
+            tp = self.tp + self.pir * dt
+            self.tp = tp if tp < self.pmax else self.pmax
+        need = size_bytes * NS_PER_S
+        if self.tp < need:
+            return _RED
+        self.tp -= need
+        if self.tc < need:
+            return _YELLOW
+        self.tc -= need
+        return _GREEN
+
+
+class PipelineModel:
+    """The SAFS v1model pipeline in Python, one instance per switch.
+
+    Args:
+        name: switch name (as in the topology).
+        clock: returns the switch-local time in ns since switch start (the simulator's clock
+            minus the switch's start time). Fabric time = clock() + clock_offset (mod 2^48).
+
+    Per-packet API: :meth:`ingress`, :meth:`egress`. Control API (``Target``): :meth:`write`,
+    :meth:`read_counter`, :meth:`set_clock_offset`, :meth:`poll_digests`; plus :meth:`entries`
+    and :meth:`default_action` for tests and the controller's diffing.
+    """
+
+    def __init__(self, name: str, clock: Callable[[], int]) -> None:
+        self.name = name
+        self._clock = clock
+        # Stored entries per table: entry key -> TableEntry (what read-back returns).
+        self._tables: dict[str, dict[tuple, TableEntry]] = {t: {} for t in _SCHEMAS}
+        self._defaults: dict[str, TableEntry] = {
+            t: TableEntry(table=t, match={}, action=a, params=dict(p), is_default=True)
+            for t, (a, p) in _INITIAL_DEFAULTS.items()
+        }
+        self._meter_cfg: dict[int, MeterConfig] = {}
+        self._counters: dict[str, tuple[list[int], list[int]]] = {
+            c: ([0] * size, [0] * size) for c, size in _COUNTER_SIZES.items()
+        }
+        self._digests: list[RequestDigest] = []
+        self._clone_sessions: dict[int, CloneSession] = {}  # session id -> session
+        # Per-packet form: session id -> replica port (the same dict's values, kept in step).
+        self._clone_port: dict[int, int] = {}
+        # Per-packet lookup structures, rebuilt from the stored entries on write.
+        self._lpm_by_len: list[tuple[int, dict[int, int]]] = []  # (mask, prefix -> port|-1), longest first
+        self._lpm_default = -1  # port on LPM miss; -1 = drop
+        self._lpm_cache: dict[int, int] = {}  # dst -> port, -1 = drop
+        self._back_by_len: list[tuple[int, dict[int, int]]] = []  # grant_route, same shape
+        self._back_cache: dict[int, int] = {}  # src -> port, -1 = no route
+        self._receiver_ports: frozenset[int] = frozenset()
+        # slack_class resolved into a partition of the 48-bit key space: class of the key in
+        # [_slack_bounds[i-1], _slack_bounds[i]) is _slack_classes[i] (one bisect per packet).
+        self._slack_bounds: list[int] = []
+        self._slack_classes: list[int] = [QUEUE_SLACK_LEAST_URGENT]
+        self._grants: dict[int, tuple[int, int, int, int]] = {}  # flow -> (kbps, epoch, lease_us, slot)
+        self._default_grant = (0, 0, 0, n.DEFAULT_METER_SLOT)  # (kbps, epoch 0, lease_us, slot)
+        self._offset = 0
+        self._ecn_threshold = ECN_THRESHOLD_OFF
+        for table in _SCHEMAS:
+            if table in self._defaults or table in _CONST_DEFAULT_TABLES:
+                self._rebuild(table)
+        self._meters: dict[int, _Meter] = {}
+        self._flow_bytes = self._counters[n.FLOW_BYTES]
+        self._port_tx = self._counters[n.PORT_TX_BYTES]
+        self._qhist = self._counters[n.QDEPTH_HIST]
+        self._malformed = self._counters[n.MALFORMED]
+        self._ecn_marked = self._counters[n.ECN_MARKED]
+
+    # ------------------------------------------------------------------ control plane
+
+    def write(self, updates: Sequence[Update]) -> None:
+        """Apply a batch of updates with P4Runtime CONTINUE_ON_ERROR semantics.
+
+        Codes: INSERT of an existing key -> ALREADY_EXISTS; MODIFY/DELETE of a missing key ->
+        NOT_FOUND; unknown table/action/param/field, missing or extra fields, values wider than
+        the field, bad priority, LPM value with bits beyond its prefix, range low > high,
+        meter config with INSERT/DELETE or pir < cir or an out-of-range index -> INVALID_ARGUMENT.
+        Default actions: ``is_default=True`` with an empty match, MODIFY only. Clone sessions
+        by session id, with the same op codes (module docstring for their ranges).
+
+        Raises:
+            TargetError: listing ``(index, code, message)`` for each failed update; the others
+                stay applied.
+        """
+        self._apply(updates, trusted=False)
+
+    def write_trusted(self, updates: Sequence[Update]) -> None:
+        """:meth:`write` for batches built by :class:`safs.core.scheduler.Scheduler`, which it uses
+        when a target offers this method (an optional extension of ``Target``).
+
+        ``flow_grant`` ``set_grant`` entries and ``flow_meter`` MODIFYs skip the schema checks
+        (names, widths, meter ranges): the scheduler builds them from p4names constants with
+        values in range by construction (``rate_bps_to_kbps`` and ``lease_ns_to_us`` clamp to
+        32 bits, ``wire_epoch`` is 1..2^32-1, meter slots are below ``SchedulerConfig.
+        meter_slots`` <= FLOW_METER_SIZE, ``pir >= cir``). They are the bulk of the control
+        traffic: every changed grant writes one of each. Op semantics (ALREADY_EXISTS,
+        NOT_FOUND) are still checked, since the scheduler's shadow may be stale, and every other
+        update is validated as in :meth:`write`. A subclass that overrides :meth:`write`
+        (e.g. to inject failures) gets its :meth:`write` called instead.
+
+        Raises:
+            TargetError: as :meth:`write`.
+        """
+        if type(self).write is not PipelineModel.write:
+            self.write(updates)
+            return
+        self._apply(updates, trusted=True)
+
+    def _apply(self, updates: Sequence[Update], trusted: bool) -> None:
+        failures: list[tuple[int, str, str]] = []
+        touched: set[str] = set()
+        for i, upd in enumerate(updates):
+            entity = upd.entity
+            try:
+                if isinstance(entity, MeterConfig):
+                    if trusted and upd.op is Op.MODIFY and entity.meter == n.FLOW_METER:
+                        self._meter_cfg[entity.index] = entity
+                        self._meters[entity.index] = _Meter(entity, self._clock())
+                    else:
+                        self._write_meter(upd.op, entity)
+                elif isinstance(entity, TableEntry):
+                    if trusted and entity.table == n.FLOW_GRANT and entity.action == n.ACT_SET_GRANT \
+                            and not entity.is_default:
+                        self._write_keyed(upd.op, entity)
+                    else:
+                        self._write_entry(upd.op, entity)
+                    if entity.table != n.FLOW_GRANT:  # flow_grant's index is kept up to date per write
+                        touched.add(entity.table)
+                elif isinstance(entity, CloneSession):
+                    self._write_clone_session(upd.op, entity)
+                else:
+                    raise _Reject("INVALID_ARGUMENT", f"unsupported entity {type(entity).__name__}")
+            except _Reject as r:
+                failures.append((i, r.code, r.message))
+        for table in touched:
+            self._rebuild(table)
+        if failures:
+            raise TargetError(failures)
+
+    def _write_meter(self, op: Op, cfg: MeterConfig) -> None:
+        if op is not Op.MODIFY:
+            raise _Reject("INVALID_ARGUMENT", f"meter config accepts only MODIFY, got {op.value}")
+        if cfg.meter != n.FLOW_METER:
+            raise _Reject("INVALID_ARGUMENT", f"unknown meter {cfg.meter!r}")
+        if not 0 <= cfg.index < n.FLOW_METER_SIZE:
+            raise _Reject("INVALID_ARGUMENT", f"meter index must be in 0..{n.FLOW_METER_SIZE - 1}, got {cfg.index}")
+        for fname, v in (("cir", cfg.cir), ("cburst", cfg.cburst), ("pir", cfg.pir), ("pburst", cfg.pburst)):
+            if not 0 <= v <= _METER_RATE_MAX:
+                raise _Reject("INVALID_ARGUMENT", f"meter {fname} must be in 0..2^64-1, got {v}")
+        if cfg.pir < cfg.cir:
+            raise _Reject("INVALID_ARGUMENT", f"meter pir ({cfg.pir}) must be >= cir ({cfg.cir})")
+        self._meter_cfg[cfg.index] = cfg
+        self._meters[cfg.index] = _Meter(cfg, self._clock())
+
+    def _write_clone_session(self, op: Op, cs: CloneSession) -> None:
+        sid = cs.session_id
+        if isinstance(sid, bool) or not isinstance(sid, int) or not 1 <= sid <= CLONE_SESSION_ID_MAX:
+            raise _Reject("INVALID_ARGUMENT", f"clone session id must be in 1..{CLONE_SESSION_ID_MAX}, got {sid!r}")
+        if op is Op.DELETE:
+            if sid not in self._clone_sessions:
+                raise _Reject("NOT_FOUND", f"clone session {sid} does not exist")
+            del self._clone_sessions[sid]
+            del self._clone_port[sid]
+            return
+        port = cs.egress_port
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < n.NUM_PORTS:
+            raise _Reject("INVALID_ARGUMENT", f"clone session egress_port must be in 0..{n.NUM_PORTS - 1}, got {port!r}")
+        if op is Op.INSERT:
+            if sid in self._clone_sessions:
+                raise _Reject("ALREADY_EXISTS", f"clone session {sid} already exists")
+        elif op is Op.MODIFY:
+            if sid not in self._clone_sessions:
+                raise _Reject("NOT_FOUND", f"clone session {sid} does not exist")
+        else:
+            raise _Reject("INVALID_ARGUMENT", f"unknown op {op!r}")
+        self._clone_sessions[sid] = cs
+        self._clone_port[sid] = port
+
+    def _write_entry(self, op: Op, e: TableEntry) -> None:
+        schema = _SCHEMAS.get(e.table)
+        if schema is None:
+            raise _Reject("INVALID_ARGUMENT", f"unknown table {e.table!r}")
+        if e.action not in schema.actions:
+            raise _Reject("INVALID_ARGUMENT", f"action {e.action!r} not in table {e.table}")
+        self._check_params(e, schema.actions[e.action], schema.param_names[e.action])
+        if e.is_default:
+            if op is not Op.MODIFY:
+                raise _Reject("INVALID_ARGUMENT", f"default action of {e.table} accepts only MODIFY")
+            if e.match:
+                raise _Reject("INVALID_ARGUMENT", "default entry must have an empty match")
+            if e.table in _CONST_DEFAULT_TABLES:
+                raise _Reject("INVALID_ARGUMENT", f"default action of {e.table} is const")
+            self._defaults[e.table] = e
+            return
+        if not schema.keys:
+            raise _Reject("INVALID_ARGUMENT", f"{e.table} is keyless: write its default action")
+        if e.action not in schema.entry_actions:
+            raise _Reject("INVALID_ARGUMENT", f"action {e.action!r} is default-only in {e.table}")
+        self._check_match(e, schema)
+        self._write_keyed(op, e)
+
+    def _write_keyed(self, op: Op, e: TableEntry) -> None:
+        """Apply a schema-valid, non-default entry: INSERT/MODIFY/DELETE by key."""
+        table = self._tables[e.table]
+        key = e.key()
+        if op is Op.INSERT:
+            if key in table:
+                raise _Reject("ALREADY_EXISTS", f"entry already exists in {e.table}: {dict(e.match)}")
+            table[key] = e
+        elif op is Op.MODIFY:
+            if key not in table:
+                raise _Reject("NOT_FOUND", f"no such entry in {e.table}: {dict(e.match)}")
+            table[key] = e
+        elif op is Op.DELETE:
+            if key not in table:
+                raise _Reject("NOT_FOUND", f"no such entry in {e.table}: {dict(e.match)}")
+            del table[key]
+        else:
+            raise _Reject("INVALID_ARGUMENT", f"unknown op {op!r}")
+        if e.table == n.FLOW_GRANT:
+            # The scheduler rewrites flow_grant entries all the time: update the per-packet
+            # index for this one entry instead of rebuilding it from the whole table (the
+            # result is the same as _rebuild's: one tuple per stored entry, by flow id).
+            fid = e.match[n.F_FLOW_ID]
+            if op is Op.DELETE:
+                del self._grants[fid]
+            else:
+                self._grants[fid] = _grant_tuple(e)
+
+    @staticmethod
+    def _check_params(e: TableEntry, spec: tuple[tuple[str, int], ...], want: frozenset[str]) -> None:
+        params = e.params
+        if params.keys() != want:
+            raise _Reject("INVALID_ARGUMENT",
+                          f"{e.action} params must be {sorted(want)}, got {sorted(params)}")
+        for pname, bits in spec:
+            v = params[pname]
+            if not isinstance(v, int) or not 0 <= v < (1 << bits):
+                raise _Reject("INVALID_ARGUMENT",
+                              f"{e.action}.{pname} must be in 0..2^{bits}-1, got {v!r}")
+
+    @staticmethod
+    def _check_match(e: TableEntry, schema: _TableSchema) -> None:
+        want = schema.key_names
+        if e.match.keys() != want:
+            raise _Reject("INVALID_ARGUMENT",
+                          f"{e.table} match fields must be {sorted(want)}, got {sorted(e.match)}")
+        has_range = False
+        for fname, kind, bits in schema.keys:
+            v = e.match[fname]
+            limit = 1 << bits
+            if kind == "exact":
+                if not isinstance(v, int) or not 0 <= v < limit:
+                    raise _Reject("INVALID_ARGUMENT", f"{fname} must be an int in 0..2^{bits}-1, got {v!r}")
+            elif kind == "lpm":
+                if not isinstance(v, Lpm) or not 0 <= v.prefix_len <= bits or not 0 <= v.value < limit:
+                    raise _Reject("INVALID_ARGUMENT", f"{fname} must be Lpm within {bits} bits, got {v!r}")
+                host_bits = (1 << (bits - v.prefix_len)) - 1
+                if v.value & host_bits:
+                    raise _Reject("INVALID_ARGUMENT", f"{fname} has bits set beyond /{v.prefix_len}: {v!r}")
+            else:  # range
+                has_range = True
+                if (not isinstance(v, Range) or not 0 <= v.low < limit or not 0 <= v.high < limit
+                        or v.low > v.high):
+                    raise _Reject("INVALID_ARGUMENT",
+                                  f"{fname} must be Range low<=high within {bits} bits, got {v!r}")
+        if has_range and e.priority <= 0:
+            raise _Reject("INVALID_ARGUMENT", f"{e.table} needs priority > 0, got {e.priority}")
+        if not has_range and e.priority != 0:
+            raise _Reject("INVALID_ARGUMENT", f"{e.table} takes no priority, got {e.priority}")
+
+    def _rebuild(self, table: str) -> None:
+        """Recompute the per-packet lookup structure of ``table`` from its stored entries."""
+        entries = self._tables[table].values()
+        default = self._defaults.get(table)
+        if table == n.IPV4_LPM:
+            self._lpm_by_len = _lpm_index(entries, n.F_DST_ADDR)
+            self._lpm_default = default.params["port"] if default.action == n.ACT_SET_EGRESS else -1
+            self._lpm_cache = {}
+        elif table == n.GRANT_ROUTE:
+            self._back_by_len = _lpm_index(entries, n.F_SRC_ADDR)
+            self._back_cache = {}
+        elif table == n.RECEIVER_PORT:
+            self._receiver_ports = frozenset(e.match[n.F_EGRESS_PORT] for e in entries)
+        elif table == n.SLACK_CLASS:
+            self._slack_bounds, self._slack_classes = _range_partition(
+                [(e.priority, e.match[n.F_SLACK_KEY].low, e.match[n.F_SLACK_KEY].high, e.params["qclass"])
+                 for e in entries], default.params["qclass"])
+        elif table == n.FLOW_GRANT:
+            self._grants = {e.match[n.F_FLOW_ID]: _grant_tuple(e) for e in entries}
+        elif table == n.CLOCK_OFFSET:
+            self._offset = default.params["offset_ns"]
+        elif table == n.DEFAULT_GRANT:
+            p = default.params
+            self._default_grant = (p["rate_kbps"], 0, p["lease_us"], p["meter_slot"])
+        elif table == n.ECN_THRESHOLD:
+            self._ecn_threshold = default.params["qdepth_pkts"]
+
+    def entries(self, table: str) -> list[TableEntry]:
+        """Installed (non-default) entries of ``table``, in insertion order.
+
+        Raises:
+            InvalidInput: ``table`` is not a table of the pipeline.
+        """
+        if table not in self._tables:
+            raise InvalidInput("table", f"must be one of {sorted(self._tables)}, got {table!r}")
+        return list(self._tables[table].values())
+
+    def default_action(self, table: str) -> TableEntry:
+        """The current default action of ``table`` (an ``is_default`` entry).
+
+        Raises:
+            InvalidInput: unknown table, or one whose default is const.
+        """
+        if table not in self._defaults:
+            raise InvalidInput("table", f"must be one of {sorted(self._defaults)} "
+                               f"(others have const defaults), got {table!r}")
+        return self._defaults[table]
+
+    def clone_sessions(self) -> list[CloneSession]:
+        """Installed clone sessions, by session id."""
+        return [self._clone_sessions[sid] for sid in sorted(self._clone_sessions)]
+
+    def meter_config(self, index: int) -> MeterConfig | None:
+        """The config of ``flow_meter[index]``, or None when never configured (always green)."""
+        return self._meter_cfg.get(index)
+
+    def read_counter_cells(self, counter: str, indices: Sequence[int]) -> list[CounterValue]:
+        """:meth:`read_counter` of each index, in order (one P4Runtime Read on a switch)."""
+        return [self.read_counter(counter, i) for i in indices]
+
+    def read_counter(self, counter: str, index: int) -> CounterValue:
+        """Bytes and packets of ``counter[index]``.
+
+        Raises:
+            InvalidInput: unknown counter name, or index outside ``0..size-1``.
+        """
+        cells = self._counters.get(counter)
+        if cells is None:
+            raise InvalidInput("counter", f"must be one of {sorted(self._counters)}, got {counter!r}")
+        size = len(cells[0])
+        if not 0 <= index < size:
+            raise InvalidInput("index", f"must be in 0..{size - 1} for {counter}, got {index}")
+        return CounterValue(byte_count=cells[0][index], packet_count=cells[1][index])
+
+    def set_clock_offset(self, offset_ns: int) -> None:
+        """Set fabric time = switch clock + ``offset_ns`` (reduced mod 2^48, so negative is fine).
+
+        Writes the ``clock_offset`` table's default action, as the P4Runtime target does.
+        """
+        self.write([Update(Op.MODIFY, TableEntry(
+            table=n.CLOCK_OFFSET, match={}, action=n.ACT_SET_CLOCK_OFFSET,
+            params={"offset_ns": offset_ns & TIME_MASK}, is_default=True))])
+
+    def poll_digests(self) -> list[RequestDigest]:
+        """Return and clear the queued REQUEST digests (oldest first)."""
+        out, self._digests = self._digests, []
+        return out
+
+    def now(self) -> int:
+        """Fabric time as the switch sees it: (clock() + clock_offset) mod 2^48, in ns."""
+        return (self._clock() + self._offset) & TIME_MASK
+
+    # ------------------------------------------------------------------ data plane
+
+    def _route(self, dst: int) -> int:
+        port = self._lpm_cache.get(dst)
+        if port is None:
+            port = _lpm_lookup(self._lpm_by_len, dst, self._lpm_default)
+            self._lpm_cache[dst] = port
+        return port
+
+    def _route_back(self, src: int) -> int:
+        port = self._back_cache.get(src)
+        if port is None:
+            port = _lpm_lookup(self._back_by_len, src, -1)
+            self._back_cache[src] = port
+        return port
+
+    def ingress(self, pkt: Packet, in_port: int) -> list[tuple[int, Packet]]:
+        """Parser + ingress for one packet arriving on ``in_port``.
+
+        Returns the ``(egress_port, packet)`` pairs to enqueue, each with ``priority`` set;
+        ``[]`` when dropped (IPv4 LPM miss or drop action). Mutates ``pkt`` (priority, qclass,
+        colour; a REQUEST at the receiver's ToR becomes the GRANT); a stale-epoch DATA adds a
+        new GRANT packet.
+        """
+        t = pkt.safs_type
+        safs_ok = False
+        if t != 0:
+            if pkt.safs_truncated:
+                self._malformed[1][Malformed.TRUNCATED] += 1
+            elif pkt.safs_version != SAFS_VERSION:
+                self._malformed[1][Malformed.BAD_VERSION] += 1
+            elif t not in _KNOWN_TYPES:
+                self._malformed[1][Malformed.BAD_TYPE] += 1
+            else:
+                safs_ok = True
+        port = self._route(pkt.dst)
+        if port < 0:
+            return []
+        if not safs_ok:
+            pkt.priority = QUEUE_BEST_EFFORT
+            return [(port, pkt)]
+        at_receiver = port in self._receiver_ports
+        if t == _DATA:
+            local = self._clock()
+            now = (local + self._offset) & TIME_MASK
+            qclass = self._slack_classes[bisect_right(self._slack_bounds, ((pkt.ts - now) & TIME_MASK) ^ HALF)]
+            pkt.qclass = qclass
+            if not at_receiver:
+                pkt.color = _UNMETERED
+                pkt.priority = qclass
+                return [(port, pkt)]
+            grant = self._grants.get(pkt.flow_id)
+            slot = grant[3] if grant is not None else self._default_grant[3]
+            fb = self._flow_bytes
+            fb[0][slot] += pkt.size
+            fb[1][slot] += 1
+            meter = self._meters.get(slot)
+            color = _GREEN if meter is None else meter.color(pkt.size, local)
+            pkt.color = color
+            pkt.priority = qclass if color == _GREEN else QUEUE_OVER_RATE
+            if grant is not None and pkt.epoch != grant[1] and epoch_newer(grant[1], pkt.epoch):
+                gport = self._route_back(pkt.src)
+                # Cloned to session gport + base; no session, no clone (as BMv2).
+                cport = self._clone_port.get(gport + n.CLONE_SESSION_BASE) if gport >= 0 else None
+                if cport is not None:
+                    g = Packet(pkt.dst, pkt.src, PROTO_UDP, pkt.dport, SAFS_UDP_PORT, CONTROL_PACKET_BYTES)
+                    g.safs_version = SAFS_VERSION
+                    g.safs_type = _GRANT
+                    g.flags = pkt.flags
+                    g.flow_id = pkt.flow_id
+                    g.remaining = pkt.remaining
+                    g.ts = now
+                    g.rate_kbps, g.epoch, g.lease_us = grant[0], grant[1], grant[2]
+                    g.qclass = g.priority = QUEUE_CONTROL
+                    g.color = _UNMETERED
+                    return [(port, pkt), (cport, g)]
+            return [(port, pkt)]
+        pkt.qclass = pkt.priority = QUEUE_CONTROL
+        pkt.color = _UNMETERED
+        if t == _REQUEST and at_receiver:
+            gport = self._route_back(pkt.src)
+            if gport < 0:  # no route back: forwarded to the host as a plain REQUEST
+                return [(port, pkt)]
+            grant = self._grants.get(pkt.flow_id)
+            if grant is None:
+                self._digests.append(RequestDigest(pkt.flow_id, pkt.src, pkt.dst, pkt.remaining, pkt.ts))
+                grant = self._default_grant
+            pkt.src, pkt.dst = pkt.dst, pkt.src
+            pkt.safs_type = _GRANT
+            pkt.rate_kbps, pkt.epoch, pkt.lease_us = grant[0], grant[1], grant[2]
+            pkt.ts = (self._clock() + self._offset) & TIME_MASK
+            return [(gport, pkt)]
+        return [(port, pkt)]
+
+    def egress(self, pkt: Packet, egress_port: int, enq_qdepth: int) -> None:
+        """Egress for one packet leaving ``egress_port``; ``enq_qdepth`` = packets queued ahead
+        of it at enqueue. ECN-capable packets get CE when ``enq_qdepth`` exceeds the threshold
+        (SAFS or not); valid SAFS packets get ``qdepth`` stamped (saturating at 65535);
+        port_tx_bytes, qdepth_hist (and ecn_marked when marking) are counted.
+        """
+        ecn = pkt.ecn
+        if (ecn == ECN_ECT0 or ecn == ECN_ECT1) and enq_qdepth > self._ecn_threshold:
+            pkt.ecn = ECN_CE
+            self._ecn_marked[1][egress_port] += 1
+        if (pkt.safs_type != 0 and pkt.safs_version == SAFS_VERSION and not pkt.safs_truncated
+                and pkt.safs_type in _KNOWN_TYPES):
+            pkt.qdepth = enq_qdepth if enq_qdepth < QDEPTH_MAX else QDEPTH_MAX
+        tx = self._port_tx
+        tx[0][egress_port] += pkt.size
+        tx[1][egress_port] += 1
+        bucket = (enq_qdepth + 1).bit_length() - 1 if enq_qdepth > 0 else 0
+        if bucket >= n.QDEPTH_BUCKETS:
+            bucket = n.QDEPTH_BUCKETS - 1
+        self._qhist[1][egress_port * n.QDEPTH_BUCKETS + bucket] += 1
+
+
+def _grant_tuple(e: TableEntry) -> tuple[int, int, int, int]:
+    """Per-packet form of a flow_grant entry: (rate_kbps, epoch, lease_us, meter_slot)."""
+    p = e.params
+    return (p["rate_kbps"], p["epoch"], p["lease_us"], p["meter_slot"])
+
+
+def _range_partition(ranges: list[tuple[int, int, int, int]], default: int) -> tuple[list[int], list[int]]:
+    """Resolve possibly overlapping ``(priority, low, high, value)`` ranges (higher priority
+    wins, as in P4Runtime; equal priorities: the first listed) into ``(bounds, values)`` with
+    ``values[bisect_right(bounds, key)]`` the value for ``key`` (``default`` where none match)."""
+    cuts = sorted({0} | {lo for _, lo, _, _ in ranges} | {hi + 1 for _, _, hi, _ in ranges})
+    ordered = sorted(ranges, key=lambda r: -r[0])
+    bounds: list[int] = []
+    values: list[int] = []
+    for start in cuts:
+        value = next((v for _, lo, hi, v in ordered if lo <= start <= hi), default)
+        if values and values[-1] == value:
+            continue
+        if values:
+            bounds.append(start)
+        values.append(value)
+    return bounds, values
+
+
+def _lpm_index(entries, field: str) -> list[tuple[int, dict[int, int]]]:
+    """(mask, {prefix: port or -1 for drop}) per prefix length, longest first."""
+    by_len: dict[int, dict[int, int]] = {}
+    for e in entries:
+        m = e.match[field]
+        port = e.params["port"] if "port" in e.params else -1
+        by_len.setdefault(m.prefix_len, {})[m.value] = port
+    return [(((1 << 32) - 1) ^ ((1 << (32 - plen)) - 1), by_len[plen])
+            for plen in sorted(by_len, reverse=True)]
+
+
+def _lpm_lookup(index: list[tuple[int, dict[int, int]]], addr: int, miss: int) -> int:
+    for mask, prefixes in index:
+        hit = prefixes.get(addr & mask)
+        if hit is not None:
+            return hit
+    return miss
+
+
+def qdepth_bucket(enq_qdepth: int) -> int:
+    """Histogram bucket of a queue depth (packets): b with depth in [2^b - 1, 2^(b+1) - 1),
+    the last bucket open-ended (p4names.QDEPTH_BUCKETS)."""
+    if enq_qdepth <= 0:
+        return 0
+    return min((enq_qdepth + 1).bit_length() - 1, n.QDEPTH_BUCKETS - 1)
