@@ -9,6 +9,7 @@ import pytest
 from safs.core.errors import InvalidInput
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.network import Host, Port
+from safs.experiments.sim.pfabric_port import PfabricPort
 from safs.core.packet import PROTO_TCP, Packet
 from safs.experiments.sim.simulation import SimConfig, Simulation
 from safs.hosts.stats import TransportStats
@@ -16,7 +17,6 @@ from safs.hosts.pfabric import (
     PROBE_BYTES,
     TCP_PROBE,
     PfabricConfig,
-    PfabricPort,
     PfabricSender,
     base_rtt_ns,
     idle_fct_ns,

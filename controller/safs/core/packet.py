@@ -10,6 +10,7 @@ from __future__ import annotations
 
 PROTO_TCP = 6
 PROTO_UDP = 17
+PROTO_HOMA = 146  # IPPROTO_HOMA of the Linux Homa module (PlatformLab/HomaModule, homa.h)
 
 # Header bytes counted in ``Packet.size`` (the sim counts the Ethernet header, not preamble,
 # FCS or inter-frame gap; the pipeline model's GRANT size uses the same convention).

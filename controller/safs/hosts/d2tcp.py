@@ -31,8 +31,8 @@ from __future__ import annotations
 from typing import Callable
 
 from safs.core.errors import InvalidInput
-from safs.experiments.sim.engine import Engine
-from safs.experiments.sim.network import Host
+from safs.hosts.env import Clock
+from safs.hosts.env import HostPort
 from safs.hosts.stats import TransportStats
 from safs.hosts.dctcp import DctcpConfig, DctcpSender
 
@@ -103,7 +103,7 @@ class D2tcpSender(DctcpSender):
 
     __slots__ = ("deadline_ns", "last_d")
 
-    def __init__(self, engine: Engine, host: Host, dst_ip: int, flow_id: int, size_bytes: int | None,
+    def __init__(self, engine: Clock, host: HostPort, dst_ip: int, flow_id: int, size_bytes: int | None,
                  config: DctcpConfig, stats: TransportStats, on_closed: Callable[[int], None],
                  deadline_ns: int | None) -> None:
         if deadline_ns is not None and (isinstance(deadline_ns, bool) or not isinstance(deadline_ns, int)

@@ -28,8 +28,8 @@ from typing import Callable
 
 from safs.core.errors import InvalidInput
 from safs.core.protocol import ECN_CE, ECN_ECT0
-from safs.experiments.sim.engine import Engine
-from safs.experiments.sim.network import Host
+from safs.hosts.env import Clock
+from safs.hosts.env import HostPort
 from safs.core.packet import (
     ETH_HEADER_BYTES,
     IPV4_HEADER_BYTES,
@@ -135,7 +135,7 @@ class DctcpSender:
                  "cwr_end", "srtt", "rttvar", "rto", "rto_deadline", "rto_event_at", "closed",
                  "ecn_cuts")
 
-    def __init__(self, engine: Engine, host: Host, dst_ip: int, flow_id: int, size_bytes: int | None,
+    def __init__(self, engine: Clock, host: HostPort, dst_ip: int, flow_id: int, size_bytes: int | None,
                  config: DctcpConfig, stats: TransportStats, on_closed: Callable[[int], None]) -> None:
         if size_bytes is not None and (type(size_bytes) is not int or size_bytes <= 0):
             raise InvalidInput("size_bytes", f"must be an integer > 0 or None, got {size_bytes!r}")
@@ -325,7 +325,7 @@ class DctcpReceiver:
     __slots__ = ("engine", "nic", "src", "sender", "flow_id", "size", "rcv_nxt", "ooo", "stats",
                  "on_finish", "finished", "ce_seen")
 
-    def __init__(self, engine: Engine, host: Host, src_ip: int, flow_id: int, size_bytes: int | None,
+    def __init__(self, engine: Clock, host: HostPort, src_ip: int, flow_id: int, size_bytes: int | None,
                  stats: TransportStats, on_finish: Callable[[int, int], None]) -> None:
         self.engine = engine
         self.nic = host.nic

@@ -32,7 +32,7 @@ What is modelled (paper sections in brackets):
 - **Sender SRPT** [3.2]: each host's NIC is fed one packet at a time (a pacer that sends when
   the NIC is idle), always from the sendable message with the fewest bytes left to send, so a
   short message never waits behind a long one's queued packets at the sender.
-- Switches honour the host-chosen priority: :class:`HomaPipeline` keeps ``pkt.priority`` of
+- Switches honour the host-chosen priority: :class:`safs.targets.homa_pipeline.HomaPipeline` keeps ``pkt.priority`` of
   Homa packets (IP protocol 146) and is otherwise the SAFS :class:`PipelineModel` (routes,
   counters).
 
@@ -68,15 +68,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from safs.core.errors import InvalidInput
-from safs.targets.pipeline_model import PipelineModel
 from safs.core.protocol import NUM_QUEUES
-from safs.experiments.sim.engine import Engine
-from safs.experiments.sim.network import Host
-from safs.core.packet import ETH_HEADER_BYTES, IPV4_HEADER_BYTES, Packet
+from safs.hosts.env import Clock
+from safs.hosts.env import HostPort
+from safs.core.packet import ETH_HEADER_BYTES, IPV4_HEADER_BYTES, PROTO_HOMA, Packet
 from safs.hosts.stats import TransportStats
 from safs.core.distributions import SizeDistribution
 
-PROTO_HOMA = 146  # IPPROTO_HOMA of the Linux Homa module (PlatformLab/HomaModule, homa.h)
 HOMA_HEADER_BYTES = 38  # UDP 8 + ~30-byte Homa data header, as the HomaSimulation counts it
 HOMA_IP_OVERHEAD_BYTES = IPV4_HEADER_BYTES + HOMA_HEADER_BYTES  # inside the MTU
 HOMA_DATA_OVERHEAD_BYTES = ETH_HEADER_BYTES + HOMA_IP_OVERHEAD_BYTES  # 72 on the wire
@@ -293,24 +291,6 @@ def resolve(config: HomaConfig, topology: Any) -> HomaParams:
                       config.resend_ns, config.sender_timeout_ns)
 
 
-class HomaPipeline(PipelineModel):
-    """The SAFS pipeline model that keeps the host-chosen priority of Homa packets.
-
-    Homa packets (IP protocol :data:`PROTO_HOMA`) are routed and counted as any non-SAFS
-    packet, but leave on queue ``pkt.priority`` as the host set it (a switch trusting the
-    packet's priority field, as the paper's switches trust 802.1p). Every other packet is
-    handled exactly as by :class:`PipelineModel`.
-    """
-
-    def ingress(self, pkt: Packet, in_port: int) -> list[tuple[int, Packet]]:
-        if pkt.proto != PROTO_HOMA:
-            return super().ingress(pkt, in_port)
-        prio = pkt.priority
-        out = super().ingress(pkt, in_port)
-        pkt.priority = prio
-        return out
-
-
 class _Out:
     """Sender-side state of one message."""
 
@@ -361,7 +341,7 @@ class HomaHost:
         on_closed: ``on_closed(fid)`` when a message it sends is acknowledged.
     """
 
-    def __init__(self, engine: Engine, host: Host, params: HomaParams, stats: TransportStats,
+    def __init__(self, engine: Clock, host: HostPort, params: HomaParams, stats: TransportStats,
                  on_finish: Callable[[int, int], None], on_closed: Callable[[int], None]) -> None:
         self.engine = engine
         self.host = host

@@ -27,8 +27,8 @@ import dataclasses
 from typing import Any, Callable, Mapping
 
 from safs.core.protocol import HEADER_LEN, SAFS_VERSION, MsgType, latest_start_ns
-from safs.experiments.sim.engine import Engine
-from safs.experiments.sim.network import Host, Port
+from safs.hosts.env import Clock
+from safs.hosts.env import HostPort, Nic
 from safs.core.packet import Packet
 from safs.hosts.stats import TransportStats
 from safs.hosts.dctcp import ACK_BYTES, TCP_OVERHEAD_BYTES, DctcpConfig, DctcpReceiver, DctcpSender
@@ -60,7 +60,7 @@ class SafsShim:
 
     __slots__ = ("nic", "stats", "size", "no_bubble", "line_rate")
 
-    def __init__(self, nic: Port, stats: TransportStats, size_bytes: int, no_bubble_ts_ns: int) -> None:
+    def __init__(self, nic: Nic, stats: TransportStats, size_bytes: int, no_bubble_ts_ns: int) -> None:
         self.nic = nic
         self.stats = stats
         self.size = size_bytes
@@ -84,7 +84,7 @@ class SafsShim:
         return self.nic.send(pkt)
 
 
-def no_grant_endpoints(engine: Engine, src: Host, dst: Host, flow_id: int, size_bytes: int,
+def no_grant_endpoints(engine: Clock, src: HostPort, dst: HostPort, flow_id: int, size_bytes: int,
                        no_bubble_ts_ns: int, dctcp: DctcpConfig, stats: TransportStats,
                        on_finish: Callable[[int, int], None],
                        on_closed: Callable[[int], None]) -> tuple[DctcpReceiver, DctcpSender]:

@@ -7,7 +7,7 @@ pFabric decouples flow scheduling from rate control (paper Section 3):
   acknowledged, selectively or cumulatively); smaller is more urgent (Section 4.1, the
   SRPT approximation). ACKs carry priority 0, the highest (as the YAPS pFabric model,
   NetSys/simulator coresim/packet.cpp, does; the paper only prioritises data).
-- Switch port (:class:`PfabricPort`, Section 4.1): a small buffer (about 2 x BDP; the paper's
+- Switch port (:class:`safs.experiments.sim.pfabric_port.PfabricPort`, Section 4.1): a small buffer (about 2 x BDP; the paper's
   evaluation uses 36 KB per 10 Gbit/s port, Section 5) in arrival order.
   *Priority scheduling with starvation prevention*: when the port is free it sends the
   **earliest** buffered packet of the flow that holds the highest-priority buffered packet
@@ -33,7 +33,7 @@ BDP); hosts serve their NIC queue with the same priority discipline, without a b
 priority-dropped packet has already passed the pipeline's egress hook (counted in
 ``port_tx_bytes``), as a packet admitted and later evicted would be on hardware.
 
-Under the simulator's ``"pfabric"`` policy every switch port is a :class:`PfabricPort` and
+Under the simulator's ``"pfabric"`` policy every switch port is a :class:`safs.experiments.sim.pfabric_port.PfabricPort` and
 every flow (pipeline and background) uses this transport: pFabric needs the whole fabric.
 """
 
@@ -41,12 +41,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from heapq import heappush as _push
 from typing import Any, Callable, Mapping
 
 from safs.core.errors import InvalidInput
-from safs.experiments.sim.engine import Engine
-from safs.experiments.sim.network import Host, Port
+from safs.hosts.env import Clock
+from safs.hosts.env import HostPort, Nic
 from safs.core.packet import ETH_HEADER_BYTES, IPV4_HEADER_BYTES, PROTO_TCP, TCP_ACK, TCP_HEADER_BYTES, Packet
 from safs.hosts.stats import TransportStats
 from safs.hosts.dctcp import ACK_BYTES, DctcpReceiver
@@ -214,123 +213,6 @@ def idle_fct_ns(topology: Any, src: str, dst: str, size_bytes: int, mtu_bytes: i
     return t_last + links[-1]["delay_ns"]
 
 
-class PfabricPort(Port):
-    """A pFabric egress port: one buffer in arrival order, priority = ``pkt.remaining`` (smaller
-    first), priority scheduling with starvation prevention and priority dropping (see the module
-    docstring; paper Section 4.1).
-
-    Same constructor as :class:`safs.experiments.sim.network.Port` (``strict`` and ``dt_alpha`` are kept
-    but unused: there is one queue). Drops are counted in ``drops[0]``. The buffer holds a few
-    tens of packets, so enqueue and dequeue are linear scans.
-    """
-
-    __slots__ = ("buf",)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.buf: list[Packet] = []
-
-    def send(self, pkt: Packet) -> bool:
-        """Enqueue ``pkt``; False when it is the packet priority dropping discards."""
-        engine = self.engine
-        now = engine.now
-        buf = self.buf
-        size = pkt.size
-        if not buf and now >= self.busy_until:
-            if self.egress is not None:
-                self.egress(pkt, self.number, 0)
-            self._transmit(pkt, now)
-            return True
-        if self.queued_bytes + size > self.buffer_bytes and not self._make_room(pkt):
-            self.drops[0] += 1
-            self.drop_bytes += size
-            return False
-        if self.egress is not None:
-            self.egress(pkt, self.number, len(buf))
-        buf.append(pkt)
-        self.queued_bytes += size
-        self.queued_packets += 1
-        if not self.wake_pending:
-            self.wake_pending = True
-            engine._seq += 1
-            _push(engine._queue, (self.busy_until, engine._seq, self._on_free, None))
-        return True
-
-    def _make_room(self, pkt: Packet) -> bool:
-        """Drop buffered packets of lower priority than ``pkt`` (lowest first, latest first
-        among equals) until it fits; False (nothing dropped) when they cannot free enough."""
-        buf = self.buf
-        prio = pkt.remaining
-        need = self.queued_bytes + pkt.size - self.buffer_bytes
-        if sum(p.size for p in buf if p.remaining > prio) < need:
-            return False
-        while need > 0:
-            worst_i, worst = 0, -1
-            for i, p in enumerate(buf):
-                if p.remaining >= worst:
-                    worst_i, worst = i, p.remaining
-            victim = buf.pop(worst_i)
-            need -= victim.size
-            self.queued_bytes -= victim.size
-            self.queued_packets -= 1
-            self.drops[0] += 1
-            self.drop_bytes += victim.size
-        return True
-
-    def _on_free(self, _: Any) -> None:
-        self.wake_pending = False
-        buf = self.buf
-        if not buf:
-            return
-        best = buf[0]
-        best_r = best.remaining
-        for p in buf:
-            if p.remaining < best_r:
-                best, best_r = p, p.remaining
-        fid, dst = best.flow_id, best.dst
-        for i, p in enumerate(buf):
-            if p.flow_id == fid and p.dst == dst:
-                break
-        pkt = buf.pop(i)
-        self.queued_bytes -= pkt.size
-        self.queued_packets -= 1
-        engine = self.engine
-        self._transmit(pkt, engine.now)
-        if buf:
-            self.wake_pending = True
-            engine._seq += 1
-            _push(engine._queue, (self.busy_until, engine._seq, self._on_free, None))
-
-    def _transmit(self, pkt: Packet, now: int) -> None:
-        rate = self.rate_bps
-        size = pkt.size
-        end = now + (size * 8_000_000_000 + rate - 1) // rate
-        self.busy_until = end
-        self.tx_packets += 1
-        self.tx_bytes += size
-        engine = self.engine
-        engine._seq += 1
-        _push(engine._queue, (end + self.delay_ns, engine._seq, self._arrive, pkt))
-
-
-def pfabric_port_factory(buffer_bytes: int) -> Callable[..., Port]:
-    """A ``make_port`` for :func:`safs.experiments.sim.network.build_network`: :class:`PfabricPort` s, with
-    ``buffer_bytes`` per switch port (``strict`` ports) and the host NIC's unbounded buffer.
-
-    Raises:
-        InvalidInput: ``buffer_bytes`` < 1.
-    """
-    if isinstance(buffer_bytes, bool) or not isinstance(buffer_bytes, int) or buffer_bytes < 1:
-        raise InvalidInput("pfabric.buffer_bytes", f"must be an integer >= 1, got {buffer_bytes!r}")
-
-    def make(engine: Engine, owner: str, number: int, rate_bps: int, delay_ns: int, buffer: int, strict: bool,
-             egress: Callable[[Packet, int, int], None] | None = None, dt_alpha: float = 0.0) -> Port:
-        return PfabricPort(engine, owner, number, rate_bps, delay_ns, buffer_bytes if strict else buffer, strict,
-                           egress, dt_alpha)
-
-    return make
-
-
 class PfabricSender:
     """Sender side of one pFabric flow (rate control of paper Section 4.2, see module docstring).
 
@@ -352,7 +234,7 @@ class PfabricSender:
                  "cwnd", "ssthresh", "snd_una", "snd_nxt", "high_sent", "sacked", "sacked_bytes",
                  "rto_deadline", "rto_event_at", "timeouts_in_row", "probing", "probes", "closed")
 
-    def __init__(self, engine: Engine, host: Host, dst_ip: int, flow_id: int, size_bytes: int | None,
+    def __init__(self, engine: Clock, host: HostPort, dst_ip: int, flow_id: int, size_bytes: int | None,
                  config: PfabricConfig, stats: TransportStats, on_closed: Callable[[int], None]) -> None:
         if size_bytes is not None and (isinstance(size_bytes, bool) or not isinstance(size_bytes, int)
                                        or size_bytes < 1):

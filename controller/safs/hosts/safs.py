@@ -53,8 +53,8 @@ from safs.core.protocol import (
     epoch_newer,
     latest_start_ns,
 )
-from safs.experiments.sim.engine import Engine
-from safs.experiments.sim.network import Host
+from safs.hosts.env import Clock
+from safs.hosts.env import HostPort
 from safs.core.packet import IPV4_HEADER_BYTES, PROTO_UDP, UDP_HEADER_BYTES, Packet
 from safs.hosts.stats import TransportStats
 from safs.core.timebase import wrap
@@ -178,7 +178,7 @@ class SafsSender:
                  "last_size", "last_send_ns", "renew_token", "probe_token", "rto", "closed",
                  "polling")
 
-    def __init__(self, engine: Engine, host: Host, dst_ip: int, flow_id: int, size_bytes: int,
+    def __init__(self, engine: Clock, host: HostPort, dst_ip: int, flow_id: int, size_bytes: int,
                  no_bubble_ts_ns: int | None, background: bool, config: SafsConfig,
                  stats: TransportStats, on_closed: Callable[[int], None]) -> None:
         if type(size_bytes) is not int or size_bytes <= 0:
@@ -424,7 +424,7 @@ class SafsReceiver:
     __slots__ = ("engine", "host", "nic", "src", "sender", "flow_id", "size", "seg", "got",
                  "received", "finish_ns", "ts", "cfg", "stats", "on_finish", "sender_port", "nack_mark")
 
-    def __init__(self, engine: Engine, host: Host, src_ip: int, flow_id: int, size_bytes: int,
+    def __init__(self, engine: Clock, host: HostPort, src_ip: int, flow_id: int, size_bytes: int,
                  no_bubble_ts_ns: int | None, config: SafsConfig, stats: TransportStats,
                  on_finish: Callable[[int, int], None]) -> None:
         self.engine = engine

@@ -35,7 +35,8 @@ from typing import Any
 from safs.apps.cliargs import OneLineParser
 from safs.control.controller import fabric_clock
 from safs.apps.agent.background import BackgroundGenerator
-from safs.experiments.mininet.agent_control import Background, ControlServer, Expect, Send
+from safs.apps.agent.control_server import ControlServer
+from safs.experiments.mininet.agent_control import Background, Expect, Send
 from safs.apps.agent.loop import Loop
 from safs.apps.agent.safs_socket import GRANT_POLL_NS, REORDER_WINDOW_NS, RTO_NS, SafsEndpoint, emu_config
 from safs.apps.agent.tcp import TcpEndpoint

@@ -385,7 +385,7 @@ def build_network(topology: Any, engine: Engine,
     switch port buffering ``topology.buffer_bytes(switch)`` bytes, admitted by dynamic threshold
     ``dt_alpha`` (see :class:`Port`). ``make_port`` builds every port (host NICs with
     ``strict=False``), with :class:`Port`'s signature; the default is :class:`Port` itself
-    (``safs.hosts.pfabric.pfabric_port_factory`` gives pFabric's).
+    (``safs.experiments.sim.pfabric_port.pfabric_port_factory`` gives pFabric's).
     """
     net = Network(engine, dt_alpha, make_port)
     for host in topology.hosts():

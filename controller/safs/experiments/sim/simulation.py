@@ -53,20 +53,22 @@ from safs.core.allocator import AllocatorConfig
 from safs.core.errors import InvalidInput, SafsError
 from safs.core.hints import LABEL_MAX_LEN, FlowClass, FlowHint
 from safs.experiments.metrics import FlowRecord
+from safs.targets.homa_pipeline import HomaPipeline
 from safs.targets.pipeline_model import PipelineModel
 from safs.core.scheduler import Scheduler, SchedulerConfig
 from safs.hosts.no_grants import SCHEDULER_OVERRIDES, no_grant_endpoints
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.workload_host import EngineWorkloadHost
 from safs.experiments.sim.network import Network, Port, build_network
+from safs.experiments.sim.pfabric_port import pfabric_port_factory
 from safs.core.packet import ETH_HEADER_BYTES
 from safs.hosts.stats import TransportStats
 from safs.hosts.d2tcp import D2tcpSender
 from safs.hosts.dctcp import DctcpConfig, DctcpReceiver, DctcpSender, dctcp_k_packets
-from safs.hosts.homa import HomaConfig, HomaHost, HomaPipeline
+from safs.hosts.homa import HomaConfig, HomaHost
 from safs.hosts.homa import resolve as homa_resolve
 from safs.hosts.pfabric import (PfabricConfig, PfabricReceiver, PfabricSender, check_pfabric_overrides,
-                                         pfabric_config, pfabric_port_factory)
+                                         pfabric_config)
 from safs.hosts.safs import SafsConfig, SafsReceiver, SafsSender
 
 POLICIES = ("safs", "dctcp", "d2tcp", "edf-oracle", "safs-no-grants", "safs-no-classes", "homa", "pfabric")
