@@ -63,7 +63,8 @@ def one_run(name: str, doubled: bool, policy: str) -> dict[str, float]:
     import time
 
     from safs.experiments.eval.experiments import experiment
-    from safs.experiments.runner import expand, run_one_sim
+    from safs.experiments.runner import run_one_sim
+from safs.experiments.runs import expand
     from safs.experiments.scenario import load_scenario
 
     exp = experiment(name)

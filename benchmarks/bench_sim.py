@@ -31,7 +31,8 @@ def run_sim(steps: int, policy: str, bulk: int, seed: int = 1) -> dict[str, floa
     """Simulate ``steps`` AFD decode steps; returns events, wall seconds, events/s, peak RSS."""
     import resource
 
-    from safs.experiments.sim.simulation import SimConfig, simulate
+    from safs.experiments.sim.config import SimConfig
+    from safs.experiments.sim.backend import simulate
     from safs.core.topology import load_topology
     from safs.experiments.workloads import build_workload
 

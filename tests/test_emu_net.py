@@ -174,7 +174,7 @@ def test_urgent_class_wins_at_the_bottleneck(tmp_path):
     """Two SAFS flows into f0 through BMv2 and the bottleneck: a lax one started first and a
     late (urgent) one; the urgent one finishes first although it started second and is as big."""
     from safs.experiments.mininet.backend import run_mininet
-    from safs.experiments.runner import expand
+    from safs.experiments.runs import expand
     from safs.experiments.scenario import load_scenario
 
     import yaml
@@ -252,7 +252,7 @@ def test_agents_start_in_every_host_and_stop(tmp_path):
 
     from safs.experiments.mininet.backend import start_agents, stop_agents
     from safs.core.scheduler import SchedulerConfig
-    from safs.experiments.sim.simulation import SimConfig
+    from safs.experiments.sim.config import SimConfig
 
     class NoSwitch(Switch):
         def start(self, controllers):

@@ -12,7 +12,8 @@ from scipy import stats
 from safs.apps.cli import main
 from safs.core.errors import InvalidInput
 from safs.experiments.eval.experiments import CHECK_MODULES, EXPERIMENTS, check_missing, experiment, summarize, t_interval, tasks
-from safs.experiments.runner import expand, run_one_output
+from safs.experiments.runner import run_one_output
+from safs.experiments.runs import expand
 from safs.experiments.workloads.jitter import jittered_ns
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from safs.core.errors import InvalidInput
 from safs.experiments.eval.experiments import EXPERIMENTS, run_check
-from safs.experiments.eval.parallel import check_jobs, default_jobs, map_ordered
+from safs.experiments.parallel import check_jobs, default_jobs, map_ordered
 from safs.experiments.runner import run_scenario_outputs
 
 VOLATILE = {"wall_time_s"}  # the only fields allowed to differ between executors

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from safs.core.errors import InvalidInput
-from safs.experiments.runner import expand
+from safs.experiments.runs import expand
 from safs.experiments.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,10 @@ from safs.core.errors import InvalidInput
 from safs.core.protocol import QUEUE_CONTROL, QUEUE_OVER_RATE, QUEUE_SLACK_LEAST_URGENT, MsgType
 from safs.core.scheduler import SchedulerConfig
 from safs.hosts.no_grants import SafsShim
-from safs.experiments.sim.simulation import POLICIES, SimConfig, Simulation, simulate
+from safs.experiments.policies import POLICIES
+from safs.experiments.sim.config import SimConfig
+from safs.experiments.sim.simulation import Simulation
+from safs.experiments.sim.backend import simulate
 from safs.hosts.dctcp import DctcpSender
 from safs.hosts.safs import SafsSender
 from safs.experiments.workloads.api import FlowSpec

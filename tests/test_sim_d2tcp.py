@@ -12,7 +12,10 @@ from hypothesis import strategies as st
 from safs.core.errors import InvalidInput
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.network import Host
-from safs.experiments.sim.simulation import POLICIES, Simulation, SimConfig, simulate
+from safs.experiments.policies import POLICIES
+from safs.experiments.sim.config import SimConfig
+from safs.experiments.sim.simulation import Simulation
+from safs.experiments.sim.backend import simulate
 from safs.hosts.stats import TransportStats
 from safs.hosts.d2tcp import D2TCP_D_MAX, D2TCP_D_MIN, D2tcpSender, gamma_penalty, imminence_factor
 from safs.hosts.dctcp import DctcpConfig, DctcpSender

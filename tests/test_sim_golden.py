@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from safs.experiments.sim.simulation import SimConfig, Simulation
+from safs.experiments.sim.config import SimConfig
+from safs.experiments.sim.simulation import Simulation
 from safs.core.topology import load_topology
 from safs.experiments.workloads import build_workload
 

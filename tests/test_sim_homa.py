@@ -8,7 +8,8 @@ from typing import Any, Callable
 import pytest
 
 from safs.core.errors import InvalidInput
-from safs.experiments.sim.simulation import SimConfig, Simulation
+from safs.experiments.sim.config import SimConfig
+from safs.experiments.sim.simulation import Simulation
 from safs.hosts.homa import (
     HOMA_DATA,
     HOMA_GRANT,
@@ -77,7 +78,7 @@ def tap(sim: Simulation, host: str, kinds: tuple[int, ...]) -> list[tuple[int, i
         if pkt.flags in kinds:
             log.append((sim.engine.now, pkt.flags, pkt.flow_id, pkt.priority))
 
-    homa_host = sim._homa_host(sim.network.hosts[host])
+    homa_host = sim.binding.host(sim, sim.network.hosts[host])
     homa_host.nic = _TapNic(homa_host.nic, record)
     return log
 
@@ -108,8 +109,8 @@ def test_unscheduled_bytes_go_without_a_grant() -> None:
     sim.workload = w
     w.start(sim)
     sim.engine.run(90 * US)  # a GRANT needs >= 2 x 50 us of propagation to come back
-    out = sim.homa_hosts["h0"].out[w.fids[0]]
-    payload = sim.homa_params.max_payload
+    out = sim.binding.hosts["h0"].out[w.fids[0]]
+    payload = sim.binding.params.max_payload
     assert not out.heard
     assert out.next == -(-rtt // payload) * payload
     assert len(data) == -(-rtt // payload)
@@ -126,7 +127,7 @@ def test_overcommitment_limits_granted_messages(overcommit: int) -> None:
     sim = Simulation(topo, "homa", 1, SimConfig(mtu_bytes=1500, homa={"overcommit": overcommit,
                                                                        "sched_priorities": 6}))
     grants = tap(sim, "h6", (HOMA_GRANT,))
-    rx = sim._homa_host(sim.network.hosts["h6"])
+    rx = sim.binding.host(sim, sim.network.hosts["h6"])
     ranks: list[int] = []
     send = rx._control
 
@@ -178,9 +179,9 @@ def test_packets_carry_the_receiver_chosen_priorities() -> None:
     topo = star(3)
     cfg = SimConfig(mtu_bytes=1500, homa={"size_distribution": "homa_Google_AllRPC.txt"})
     sim = Simulation(topo, "homa", 1, cfg)
-    p = sim.homa_params
+    p = sim.binding.params
     seen: list[tuple[int, int, int]] = []
-    rx = sim._homa_host(sim.network.hosts["h2"])
+    rx = sim.binding.host(sim, sim.network.hosts["h2"])
     orig = rx.receive
 
     def record(pkt: Any) -> None:

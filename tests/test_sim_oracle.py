@@ -9,7 +9,10 @@ import pytest
 
 from safs.core.errors import InvalidInput
 from safs.experiments.sim.oracle import OracleFlow, OracleNetwork, edf_rates
-from safs.experiments.sim.simulation import POLICIES, SimConfig, Simulation, simulate
+from safs.experiments.policies import POLICIES
+from safs.experiments.sim.config import SimConfig
+from safs.experiments.sim.simulation import Simulation
+from safs.experiments.sim.backend import simulate
 from safs.core.topology import build_topology
 from safs.experiments.workloads.api import FlowSpec
 

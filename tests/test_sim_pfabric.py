@@ -11,7 +11,8 @@ from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.network import Host, Port
 from safs.experiments.sim.pfabric_port import PfabricPort
 from safs.core.packet import PROTO_TCP, Packet
-from safs.experiments.sim.simulation import SimConfig, Simulation
+from safs.experiments.sim.config import SimConfig
+from safs.experiments.sim.simulation import Simulation
 from safs.hosts.stats import TransportStats
 from safs.hosts.pfabric import (
     PROBE_BYTES,
@@ -186,7 +187,7 @@ def test_short_flow_overtakes_a_long_flow_at_the_bottleneck() -> None:
     # ... and the long flow loses the time the short one used the link plus about one timeout
     # (the short burst evicted some of its packets), not more.
     assert res.drops > 0
-    assert fct["long"] < ideal["long"] + ideal["short"] + 2 * sim.pfabric_cfg.rto_ns
+    assert fct["long"] < ideal["long"] + ideal["short"] + 2 * sim.binding.pfabric_cfg.rto_ns
     # Under DCTCP the short flow waits behind the long flow's queue (the contrast pFabric fixes).
     dsim, dres = _run(topo, "dctcp", specs)
     assert all(type(p) is Port for p in dsim.network.switch_ports())

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from safs.core.errors import InvalidInput
-from safs.experiments.sim.simulation import POLICIES, SimConfig, simulate
+from safs.experiments.policies import POLICIES
+from safs.experiments.sim.config import SimConfig
+from safs.experiments.sim.backend import simulate
 from safs.core.topology import build_topology
 from safs.experiments.workloads.api import FlowSpec
 
@@ -139,7 +141,7 @@ def test_safs_beats_dctcp_on_urgent_incast_with_background_bulk() -> None:
 
 def test_safs_timers_scale_through_sim_config() -> None:
     """Slow emulated fabrics (scenarios/mininet-*.yaml) stretch the SAFS sender's timers."""
-    from safs.experiments.sim.simulation import SimConfig
+    from safs.experiments.sim.config import SimConfig
 
     cfg = SimConfig(safs_grant_poll_ns=2_000_000, safs_reorder_window_ns=5_000_000).safs_config()
     assert (cfg.grant_poll_ns, cfg.reorder_window_ns) == (2_000_000, 5_000_000)

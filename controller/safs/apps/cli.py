@@ -26,9 +26,10 @@ from safs import __version__
 from safs.apps.cliargs import OneLineParser
 from safs.core.errors import InvalidInput, SafsError
 from safs.core.numfmt import sig
-from safs.experiments.runner import (RESULT_FILES, TARGETS, archive_previous, check, check_out_dir, check_target_available,
-                         cli_overrides, expand, missing_dirs, prepare_out_dir, remove_empty, run_scenario,
-                         write_results)
+from safs.experiments.runner import (BACKENDS, RESULT_FILES, archive_previous, check, check_backend_available,
+                                     check_out_dir, missing_dirs, prepare_out_dir, remove_empty, run_scenario,
+                                     write_results)
+from safs.experiments.runs import cli_overrides, expand
 from safs.experiments.scenario import load_scenario
 
 REPO_ROOT = Path(__file__).resolve().parents[3]  # the checkout safs is installed from (pip install -e)
@@ -69,7 +70,7 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("scenarios", nargs="+", type=Path, metavar="SCENARIO", help="scenario YAML file(s)")
     run.add_argument("--out", type=Path, default=Path("results"), help="directory for results.json/csv (default: results); earlier results there are moved "
                           "aside as results.<YYYYMMDDTHHMMSS>.json/csv")
-    run.add_argument("--target", default="sim", choices=TARGETS, help="where to run (default: sim)")
+    run.add_argument("--target", default="sim", choices=BACKENDS, help="where to run (default: sim)")
     run.add_argument("--seeds", type=_int_list, help="override the scenario's seeds, e.g. 1,2,3")
     run.add_argument("--policies", type=_name_list, help="override the policies, e.g. safs,dctcp")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -151,7 +152,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     overrides = cli_overrides(args.seeds, args.policies)
     # Everything is checked before the first run and before the output directory is created,
     # so a typo in the last file or a bad option costs nothing and leaves nothing behind.
-    from safs.experiments.eval.parallel import check_jobs, check_ray
+    from safs.experiments.parallel import check_jobs, check_ray
 
     check_out_dir(args.out)
     if args.target == "mininet" and (args.jobs is not None or args.ray is not None):
@@ -160,7 +161,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     check_ray(args.ray, args.jobs)
     if args.ray is None:
         check_jobs(args.jobs)
-    check_target_available(args.target)
+    check_backend_available(args.target)
     scenarios = [load_scenario(p, overrides) for p in args.scenarios]
     for scenario in scenarios:
         check(scenario, args.target)

@@ -108,8 +108,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
             ``--jobs``/``--ray``, unwritable ``--out``, or a bad scenario.
     """
     from safs.experiments.eval import experiments as ex
-    from safs.experiments.eval.parallel import check_jobs, check_ray
-    from safs.experiments.runner import check_out_dir, cli_overrides, missing_dirs, remove_empty
+    from safs.experiments.parallel import check_jobs, check_ray
+    from safs.experiments.runner import check_out_dir, missing_dirs, remove_empty
+    from safs.experiments.runs import cli_overrides
 
     if args.list:
         if args.names:
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 def _run_all(args: argparse.Namespace, console: Console, ex: Any, exps: list[Any], task_lists: list[list[tuple]],
              run_checks: bool) -> int:
     """The runs, output files and tables of :func:`run` once everything is checked."""
-    from safs.experiments.eval.parallel import check_jobs, map_ordered
+    from safs.experiments.parallel import check_jobs, map_ordered
     from safs.experiments.runner import archive_previous, prepare_out_dir, run_one_output
 
     prepare_out_dir(args.out)

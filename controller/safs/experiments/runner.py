@@ -1,4 +1,7 @@
-"""Run scenarios: every (policy, seed, repetition, swept parameter) combination, on a target.
+"""Run scenarios: every (policy, seed, repetition, swept parameter) combination, on a run
+backend: ``sim`` (the packet simulator, :mod:`safs.experiments.sim.backend`) or ``mininet``
+(BMv2 in Mininet, :mod:`safs.experiments.mininet.backend`); the CLI calls the backend
+``--target``.
 
 Writes ``results.json`` (a list of records, schema in docs/results.md) and ``results.csv`` into
 the output directory and returns the records. Records hold numbers only, with the unit in the
@@ -17,160 +20,58 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from safs.core.errors import InvalidInput
 from safs.experiments.metrics import flow_metrics
+from safs.experiments.mininet.backend import check_policies, run_mininet
+from safs.experiments.parallel import map_ordered
+from safs.experiments.policies import get_policy
+from safs.experiments.runs import RunSpec, build_run, expand, miss_tolerance_ns, run_seed
 from safs.experiments.scenario import Scenario
+from safs.experiments.sim.backend import simulate
 
-TARGETS = ("sim", "mininet")  # mininet: safs.experiments.mininet.backend, docs/mininet.md
+BACKENDS = ("sim", "mininet")  # mininet: docs/mininet.md
 RESULT_FILES = ("results.json", "results.csv", "samples.jsonl")  # moved aside, not overwritten
 
 
-@dataclass(frozen=True)
-class RunSpec:
-    """One run of a scenario: the swept values that identify it."""
-
-    policy: str
-    seed: int
-    repetition: int
-    background_flows: int
-    load: float
-
-    def params(self) -> dict[str, float]:
-        return {"background_flows": self.background_flows, "load": self.load}
-
-
-def expand(scenario: Scenario) -> Iterator[RunSpec]:
-    """All runs of a scenario in a fixed order (parameters, then policy, seed, repetition)."""
-    for bulk, load, policy, seed, rep in itertools.product(
-        scenario.background.bulk_flows, scenario.background.load, scenario.policies, scenario.seeds,
-        range(scenario.repetitions)
-    ):
-        yield RunSpec(policy=policy, seed=seed, repetition=rep, background_flows=bulk, load=load)
-
-
-def _build(scenario: Scenario, spec: RunSpec) -> tuple[Any, Any, Any]:
-    """Topology, workload and simulator config of one run.
-
-    Raises:
-        InvalidInput: any bad input; the error names the scenario file when the failing piece
-            (workload parameters, simulator settings) came from it.
-    """
-    from safs.experiments.sim.simulation import SimConfig
-    from safs.core.topology import load_topology
-    from safs.experiments.workloads import build_workload
-
-    topology = load_topology(scenario.topology_path())
-    try:
-        config = SimConfig.from_mapping(scenario.sim, scheduler=scenario.scheduler,
-                                        max_time_ns=int(scenario.max_time_ms * 1_000_000))
-        topology.mtu_bytes = config.mtu_bytes  # ideal times and no-bubble floors at the run's MTU
-        workload = build_workload(
-            scenario.workload.kind, scenario.workload.params, topology, seed=_run_seed(spec),
-            background_flows=spec.background_flows, load=spec.load,
-            distribution=scenario.background.distribution, source=scenario.source,
-        )
-    except InvalidInput as exc:
-        if exc.source:
-            raise
-        raise InvalidInput(exc.field, exc.message, source=scenario.source) from None
-    return topology, workload, config
-
-
-def cli_overrides(seeds: list[int] | None, policies: list[str] | None) -> dict[str, Any]:
-    """Scenario overrides from the ``--seeds`` and ``--policies`` options (None or empty:
-    keep the scenario's).
-
-    Raises:
-        InvalidInput: a policy the simulator does not know (field ``--policies``).
-    """
-    overrides: dict[str, Any] = {}
-    if seeds:
-        overrides["seeds"] = seeds
-    if policies:
-        from safs.experiments.sim.simulation import POLICIES  # noqa: PLC0415 (the simulator only when needed)
-
-        for policy in policies:
-            if policy not in POLICIES:
-                raise InvalidInput("--policies", f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
-        overrides["policies"] = policies
-    return overrides
-
-
-def miss_tolerance_ns(scenario: Scenario) -> int:
-    """The scenario's deadline-miss tolerance (``miss_tolerance_us``) in ns."""
-    return round(scenario.miss_tolerance_us * 1000)
-
-
-def _run_seed(spec: RunSpec) -> int:
-    # Each repetition gets its own random stream; the seed stays the reported identity.
-    return spec.seed * 1000 + spec.repetition
-
-
-def check(scenario: Scenario, target: str = "sim") -> None:
+def check(scenario: Scenario, backend: str = "sim") -> None:
     """Validate everything every run of ``scenario`` needs, without simulating.
 
     Raises:
-        InvalidInput: unknown target or policy (the message lists the valid ones), or a bad
+        InvalidInput: unknown backend or policy (the message lists the valid ones), or a bad
             topology, workload parameter, background setting or simulator setting.
     """
-    if target not in TARGETS:
-        raise InvalidInput("--target", f"unknown target {target!r}; valid: {', '.join(TARGETS)}")
-    from safs.experiments.sim.simulation import POLICIES
-
+    if backend not in BACKENDS:
+        raise InvalidInput("--target", f"unknown target {backend!r}; valid: {', '.join(BACKENDS)}")
     for policy in scenario.policies:
-        if policy not in POLICIES:
-            raise InvalidInput("policies", f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}",
-                               source=scenario.source)
-    if target == "mininet":
-        from safs.experiments.mininet.backend import check_policies
-
+        get_policy(policy, "policies", scenario.source)
+    if backend == "mininet":
         check_policies(scenario.policies, scenario.source)
     seen = set()
     for spec in expand(scenario):
         if (spec.background_flows, spec.load) not in seen:  # workloads differ only by these
             seen.add((spec.background_flows, spec.load))
-            _build(scenario, spec)
-
-
-def run_samples(workload: Any) -> dict[str, list[float]]:
-    """Per-run sample lists kept beside the numbers-only record (docs/results.md, "Samples").
-
-    Keys (present when the workload has them): ``tpot_ms`` (AFD, per decode step n >= 1),
-    ``iteration_time_ms`` (ZeroBubble, per iteration), ``urgent_fct_ms`` (urgent
-    microbenchmark, per finished urgent flow).
-    """
-    out: dict[str, list[float]] = {}
-    tpot = getattr(workload, "tpot_samples_ns", None)
-    if tpot is not None:
-        out["tpot_ms"] = [v / 1e6 for v in tpot()]
-    iterations = getattr(workload, "iteration_times_ns", None)
-    if iterations is not None:
-        out["iteration_time_ms"] = [v / 1e6 for v in iterations]
-    urgent = getattr(workload, "flow_records", None)
-    if urgent is not None and getattr(workload, "urgent_senders", None) is not None:
-        out["urgent_fct_ms"] = [r.fct_ns / 1e6 for r in urgent("urgent") if r.fct_ns is not None]
-    return out
+            build_run(scenario, spec)
 
 
 @dataclass(frozen=True)
 class RunOutput:
-    """One run's record (numbers only) and its sample lists (:func:`run_samples`)."""
+    """One run's record (numbers only) and its sample lists (``Workload.samples()``)."""
 
     record: dict[str, Any]
     samples: dict[str, list[float]]
 
 
-def run_one_output(scenario: Scenario, spec: RunSpec, target: str = "sim") -> RunOutput:
+def run_one_output(scenario: Scenario, spec: RunSpec, backend: str = "sim") -> RunOutput:
     """One simulator run with its samples; module-level so process pools and Ray can call it.
 
     Raises:
-        InvalidInput: ``target`` other than ``sim`` (Mininet runs go one after another through
+        InvalidInput: ``backend`` other than ``sim`` (Mininet runs go one after another through
             :func:`safs.experiments.mininet.backend.run_mininet`, never through a pool).
     """
-    if target != "sim":
-        raise InvalidInput("--target", f"only sim runs go through the pool, got {target!r}")
+    if backend != "sim":
+        raise InvalidInput("--target", f"only sim runs go through the pool, got {backend!r}")
     samples: dict[str, list[float]] = {}
     record = run_one_sim(scenario, spec, samples)
     return RunOutput(record, samples)
@@ -179,18 +80,13 @@ def run_one_output(scenario: Scenario, spec: RunSpec, target: str = "sim") -> Ru
 def run_one_sim(scenario: Scenario, spec: RunSpec, samples: dict[str, list[float]] | None = None) -> dict[str, Any]:
     """Simulate one run and return its record (keys documented in docs/results.md).
 
-    ``samples``, when given, is filled with the run's sample lists (:func:`run_samples`).
+    ``samples``, when given, is filled with the run's sample lists (``Workload.samples()``).
     """
-    from safs.experiments.sim.simulation import simulate
-
-    topology, workload, config = _build(scenario, spec)
+    topology, workload, config = build_run(scenario, spec)
     started = time.perf_counter()
-    result = simulate(topology, workload, spec.policy, _run_seed(spec), config)
+    result = simulate(topology, workload, spec.policy, run_seed(spec), config)
     wall = time.perf_counter() - started
-    record: dict[str, Any] = {
-        "scenario": scenario.name, "target": "sim", "policy": spec.policy, "seed": spec.seed,
-        "repetition": spec.repetition, **spec.params(),
-    }
+    record = spec.record_head(scenario, "sim")
     record.update(result.workload_metrics)
     record.update(flow_metrics(result.flows, miss_tolerance_ns(scenario)))
     record["miss_tolerance_ms"] = scenario.miss_tolerance_us / 1000
@@ -202,40 +98,36 @@ def run_one_sim(scenario: Scenario, spec: RunSpec, samples: dict[str, list[float
     record["sim_time_ms"] = result.sim_time_ns / 1_000_000
     record["wall_time_s"] = wall
     if samples is not None:
-        samples.update(run_samples(workload))
+        samples.update(workload.samples())
     return record
 
 
-def run_scenario(scenario: Scenario, target: str = "sim",
+def run_scenario(scenario: Scenario, backend: str = "sim",
                  progress: Callable[[RunSpec], None] | None = None, jobs: int | None = 1,
                  ray_address: str | None = None) -> list[dict[str, Any]]:
-    """Run every combination of a scenario on ``target`` (``sim``, or ``mininet``: serial, as root
-    with Mininet and BMv2, docs/mininet.md).
+    """Run every combination of a scenario on ``backend`` (``sim``, or ``mininet``: serial, as
+    root with Mininet and BMv2, docs/mininet.md).
 
     ``jobs`` local worker processes (1: serial, None: one per CPU) or an existing Ray cluster
-    at ``ray_address`` (:func:`safs.experiments.eval.parallel.map_ordered`); the records are the same
+    at ``ray_address`` (:func:`safs.experiments.parallel.map_ordered`); the records are the same
     and in :func:`expand` order either way, apart from ``wall_time_s``.
 
     Raises:
         InvalidInput: as :func:`check`, which runs first; bad ``jobs`` or ``ray_address``.
     """
-    return [out.record for out in run_scenario_outputs(scenario, target, progress, jobs, ray_address)]
+    return [out.record for out in run_scenario_outputs(scenario, backend, progress, jobs, ray_address)]
 
 
-def run_scenario_outputs(scenario: Scenario, target: str = "sim",
+def run_scenario_outputs(scenario: Scenario, backend: str = "sim",
                          progress: Callable[[RunSpec], None] | None = None, jobs: int | None = 1,
                          ray_address: str | None = None) -> list[RunOutput]:
     """As :func:`run_scenario`, with each run's samples (:class:`RunOutput`)."""
-    from safs.experiments.eval.parallel import map_ordered
-
-    check(scenario, target)
+    check(scenario, backend)
     specs = list(expand(scenario))
-    if target == "mininet":  # one emulated network, runs one after another in real time
-        from safs.experiments.mininet.backend import run_mininet
-
+    if backend == "mininet":  # one emulated network, runs one after another in real time
         return [RunOutput(record, samples) for record, samples in run_mininet(scenario, specs, progress)]
     done = (lambda i: progress(specs[i])) if progress else None
-    return map_ordered(run_one_output, [(scenario, spec, target) for spec in specs], jobs, ray_address, done)
+    return map_ordered(run_one_output, [(scenario, spec, backend) for spec in specs], jobs, ray_address, done)
 
 
 def _jsonable(value: Any) -> Any:
@@ -244,8 +136,8 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def check_target_available(target: str) -> None:
-    """Cheap check, starting nothing, that ``target`` can run on this machine.
+def check_backend_available(backend: str) -> None:
+    """Cheap check, starting nothing, that ``backend`` can run on this machine.
 
     ``sim`` always can; ``mininet`` needs root, the Mininet Python package and BMv2's
     ``simple_switch_grpc`` on PATH (docs/mininet.md).
@@ -253,7 +145,7 @@ def check_target_available(target: str) -> None:
     Raises:
         InvalidInput: field ``--target mininet``, one line naming everything missing.
     """
-    if target != "mininet":
+    if backend != "mininet":
         return
     missing = []
     if os.geteuid() != 0:

@@ -24,7 +24,7 @@ own receiver feedback, so the ablation does not also starve its ACKs behind clas
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from typing import Callable
 
 from safs.core.protocol import HEADER_LEN, SAFS_VERSION, MsgType, latest_start_ns
 from safs.hosts.env import Clock
@@ -32,12 +32,6 @@ from safs.hosts.env import HostPort, Nic
 from safs.core.packet import Packet
 from safs.hosts.stats import TransportStats
 from safs.hosts.dctcp import ACK_BYTES, TCP_OVERHEAD_BYTES, DctcpConfig, DctcpReceiver, DctcpSender
-
-# Policy -> SchedulerConfig fields it overrides ("safs" itself overrides nothing).
-SCHEDULER_OVERRIDES: Mapping[str, Mapping[str, Any]] = {
-    "safs-no-grants": {"rate_grants": False},
-    "safs-no-classes": {"slack_classes": False},
-}
 
 _DATA = int(MsgType.DATA)
 _DONE = int(MsgType.DONE)

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from safs.core.errors import InvalidInput
-from safs.experiments.runner import RunOutput, RunSpec, check, expand, write_results
+from safs.experiments.policies import POLICIES
+from safs.experiments.runner import RunOutput, check, write_results
+from safs.experiments.runs import RunSpec, expand
 from safs.experiments.scenario import Scenario, load_scenario
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
@@ -196,7 +198,7 @@ class Experiment:
         return load_scenario(SCENARIO_DIR / self.scenario, merged)
 
 
-ALL_POLICIES = ["safs", "dctcp", "d2tcp", "homa", "pfabric", "edf-oracle", "safs-no-grants", "safs-no-classes"]
+ALL_POLICIES = list(POLICIES)  # every registered policy, in registry order
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment(
@@ -235,10 +237,8 @@ def experiment(name: str) -> Experiment:
 
 
 def available_policies(scenario: Scenario) -> tuple[list[str], list[str]]:
-    """The scenario's policies this build's simulator has (``safs.experiments.sim.simulation.POLICIES``, read
+    """The scenario's policies this build has (:data:`safs.experiments.policies.POLICIES`, read
     now), and the ones it lacks; both in scenario order."""
-    from safs.experiments.sim.simulation import POLICIES
-
     have = [p for p in scenario.policies if p in POLICIES]
     return have, [p for p in scenario.policies if p not in POLICIES]
 

@@ -43,7 +43,8 @@ from typing import Any, Callable, Iterable
 
 from safs.core.errors import InvalidInput
 from safs.experiments.metrics import FlowRecord, flow_metrics
-from safs.experiments.runner import miss_tolerance_ns
+from safs.experiments.policies import mininet_policies
+from safs.experiments.runs import build_run, miss_tolerance_ns
 from safs.core.timebase import diff, wrap
 
 log = logging.getLogger(__name__)
@@ -66,12 +67,10 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 
 def check_policies(policies: Iterable[str], source: str | None = None) -> None:
     """Raise InvalidInput naming ``policies`` unless every policy runs on this target."""
-    from safs.experiments.mininet.driver import POLICIES
-
     for policy in policies:
-        if policy not in POLICIES:
+        if policy not in mininet_policies():
             raise InvalidInput("policies", f"policy {policy!r} does not run on target mininet; valid there: "
-                               f"{', '.join(POLICIES)} (TCP is the kernel's)", source=source)
+                               f"{', '.join(mininet_policies())} (TCP is the kernel's)", source=source)
 
 
 def _ip(value: int) -> str:
@@ -81,11 +80,11 @@ def _ip(value: int) -> str:
 def run_mininet(scenario: Any, specs: list[Any], progress: Callable[[Any], None] | None = None,
                 keep_dir: Path | None = None) -> list[tuple[dict[str, Any], dict[str, list[float]]]]:
     """Run every spec of ``scenario`` on one Mininet network; returns ``(record, samples)`` per
-    spec (samples: :func:`safs.experiments.runner.run_samples`).
+    spec (samples: ``Workload.samples()``).
 
     Args:
         scenario: a checked :class:`safs.experiments.scenario.Scenario`.
-        specs: :class:`safs.experiments.runner.RunSpec` list (``runner.expand``).
+        specs: :class:`safs.experiments.runs.RunSpec` list (``runs.expand``).
         progress: called after each run.
         keep_dir: keep logs (switches, agents) here instead of a removed temporary directory.
 
@@ -94,12 +93,11 @@ def run_mininet(scenario: Any, specs: list[Any], progress: Callable[[Any], None]
         safs.experiments.mininet.net.EmuError: the network could not be built (not root, no Mininet/BMv2).
     """
     from safs.experiments.mininet import net as emunet
-    from safs.experiments.runner import _build
     from safs.core.topology import load_topology
 
     check_policies(scenario.policies, scenario.source)
     topology = load_topology(scenario.topology_path())
-    _, _, sim_config = _build(scenario, specs[0])
+    _, _, sim_config = build_run(scenario, specs[0])
     mtu = sim_config.mtu_bytes
     sched = sim_config.scheduler_config(topology)
     run_dir = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="safs-mn-"))
@@ -159,12 +157,11 @@ def _sigterm_raises() -> Any:
 def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
             samples: dict[str, list[float]] | None = None) -> dict[str, Any]:
     """One run on a built network (module docstring, steps 1-4); returns its record and fills
-    ``samples`` (if given) with :func:`safs.experiments.runner.run_samples`."""
+    ``samples`` (if given) with ``Workload.samples()``."""
     from safs.control.controller import ControllerApp, ControllerConfig, SwitchSpec
     from safs.experiments.mininet.driver import RealtimeNetwork
-    from safs.experiments.runner import _build, run_samples
 
-    topology, workload, sim_config = _build(scenario, spec)
+    topology, workload, sim_config = build_run(scenario, spec)
     sched = sim_config.scheduler_config(topology)
     tag = f"{spec.policy}-bg{spec.background_flows}-s{spec.seed}-r{spec.repetition}"
     hint_sock = run_dir / f"hints-{tag}.sock"
@@ -205,10 +202,7 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
     wall = time.perf_counter() - started
     (run_dir / f"flows-{tag}.json").write_text(json.dumps(
         [{**dataclasses.asdict(f), "sender_event": driver.sender_events.get(f.flow_id)} for f in flows], indent=0))
-    record: dict[str, Any] = {
-        "scenario": scenario.name, "target": "mininet", "policy": spec.policy, "seed": spec.seed,
-        "repetition": spec.repetition, **spec.params(),
-    }
+    record = spec.record_head(scenario, "mininet")
     record.update(workload.metrics())
     record.update(flow_metrics(flows, miss_tolerance_ns(scenario)))
     record["miss_tolerance_ms"] = scenario.miss_tolerance_us / 1000
@@ -227,7 +221,7 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
     record["run_time_ms"] = driver.stats.run_time_ns / 1e6
     record["wall_time_s"] = wall
     if samples is not None:
-        samples.update(run_samples(workload))
+        samples.update(workload.samples())
     return record
 
 

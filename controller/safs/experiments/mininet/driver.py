@@ -46,13 +46,12 @@ from typing import Any, Callable, Mapping, Protocol
 from safs.experiments.mininet.agent_control import AgentError
 from safs.core.errors import InvalidInput
 from safs.experiments.metrics import FlowRecord
+from safs.experiments.policies import POLICIES, mininet_policies
 from safs.core.timebase import diff, wrap
 from safs.experiments.workloads.api import FlowSpec
 
 log = logging.getLogger(__name__)
 
-POLICY_TRANSPORT = {"safs": "safs", "dctcp": "tcp"}
-POLICIES = tuple(POLICY_TRANSPORT)
 IDLE_WAKE_NS = 50_000_000  # with every agent watched: longest wait without a timer (max_time check)
 
 
@@ -140,8 +139,10 @@ class RealtimeNetwork:
     _selector: Any = field(default_factory=selectors.DefaultSelector)
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICY_TRANSPORT:
-            raise InvalidInput("policy", f"the mininet target runs {', '.join(POLICIES)}, got {self.policy!r}")
+        transport = POLICIES[self.policy].mininet_transport if self.policy in POLICIES else None
+        if transport is None:
+            raise InvalidInput("policy", f"the mininet target runs {', '.join(mininet_policies())}, got {self.policy!r}")
+        self.pipeline_transport = transport
         if not self.poll_s > 0:
             raise InvalidInput("poll_s", f"must be > 0 s, got {self.poll_s!r}")
         self._t0 = self.clock()
@@ -181,7 +182,7 @@ class RealtimeNetwork:
         now = self.now()
         start = now if send_at_ns is None else send_at_ns
         flow_id = next(self._ids)
-        transport = POLICY_TRANSPORT[self.policy] if spec.flow_class == "pipeline" else "tcp"
+        transport = self.pipeline_transport if spec.flow_class == "pipeline" else "tcp"
         flow = _Flow(flow_id, spec, start, on_done, transport)
         reply = self.agents[spec.receiver].request({
             "op": "expect", "flow_id": flow_id, "src_ip": self.host_ips[spec.sender],

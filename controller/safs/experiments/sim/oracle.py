@@ -42,7 +42,7 @@ from safs.experiments.metrics import FlowRecord
 from safs.core.protocol import WIRE_OVERHEAD_BYTES
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.workload_host import EngineWorkloadHost
-from safs.experiments.sim.simulation import SimConfig, SimResult
+from safs.experiments.sim.config import SimConfig, SimResult
 from safs.hosts.stats import TransportStats
 
 NS_PER_S = 1_000_000_000
@@ -124,7 +124,7 @@ def edf_rates(flows: list[OracleFlow], capacity_bps: dict[Link, int]) -> None:
 
 class OracleNetwork(EngineWorkloadHost):
     """Fluid EDF oracle implementing :class:`safs.experiments.workloads.api.WorkloadAPI`; :meth:`run`
-    returns a :class:`safs.experiments.sim.simulation.SimResult` like :func:`safs.experiments.sim.simulation.simulate`.
+    returns a :class:`safs.experiments.sim.config.SimResult` like :func:`safs.experiments.sim.backend.simulate`.
 
     Args:
         topology: a :class:`safs.core.topology.Topology` (paths by its routes).

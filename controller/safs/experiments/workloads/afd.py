@@ -337,6 +337,10 @@ class AfdDecode:
         ends = self.step_end_ns
         return [(b - a) * MODEL_LAYERS // self.layers for a, b in zip(ends, ends[1:])]
 
+    def samples(self) -> dict[str, list[float]]:
+        """``tpot_ms``: TPOT per decode step n >= 1 (ms, all layers)."""
+        return {"tpot_ms": [v / 1e6 for v in self.tpot_samples_ns()]}
+
     def ideal_tpot_ns(self) -> float:
         """p50 TPOT of this workload on a contention-free network (ns)."""
         from safs.experiments.workloads.ideal import IdealNetwork

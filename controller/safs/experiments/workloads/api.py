@@ -94,3 +94,10 @@ class Workload(Protocol):
     def metrics(self) -> dict[str, float]:
         """Workload metrics, units in the key (``tpot_p99_ms``, ``iteration_time_ms``)."""
         ...
+
+    def samples(self) -> dict[str, list[float]]:
+        """Per-run sample lists kept beside the numbers-only record (docs/results.md,
+        "Samples"), units in the key: ``tpot_ms`` (AFD, per decode step n >= 1),
+        ``iteration_time_ms`` (ZeroBubble, per iteration), ``urgent_fct_ms`` (urgent
+        microbenchmark, per finished urgent flow); empty where the workload has none."""
+        ...

@@ -153,6 +153,9 @@ class WithBackground:
     def metrics(self) -> dict[str, float]:
         return self.main.metrics()
 
+    def samples(self) -> dict[str, list[float]]:
+        return self.main.samples()
+
     def __getattr__(self, name: str) -> Callable:
         # Expose the pipeline workload's extras (e.g. ideal_metrics, flows) unchanged.
         return getattr(self.main, name)

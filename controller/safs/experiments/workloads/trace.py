@@ -149,3 +149,7 @@ class TraceWorkload:
 
     def metrics(self) -> dict[str, float]:
         return {"trace_flows": float(len(self.flows)), "trace_flows_done": float(self.finished)}
+
+    def samples(self) -> dict[str, list[float]]:
+        """A trace has no per-step samples."""
+        return {}

@@ -217,6 +217,10 @@ class UrgentIncast:
                                       sent.start_ns, sent.finish_ns, s.no_bubble_ts_ns))
         return out
 
+    def samples(self) -> dict[str, list[float]]:
+        """``urgent_fct_ms``: FCT of each finished urgent flow (ms)."""
+        return {"urgent_fct_ms": [r.fct_ns / 1e6 for r in self.flow_records("urgent") if r.fct_ns is not None]}
+
     def metrics(self) -> dict[str, float]:
         urgent = flow_metrics(self.flow_records("urgent"))
         loose = flow_metrics(self.flow_records("loose"))

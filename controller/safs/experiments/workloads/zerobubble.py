@@ -317,6 +317,10 @@ class ZeroBubbleTraining:
     def done(self) -> bool:
         return len(self.iteration_times_ns) >= self.iterations
 
+    def samples(self) -> dict[str, list[float]]:
+        """``iteration_time_ms``: each finished iteration's time (ms)."""
+        return {"iteration_time_ms": [v / 1e6 for v in self.iteration_times_ns]}
+
     def metrics(self) -> dict[str, float]:
         ideal = self.ideal_iteration_ns()
         n = len(self.iteration_times_ns)

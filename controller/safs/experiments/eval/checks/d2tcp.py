@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from safs.core.errors import InvalidInput
-from safs.experiments.sim.simulation import SimConfig, SimResult, Simulation
+from safs.experiments.sim.config import SimConfig, SimResult
+from safs.experiments.sim.simulation import Simulation
 from safs.core.topology import Topology, build_topology
 from safs.experiments.workloads.api import FlowSpec
 

@@ -34,7 +34,8 @@ from typing import Any
 
 import yaml
 
-from safs.experiments.sim.simulation import SimConfig, Simulation
+from safs.experiments.sim.config import SimConfig
+from safs.experiments.sim.simulation import Simulation
 from safs.hosts.homa import HOMA_DATA_OVERHEAD_BYTES
 from safs.core.topology import build_topology
 from safs.experiments.workloads.api import FlowSpec
@@ -133,11 +134,11 @@ def run_check(quick: bool = True) -> dict:
     topo = build_topology(yaml.safe_load(yaml.safe_dump(raw)), "homa-check")
     cfg = SimConfig(mtu_bytes=MTU, max_time_ns=duration_ns * 20, homa={"size_distribution": W4_FILE})
     sim = Simulation(topo, "homa", 1, cfg)
-    work = _AllToAll(hosts, LOAD, duration_ns, sim.homa_params.max_payload, seed=1)
+    work = _AllToAll(hosts, LOAD, duration_ns, sim.binding.params.max_payload, seed=1)
     res = sim.run(work)
     slowdowns = [fct / _idle_ns(size) for size, fct in work.fct]
     measured = _p99(slowdowns) if slowdowns else float("nan")
-    p = sim.homa_params
+    p = sim.binding.params
     setup = (f"{HOSTS} hosts, 1 switch, 10 Gbit/s, {LINK_DELAY_NS} ns/link, MTU {MTU}, W4 all-to-all Poisson "
              f"at {LOAD:.0%} load, {duration_ns / 1e6:.0f} ms simulated, {len(slowdowns)} single-packet messages "
              f"measured; RTTbytes {p.rtt_bytes}, {p.sched_priorities} scheduled levels, cutoffs {list(p.cutoffs)}, "

@@ -28,7 +28,8 @@ import statistics
 import time
 from typing import Any, Callable
 
-from safs.experiments.sim.simulation import SimConfig, Simulation
+from safs.experiments.sim.config import SimConfig
+from safs.experiments.sim.simulation import Simulation
 from safs.hosts.pfabric import idle_fct_ns
 from safs.core.topology import Topology, build_topology
 from safs.experiments.workloads.api import FlowSpec
@@ -128,7 +129,7 @@ def run_check(quick: bool = True) -> dict[str, Any]:
             if f.size_bytes <= SHORT_BYTES and warmup <= f.start_ns < arrivals and f.finish_ns is not None]
     measured = statistics.fmean(norm)
     p99 = sorted(norm)[min(len(norm) - 1, int(0.99 * len(norm)))]
-    cfg = sim.pfabric_cfg
+    cfg = sim.binding.pfabric_cfg
     setup = (f"1 switch, {HOSTS} hosts, {RATE} links, {LINK_DELAY_NS} ns/link, MTU {MTU_BYTES}, buffer "
              f"{cfg.buffer_bytes} B/port, window {cfg.init_window_bytes} B, RTO {cfg.rto_ns} ns; web search, "
              f"Poisson load {LOAD}, {arrivals / 1e6:.0f} ms of arrivals (first {WARMUP_FRACTION:.0%} not measured), "

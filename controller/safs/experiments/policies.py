@@ -1,0 +1,77 @@
+"""The policy registry: every transport/scheduling policy a scenario can name, in one place.
+
+Each :class:`Policy` says whether the scheduler is told about pipeline flows (``hinted``), how
+it changes the scheduler's settings (ablations), how the packet simulator runs its flows
+(``sim``: a binding class of :mod:`safs.experiments.sim.bindings`), whether it is the fluid
+EDF reference instead (``fluid``), and which host-agent transport carries its pipeline flows on
+Mininet (``mininet_transport``; None: not available there). The simulator, the Mininet backend,
+``safs run`` and ``safs eval`` read this registry; none of them branches on a policy's name.
+Baseline definitions and their parameters: docs/baselines.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from safs.core.errors import InvalidInput
+from safs.experiments.sim.bindings import D2tcpFlows, DctcpFlows, HomaFlows, NoGrantsFlows, PfabricFlows, SafsFlows
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One registered policy.
+
+    Attributes:
+        name: the name scenarios and ``--policies`` use.
+        summary: one line for listings.
+        hinted: pipeline flows are announced to, activated by and completed at the scheduler
+            (the SAFS family); otherwise the scheduler only installs routes and ECN settings.
+        scheduler_overrides: :class:`safs.core.scheduler.SchedulerConfig` fields this policy
+            sets (the SAFS ablations switch one half of SAFS off).
+        sim: the simulator binding class (None for the fluid reference).
+        fluid: run by the flow-level EDF oracle (:mod:`safs.experiments.sim.oracle`), not packets.
+        mininet_transport: the host agent's transport for pipeline flows on Mininet
+            (``"safs"`` or ``"tcp"``, the kernel's), None where the policy does not run there.
+    """
+
+    name: str
+    summary: str
+    hinted: bool = False
+    scheduler_overrides: Mapping[str, Any] = field(default_factory=dict)
+    sim: type[DctcpFlows] | None = None
+    fluid: bool = False
+    mininet_transport: str | None = None
+
+
+POLICIES: dict[str, Policy] = {p.name: p for p in (
+    Policy("safs", "SAFS: slack classes, rate grants and meters at the receiver's ToR", hinted=True,
+           sim=SafsFlows, mininet_transport="safs"),
+    Policy("dctcp", "DCTCP (ECN window control) for every flow", sim=DctcpFlows, mininet_transport="tcp"),
+    Policy("d2tcp", "D2TCP: DCTCP with deadline-aware backoff, no-bubble timestamp as the deadline",
+           sim=D2tcpFlows),
+    Policy("homa", "Homa: receiver-driven SRPT grants, unscheduled RTTbytes, every flow", sim=HomaFlows),
+    Policy("pfabric", "pFabric: remaining-size priority in every packet and port, every flow", sim=PfabricFlows),
+    Policy("edf-oracle", "flow-level centralized preemptive EDF (fluid reference)", fluid=True),
+    Policy("safs-no-grants", "SAFS ablation: slack classes without rate grants (DCTCP under a SAFS header)",
+           hinted=True, scheduler_overrides={"rate_grants": False}, sim=NoGrantsFlows),
+    Policy("safs-no-classes", "SAFS ablation: rate grants without slack classes (one data queue)", hinted=True,
+           scheduler_overrides={"slack_classes": False}, sim=SafsFlows),
+)}
+
+
+def get_policy(name: str, field_name: str = "policy", source: str | None = None) -> Policy:
+    """The registered policy called ``name``.
+
+    Raises:
+        InvalidInput: unknown name (field ``field_name``; the message lists the valid ones).
+    """
+    policy = POLICIES.get(name) if isinstance(name, str) else None
+    if policy is None:
+        raise InvalidInput(field_name, f"unknown policy {name!r}; valid: {', '.join(POLICIES)}", source)
+    return policy
+
+
+def mininet_policies() -> list[str]:
+    """Names of the policies the Mininet backend runs, in registry order."""
+    return [p.name for p in POLICIES.values() if p.mininet_transport is not None]

@@ -1,0 +1,184 @@
+"""How each policy's flows run in the packet simulator (the ``sim`` part of a registry entry,
+:mod:`safs.experiments.policies`).
+
+A binding is built once per run, before the network, from the topology and the
+:class:`~safs.experiments.sim.config.SimConfig`; it names the switch pipeline class and the
+port factory the network is built with and creates each flow's endpoints. The simulation
+itself knows no policy by name. Background flows (``flow_class == "background"``) are DCTCP
+except under the whole-fabric transports (Homa, pFabric), where every flow uses them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+from safs.core.topology import Topology
+from safs.experiments.sim.config import SimConfig
+from safs.experiments.sim.engine import Engine
+from safs.experiments.sim.network import Host, Port
+from safs.experiments.sim.pfabric_port import pfabric_port_factory
+from safs.experiments.workloads.api import FlowSpec
+from safs.hosts.d2tcp import D2tcpSender
+from safs.hosts.dctcp import DctcpReceiver, DctcpSender
+from safs.hosts.homa import HomaHost
+from safs.hosts.homa import resolve as homa_resolve
+from safs.hosts.no_grants import no_grant_endpoints
+from safs.hosts.pfabric import PfabricReceiver, PfabricSender
+from safs.hosts.safs import SafsReceiver, SafsSender
+from safs.hosts.stats import TransportStats
+from safs.targets.homa_pipeline import HomaPipeline
+from safs.targets.pipeline_model import PipelineModel
+
+
+class SimRun(Protocol):
+    """What a binding uses of the running :class:`~safs.experiments.sim.simulation.Simulation`."""
+
+    engine: Engine
+    stats: TransportStats
+    senders: dict[int, Any]
+
+    def _on_finish(self, flow_id: int, finish_ns: int) -> None: ...
+
+    def _on_closed(self, flow_id: int) -> None: ...
+
+
+class DctcpFlows:
+    """Every flow is DCTCP (the ``dctcp`` policy; also the background of every SAFS-family and
+    TCP-family policy). Switches run :class:`PipelineModel`, ports are plain shared-buffer ports.
+
+    Args:
+        topology, config: the run's topology and settings (subclasses derive their own
+            transport settings from them and raise InvalidInput for bad ones).
+    """
+
+    pipeline_class: Callable[[str, Callable[[], int]], Any] = PipelineModel
+
+    def __init__(self, topology: Topology, config: SimConfig) -> None:
+        self.dctcp_cfg = config.dctcp_config()
+
+    def make_port(self) -> Callable[..., Port]:
+        """The port factory of :func:`safs.experiments.sim.network.build_network`."""
+        return Port
+
+    def start_flow(self, sim: SimRun, fid: int, spec: FlowSpec, src: Host, dst: Host, start_ns: int) -> None:
+        """Create flow ``fid``'s endpoints on ``src``/``dst`` and start its sender at ``start_ns``."""
+        rx, tx = self.endpoints(sim, fid, spec, src, dst)
+        _register(sim, fid, src, dst, rx, tx, start_ns)
+
+    def endpoints(self, sim: SimRun, fid: int, spec: FlowSpec, src: Host, dst: Host) -> tuple[Any, Any]:
+        """``(receiver, sender)`` of one flow; this class: DCTCP for every flow."""
+        rx = DctcpReceiver(sim.engine, dst, src.ip, fid, spec.size_bytes, sim.stats, sim._on_finish)
+        tx = DctcpSender(sim.engine, src, dst.ip, fid, spec.size_bytes, self.dctcp_cfg, sim.stats, sim._on_closed)
+        return rx, tx
+
+
+class D2tcpFlows(DctcpFlows):
+    """Pipeline flows are D2TCP with their no-bubble timestamp as deadline (``d2tcp``)."""
+
+    def endpoints(self, sim: SimRun, fid: int, spec: FlowSpec, src: Host, dst: Host) -> tuple[Any, Any]:
+        if spec.flow_class != "pipeline":
+            return super().endpoints(sim, fid, spec, src, dst)
+        rx = DctcpReceiver(sim.engine, dst, src.ip, fid, spec.size_bytes, sim.stats, sim._on_finish)
+        tx = D2tcpSender(sim.engine, src, dst.ip, fid, spec.size_bytes, self.dctcp_cfg, sim.stats,
+                         sim._on_closed, spec.no_bubble_ts_ns)
+        return rx, tx
+
+
+class SafsFlows(DctcpFlows):
+    """Pipeline flows use the SAFS endpoints (:mod:`safs.hosts.safs`): ``safs`` and
+    ``safs-no-classes`` (the ablation differs only in the scheduler's settings)."""
+
+    def __init__(self, topology: Topology, config: SimConfig) -> None:
+        super().__init__(topology, config)
+        self.safs_cfg = config.safs_config()
+
+    def endpoints(self, sim: SimRun, fid: int, spec: FlowSpec, src: Host, dst: Host) -> tuple[Any, Any]:
+        if spec.flow_class != "pipeline":
+            return super().endpoints(sim, fid, spec, src, dst)
+        rx = SafsReceiver(sim.engine, dst, src.ip, fid, spec.size_bytes, spec.no_bubble_ts_ns, self.safs_cfg,
+                          sim.stats, sim._on_finish)
+        tx = SafsSender(sim.engine, src, dst.ip, fid, spec.size_bytes, spec.no_bubble_ts_ns, False, self.safs_cfg,
+                        sim.stats, sim._on_closed)
+        return rx, tx
+
+
+class NoGrantsFlows(DctcpFlows):
+    """Pipeline flows are DCTCP under a SAFS header (the ``safs-no-grants`` ablation,
+    :mod:`safs.hosts.no_grants`)."""
+
+    def endpoints(self, sim: SimRun, fid: int, spec: FlowSpec, src: Host, dst: Host) -> tuple[Any, Any]:
+        if spec.flow_class != "pipeline":
+            return super().endpoints(sim, fid, spec, src, dst)
+        return no_grant_endpoints(sim.engine, src, dst, fid, spec.size_bytes, spec.no_bubble_ts_ns,
+                                  self.dctcp_cfg, sim.stats, sim._on_finish, sim._on_closed)
+
+
+class PfabricFlows(DctcpFlows):
+    """Every flow, pipeline and background, is pFabric and every port a pFabric port
+    (``pfabric``; settings from ``sim.pfabric`` and the topology)."""
+
+    def __init__(self, topology: Topology, config: SimConfig) -> None:
+        super().__init__(topology, config)
+        cfg = config.pfabric_config(topology)
+        assert cfg is not None  # a topology was given
+        self.pfabric_cfg = cfg
+
+    def make_port(self) -> Callable[..., Port]:
+        return pfabric_port_factory(self.pfabric_cfg.buffer_bytes)
+
+    def endpoints(self, sim: SimRun, fid: int, spec: FlowSpec, src: Host, dst: Host) -> tuple[Any, Any]:
+        rx = PfabricReceiver(sim.engine, dst, src.ip, fid, spec.size_bytes, sim.stats, sim._on_finish)
+        tx = PfabricSender(sim.engine, src, dst.ip, fid, spec.size_bytes, self.pfabric_cfg, sim.stats,
+                           sim._on_closed)
+        return rx, tx
+
+
+class HomaFlows(DctcpFlows):
+    """Every flow, pipeline and background, is a Homa message (``homa``); switches run
+    :class:`HomaPipeline`, which keeps the host-chosen priority. One :class:`HomaHost` per host."""
+
+    pipeline_class = HomaPipeline
+
+    def __init__(self, topology: Topology, config: SimConfig) -> None:
+        super().__init__(topology, config)
+        self.params = homa_resolve(config.homa_config(), topology)
+        self.hosts: dict[str, HomaHost] = {}
+
+    def host(self, sim: SimRun, host: Host) -> HomaHost:
+        """The :class:`HomaHost` of ``host`` (created on first use)."""
+        h = self.hosts.get(host.name)
+        if h is None:
+            h = HomaHost(sim.engine, host, self.params, sim.stats, sim._on_finish, sim._on_closed)
+            self.hosts[host.name] = h
+        return h
+
+    def start_flow(self, sim: SimRun, fid: int, spec: FlowSpec, src: Host, dst: Host, start_ns: int) -> None:
+        tx, rx = self.host(sim, src), self.host(sim, dst)
+        rx.expect(fid, src.ip, spec.size_bytes)
+        dst.receivers[fid] = rx
+        src.senders[fid] = tx
+        sim.senders[fid] = tx
+        msg = (tx, fid, dst.ip, spec.size_bytes)
+        if start_ns == sim.engine.now:
+            _start_homa_message(msg)
+        else:
+            sim.engine.at(start_ns, _start_homa_message, msg)
+
+
+def _register(sim: SimRun, fid: int, src: Host, dst: Host, rx: Any, tx: Any, start_ns: int) -> None:
+    dst.receivers[fid] = rx
+    src.senders[fid] = tx
+    sim.senders[fid] = tx
+    if start_ns == sim.engine.now:
+        tx.start()
+    else:
+        sim.engine.at(start_ns, _start_sender, tx)
+
+
+def _start_sender(sender: Any) -> None:
+    sender.start()
+
+
+def _start_homa_message(msg: tuple[HomaHost, int, int, int]) -> None:
+    tx, fid, dst_ip, size_bytes = msg
+    tx.send_message(fid, dst_ip, size_bytes)
