@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from safs.control.controller import fabric_clock
+from safs.core.timebase import fabric_clock
 from safs.experiments.mininet.agent_control import AgentClient
 from safs.experiments.mininet.driver import RealtimeNetwork
 from safs.core.errors import InvalidInput

@@ -38,7 +38,7 @@ from safs.control.hintapi import server as hint_server
 from safs.targets.p4rt.target import P4RuntimeTarget
 from safs.core.scheduler import Scheduler, SchedulerConfig
 from safs.core.target import CounterValue, RequestDigest, Update
-from safs.core.timebase import TIME_MASK
+from safs.core.timebase import TIME_MASK, fabric_clock
 from safs.core.topology import Topology, load_topology
 
 log = logging.getLogger(__name__)
@@ -46,11 +46,6 @@ log = logging.getLogger(__name__)
 _U64 = (1 << 64) - 1
 NS_PER_MS = 1_000_000
 DIGEST_POLL_S = 0.001  # longest wait of the run loop between digest polls (a tick may be longer)
-
-
-def fabric_clock() -> int:
-    """Fabric time now: the host's wall clock in ns, modulo 2^48 (``time.time_ns()``)."""
-    return time.time_ns() & TIME_MASK
 
 
 # ---------------------------------------------------------------------------- arguments

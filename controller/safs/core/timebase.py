@@ -7,10 +7,18 @@ compared by signed difference (RFC 1982-style serial arithmetic): ``a`` is befor
 
 from __future__ import annotations
 
+import time
+
 TIME_BITS = 48
 TIME_MOD = 1 << TIME_BITS  # 2^48 ns
 TIME_MASK = TIME_MOD - 1
 HALF = 1 << (TIME_BITS - 1)  # 2^47 ns: the largest distance that compares unambiguously
+
+
+def fabric_clock() -> int:
+    """Fabric time now on a host or controller: the wall clock in ns, modulo 2^48
+    (``time.time_ns()``; hosts of one fabric keep their wall clocks in sync, e.g. with PTP)."""
+    return time.time_ns() & TIME_MASK
 
 
 def wrap(t_ns: int) -> int:

@@ -33,12 +33,23 @@ still missing and whose payload lists up to ``nack_max_segments`` missing segmen
 bytes each, counted in its size; in the simulator the list rides in ``Packet.conn``). The
 sender queues those segments for paced retransmission. So a lost segment costs about one
 reorder window or timeout plus one RTT; a lost DONE is repaired by the next probe.
+
+One implementation for every body: the sender and the receiver are state machines over a
+:class:`safs.hosts.env.Clock` (``now``, ``at``, ``after``) and their host's
+:class:`safs.hosts.env.Nic` (``send``). The simulator drives them with its engine and NIC
+ports; the Mininet host agent (:mod:`safs.apps.agent.safs_socket`) with its real-time loop and
+a UDP socket, whose timers wake late by up to tens of µs (milliseconds on a busy machine).
+For that case pacing is a token bucket of ``SafsConfig.burst_bytes`` (0, the simulator's
+default: one packet, each DATA exactly one gap after the previous): the average rate holds
+when a wake-up is late, and a catch-up burst stays within the switch meter's burst (at least
+``unscheduled_bytes``, ``SchedulerConfig.meter_for``), so it stays green. A NIC that cannot
+take a packet now (``send`` False: a full socket buffer) is tried again
+``SEND_RETRY_NS`` later; the simulator's host NICs always take it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from heapq import heappush
 from typing import Callable
 
 from safs.core.errors import InvalidInput
@@ -53,8 +64,7 @@ from safs.core.protocol import (
     epoch_newer,
     latest_start_ns,
 )
-from safs.hosts.env import Clock
-from safs.hosts.env import HostPort
+from safs.hosts.env import Clock, HostPort
 from safs.core.packet import IPV4_HEADER_BYTES, PROTO_UDP, UDP_HEADER_BYTES, Packet
 from safs.hosts.stats import TransportStats
 from safs.core.timebase import wrap
@@ -67,6 +77,8 @@ NS_PER_S = 1_000_000_000
 SLOW_GAP_POLLS = 4
 NACK_ENTRY_BYTES = 6  # one 48-bit segment offset per missing segment
 NO_DEADLINE_NS = 1 << 46  # a flow without a no-bubble ts gets one ~19.5 h ahead (least urgent)
+MAX_PACKETS_PER_WAKE = 64  # one flow never holds an agent's loop longer than this many sends
+SEND_RETRY_NS = 100_000  # a NIC that refused a packet (full socket buffer) is tried again this late
 
 _DATA = int(MsgType.DATA)
 _REQUEST = int(MsgType.REQUEST)
@@ -101,6 +113,11 @@ class SafsConfig:
             there is no DATA to carry the epoch, and at the default rate DATA is sparse (one
             9 KB packet per 72 µs at 1 Gbit/s), so without this poll the in-band push would
             reach the sender late.
+        burst_bytes: token-bucket depth of the pacer, wire bytes: 0 (default) paces one packet
+            at a time, each exactly one gap after the previous (the simulator's exact timers);
+            > 0 lets a late wake-up send what the rate allowed meanwhile, up to this many bytes
+            but never less than two full packets (the Mininet agent: half of
+            ``unscheduled_bytes``, within the switch meter's burst).
 
     Raises:
         InvalidInput: a field out of its range (checked in ``__post_init__``).
@@ -116,6 +133,7 @@ class SafsConfig:
     reorder_window_ns: int = 200_000
     grant_poll_ns: int = 10_000
     unscheduled_bytes: int = 32_768
+    burst_bytes: int = 0
 
     def __post_init__(self) -> None:
         min_mtu = IPV4_HEADER_BYTES + UDP_HEADER_BYTES + HEADER_LEN + 1
@@ -139,6 +157,8 @@ class SafsConfig:
             raise InvalidInput("unscheduled_bytes", f"must be an integer >= 0, got {self.unscheduled_bytes!r}")
         if type(self.grant_poll_ns) is not int or self.grant_poll_ns <= 0:
             raise InvalidInput("grant_poll_ns", f"must be an integer > 0 ns, got {self.grant_poll_ns!r}")
+        if type(self.burst_bytes) is not int or self.burst_bytes < 0:
+            raise InvalidInput("burst_bytes", f"must be an integer >= 0, got {self.burst_bytes!r}")
 
     @property
     def segment_bytes(self) -> int:
@@ -161,29 +181,44 @@ class SafsSender:
     """Sender side of one SAFS flow on ``host`` (see the module docstring for behaviour).
 
     Args:
-        engine: the simulator.  host: the sending host (its NIC rate is the line rate).
+        clock: the endpoint's time and timers (the simulator's engine, the agent's loop).
+        host: the sending host (``ip``; its NIC's ``rate_bps`` is the line rate).
         dst_ip: receiver address.  flow_id: 1..2^32-1.  size_bytes: > 0.
-        no_bubble_ts_ns: absolute no-bubble time in ns (None: no deadline).
+        no_bubble_ts_ns: absolute no-bubble time in ns of the clock's fabric time (None: no
+            deadline).
         background: set ``FLAG_BACKGROUND`` on every packet.
-        config: :class:`SafsConfig`.  stats: shared counters.
+        config: :class:`SafsConfig`.  stats: counters shared by the run (or the host).
         on_closed: called with the flow id once the sender got the final DONE.
+        on_sent: called once with the flow id when the last new byte has been sent, or
+            earlier: when the new bytes left take at most ``complete_lead()`` ns at the held
+            rate (the Mininet agent completes the flow at the hint API then, so the next
+            flow's grant is installed while these bytes drain; bytes sent later keep the held
+            grant until its lease ends). None: never called.
+        complete_lead: the lead in ns (read at each check; default 0: at the last byte).
 
     Observable state for tests: ``rate_bps``, ``epoch``, ``lease_expiry_ns`` (None without a
-    lease), ``closed``.
+    lease), ``closed``; per-flow counters ``requests``, ``grants``, ``grants_stale``,
+    ``data_packets``, ``retransmitted_bytes``, ``probes``, ``fallbacks``.
+
+    Raises:
+        InvalidInput: ``size_bytes`` not an integer > 0.
     """
 
-    __slots__ = ("engine", "host", "nic", "src", "dst", "sport", "flow_id", "size", "no_bubble",
-                 "flags", "cfg", "seg", "stats", "on_closed", "line_rate", "rate_bps", "epoch",
-                 "lease_expiry_ns", "next_offset", "retx", "retx_set", "pace_token", "pacing",
-                 "last_size", "last_send_ns", "renew_token", "probe_token", "rto", "closed",
-                 "polling")
+    __slots__ = ("clock", "host", "nic", "src", "dst", "sport", "flow_id", "size", "no_bubble",
+                 "flags", "cfg", "seg", "burst", "stats", "on_closed", "on_sent", "complete_lead", "line_rate",
+                 "rate_bps", "epoch", "lease_expiry_ns", "next_offset", "retx", "retx_set", "pace_token",
+                 "pacing", "next_send_ns", "last_size", "last_send_ns", "renew_token", "probe_token", "rto",
+                 "closed", "started", "polling", "sent_reported", "requests", "grants", "grants_stale",
+                 "data_packets", "retransmitted_bytes", "probes", "fallbacks")
 
-    def __init__(self, engine: Clock, host: HostPort, dst_ip: int, flow_id: int, size_bytes: int,
+    def __init__(self, clock: Clock, host: HostPort, dst_ip: int, flow_id: int, size_bytes: int,
                  no_bubble_ts_ns: int | None, background: bool, config: SafsConfig,
-                 stats: TransportStats, on_closed: Callable[[int], None]) -> None:
+                 stats: TransportStats, on_closed: Callable[[int], None],
+                 on_sent: Callable[[int], None] | None = None,
+                 complete_lead: Callable[[], int] | None = None) -> None:
         if type(size_bytes) is not int or size_bytes <= 0:
             raise InvalidInput("size_bytes", f"must be an integer > 0, got {size_bytes!r}")
-        self.engine = engine
+        self.clock = clock
         self.host = host
         self.nic = host.nic
         self.src = host.ip
@@ -191,13 +226,17 @@ class SafsSender:
         self.sport = 1024 + flow_id % 64000
         self.flow_id = flow_id
         self.size = size_bytes
-        self.no_bubble = (engine.now + NO_DEADLINE_NS) if no_bubble_ts_ns is None else no_bubble_ts_ns
+        self.no_bubble = (clock.now + NO_DEADLINE_NS) if no_bubble_ts_ns is None else no_bubble_ts_ns
         self.flags = FLAG_BACKGROUND if background else 0
         self.cfg = config
         self.seg = config.segment_bytes
+        # Token-bucket depth (0: one packet at a time, exact gaps).
+        self.burst = max(2 * (self.seg + DATA_OVERHEAD_BYTES), config.burst_bytes) if config.burst_bytes else 0
         self.stats = stats
         self.on_closed = on_closed
-        self.line_rate = host.nic.rate_bps  # type: ignore[union-attr]
+        self.on_sent = on_sent
+        self.complete_lead = complete_lead
+        self.line_rate = host.nic.rate_bps
         self.rate_bps = config.default_rate_bps
         self.epoch = EPOCH_NONE
         self.lease_expiry_ns: int | None = None
@@ -206,20 +245,40 @@ class SafsSender:
         self.retx_set: set[int] = set()
         self.pace_token = 0
         self.pacing = False
+        self.next_send_ns = 0  # earliest time the next packet may leave (token bucket)
         self.last_size = 0
         self.last_send_ns = 0
         self.renew_token = 0
         self.probe_token = 0
         self.rto = config.rto_ns
         self.closed = False
+        self.started = False
         self.polling = False  # a grant-poll timer is queued
+        self.sent_reported = False
+        self.requests = self.grants = self.grants_stale = self.data_packets = 0
+        self.retransmitted_bytes = self.probes = self.fallbacks = 0
 
     # ---- sending -------------------------------------------------------------------------
     def start(self) -> None:
-        """Send the REQUEST and start pacing DATA at the default rate."""
+        """Send the REQUEST and start pacing DATA (unscheduled bytes at line rate, then the
+        default rate until a GRANT arrives)."""
+        if self.closed or self.started:
+            return
+        self.started = True
         self._request()
-        self._schedule_pace(self.engine.now)
+        self.next_send_ns = self.clock.now
+        self._schedule_pace(self.clock.now)
         self._start_poll()
+
+    def stop(self) -> None:
+        """Stop the flow: nothing more is sent and every pending timer does nothing."""
+        self.closed = True
+        self.pace_token += 1
+        self.renew_token += 1
+        self.probe_token += 1
+
+    def _has_data(self) -> bool:
+        return bool(self.retx) or self.next_offset < self.size
 
     def _remaining_unsent(self) -> int:
         return self.size - self.next_offset + len(self.retx) * self.seg
@@ -231,44 +290,76 @@ class SafsSender:
         pkt.flags = self.flags
         self.stats.control_bytes += pkt.size
         self.stats.control_packets += 1
-        self.nic.send(pkt)  # type: ignore[union-attr]
+        self.requests += 1
+        self.nic.send(pkt)
 
     def _schedule_pace(self, t_ns: int) -> None:
         self.pace_token += 1
         self.pacing = True
-        engine = self.engine
-        engine._seq += 1
-        heappush(engine._queue, (t_ns, engine._seq, self._pace, self.pace_token))
+        self.clock.at(t_ns, self._pace, self.pace_token)
 
     def _pace(self, token: int) -> None:
         if token != self.pace_token or self.closed:
             return
-        now = self.engine.now
+        now = self.clock.now
         if self.lease_expiry_ns is not None and now >= self.lease_expiry_ns:
             self._fallback()
-        if self.retx:
-            offset = self.retx.pop()
-            self.retx_set.discard(offset)
-            resent = True
-        elif self.next_offset < self.size:
-            offset = self.next_offset
-            self.next_offset = offset + self.seg
-            resent = False
+        if self.burst:  # credit beyond the bucket's depth at the current rate is forgotten
+            rate = self.rate_bps if self.next_offset >= self.cfg.unscheduled_bytes else self.line_rate
+            depth_ns = self.burst * 8 * NS_PER_S // rate if rate > 0 else 0
+            if self.next_send_ns < now - depth_ns:
+                self.next_send_ns = now - depth_ns
         else:
-            self.pacing = False
-            self._arm_probe()
-            return
-        size = self._send_data(offset, now)
-        if resent:
-            self.stats.retransmitted_bytes += size
-        # Unscheduled bytes leave at line rate (the NIC serialises them back to back).
-        rate = self.line_rate if self.next_offset < self.cfg.unscheduled_bytes and not resent else self.rate_bps
-        if rate <= 0:  # a zero grant: wait for a new grant or the lease to run out
-            self._stall()
-            return
-        self._schedule_pace(now + (size * 8_000_000_000 + rate - 1) // rate)
+            self.next_send_ns = now
+        for _ in range(MAX_PACKETS_PER_WAKE):
+            if self.retx:
+                offset = self.retx[-1]
+                resent = True
+            elif self.next_offset < self.size:
+                offset = self.next_offset
+                resent = False
+            else:
+                self.pacing = False
+                self._arm_probe()
+                return
+            size = self._send_data(offset, now)
+            if not size:  # the NIC refused it (full socket buffer): try again shortly
+                self._schedule_pace(now + SEND_RETRY_NS)
+                return
+            if resent:
+                self.retx.pop()
+                self.retx_set.discard(offset)
+                self.stats.retransmitted_bytes += size
+                self.retransmitted_bytes += size
+            else:
+                self.next_offset = offset + self.seg
+                if self.on_sent is not None and not self.sent_reported and self._sent_soon():
+                    self.sent_reported = True
+                    self.on_sent(self.flow_id)
+            # Unscheduled bytes leave at line rate (the NIC serialises them back to back).
+            rate = self.line_rate if self.next_offset < self.cfg.unscheduled_bytes and not resent else self.rate_bps
+            if rate <= 0:  # a zero grant: wait for a new grant or the lease to run out
+                self._stall()
+                return
+            self.next_send_ns += (size * 8_000_000_000 + rate - 1) // rate
+            if self.next_send_ns > now:
+                break
+        self._schedule_pace(max(now, self.next_send_ns))
+
+    def _sent_soon(self) -> bool:
+        """The last new byte is sent, or the rest takes at most ``complete_lead()`` at the held rate."""
+        left = self.size - self.next_offset
+        if left <= 0:
+            return True
+        rate = self.rate_bps
+        lead = self.complete_lead() if self.complete_lead is not None else 0
+        if lead <= 0 or rate <= 0:
+            return False
+        packets = -(-left // self.seg)
+        return (left + packets * DATA_OVERHEAD_BYTES) * 8 * NS_PER_S <= lead * rate
 
     def _send_data(self, offset: int, now: int) -> int:
+        """Send the segment at ``offset``; its wire bytes, or 0 when the NIC refused it."""
         remaining = self.size - offset
         payload = remaining if remaining < self.seg else self.seg
         size = payload + DATA_OVERHEAD_BYTES
@@ -281,10 +372,12 @@ class SafsSender:
         pkt.ts = latest_start_ns(self.no_bubble, remaining, self.line_rate)
         pkt.epoch = self.epoch
         pkt.sent_ns = now
+        if not self.nic.send(pkt):
+            return 0
         self.last_size = size
         self.last_send_ns = now
         self.stats.data_bytes += size
-        self.nic.send(pkt)  # type: ignore[union-attr]
+        self.data_packets += 1
         return size
 
     def _stall(self) -> None:
@@ -296,13 +389,13 @@ class SafsSender:
     def _start_poll(self) -> None:
         if not self.polling and not self.closed:
             self.polling = True
-            self.engine.after(self.cfg.grant_poll_ns, self._grant_poll, None)
+            self.clock.after(self.cfg.grant_poll_ns, self._grant_poll, None)
 
     def _grant_poll(self, _: object) -> None:
         self.polling = False
-        if self.closed or (self.next_offset >= self.size and not self.retx):
+        if self.closed or not self._has_data():
             return
-        now = self.engine.now
+        now = self.clock.now
         if self.lease_expiry_ns is not None and now >= self.lease_expiry_ns:
             self._fallback()  # sends a REQUEST; default rate > 0
             if not self.pacing:
@@ -317,7 +410,7 @@ class SafsSender:
         """The rate leaves more than ``SLOW_GAP_POLLS`` poll intervals between DATA packets (or
         is 0), so an in-band push of a newer grant would wait that long: keep asking instead."""
         rate = self.rate_bps
-        return rate <= 0 or self.cfg.segment_bytes * 8 * NS_PER_S > SLOW_GAP_POLLS * self.cfg.grant_poll_ns * rate
+        return rate <= 0 or self.seg * 8 * NS_PER_S > SLOW_GAP_POLLS * self.cfg.grant_poll_ns * rate
 
     def _fallback(self) -> None:
         """Lease ran out without renewal: default rate, epoch 0, ask again."""
@@ -326,6 +419,7 @@ class SafsSender:
         self.lease_expiry_ns = None
         self.renew_token += 1
         self.stats.lease_fallbacks += 1
+        self.fallbacks += 1
         self._request()
         self._start_poll()
 
@@ -333,101 +427,113 @@ class SafsSender:
     def _renew(self, token: int) -> None:
         if token != self.renew_token or self.closed:
             return
-        if self.next_offset >= self.size and not self.retx:
+        if not self._has_data():
             return  # everything sent: nothing left to pace at the granted rate
         self._request()
 
     def _arm_probe(self) -> None:
         self.probe_token += 1
-        self.engine.after(self.rto, self._probe, self.probe_token)
+        self.clock.after(self.rto, self._probe, self.probe_token)
 
     def _probe(self, token: int) -> None:
         if token != self.probe_token or self.closed or self.pacing:
             return
         self.stats.timeouts += 1
+        self.probes += 1
         last = ((self.size - 1) // self.seg) * self.seg
-        self.stats.retransmitted_bytes += self._send_data(last, self.engine.now)
+        size = self._send_data(last, self.clock.now)
+        self.stats.retransmitted_bytes += size
+        self.retransmitted_bytes += size
         self.rto = min(self.rto * 2, self.cfg.rto_max_ns)
         self._arm_probe()
 
     # ---- receiving -----------------------------------------------------------------------
     def receive(self, pkt: Packet) -> None:
-        """Handle a GRANT or DONE/NACK for this flow."""
+        """Handle a GRANT or DONE/NACK for this flow (``pkt.conn``: a NACK's segment offsets)."""
         if self.closed:
             return
         if pkt.safs_type == _GRANT:
             self.stats.control_bytes += pkt.size
             self.stats.control_packets += 1
+            self.grants += 1
             self._on_grant(pkt)
         elif pkt.safs_type == _DONE:
             if pkt.remaining == 0:
-                self.closed = True
-                self.pace_token += 1
-                self.renew_token += 1
-                self.probe_token += 1
+                self.stop()
                 self.on_closed(self.flow_id)
                 return
+            seg = self.seg
             for offset in pkt.conn or ():
-                if offset not in self.retx_set and 0 <= offset < self.next_offset:
+                if offset not in self.retx_set and 0 <= offset < self.next_offset and offset % seg == 0:
                     self.retx_set.add(offset)
                     self.retx.append(offset)
             self.retx.sort(reverse=True)  # lowest offset first (popped from the end)
             self.rto = self.cfg.rto_ns
-            if self.retx and not self.pacing:
-                self._schedule_pace(self.engine.now)
+            if self.retx and not self.pacing and self.started:
+                self._schedule_pace(self.clock.now)
 
     def _on_grant(self, pkt: Packet) -> None:
         epoch = pkt.epoch
         newer = epoch_newer(epoch, self.epoch)
         if not newer and epoch != self.epoch and epoch != EPOCH_NONE:
+            self.grants_stale += 1
             return  # stale grant (epoch 0, the switch's default grant, always applies: protocol rule 2)
-        now = self.engine.now
+        now = self.clock.now
         rate = pkt.rate_kbps * 1000
-        if epoch == EPOCH_NONE:  # the switch's default grant: no lease
+        if epoch == EPOCH_NONE:  # the switch's default grant: no lease (the held one is gone)
             rate = rate if rate > 0 else self.cfg.default_rate_bps
+            self.lease_expiry_ns = None
+            self.renew_token += 1
         else:
             lease_ns = pkt.lease_us * 1000
             self.lease_expiry_ns = now + lease_ns
             self.renew_token += 1
-            self.engine.at(now + int(lease_ns * self.cfg.renew_fraction), self._renew, self.renew_token)
+            self.clock.at(now + int(lease_ns * self.cfg.renew_fraction), self._renew, self.renew_token)
         self.epoch = epoch
         if rate != self.rate_bps:
             self.rate_bps = rate
             self._repace(now)
             if self._slow():
                 self._start_poll()
-        elif not self.pacing and rate > 0 and (self.retx or self.next_offset < self.size):
+        elif not self.pacing and rate > 0 and self._has_data():
             self._repace(now)
 
     def _repace(self, now: int) -> None:
         """Re-time the next DATA for a new rate (the packet already sent keeps its gap)."""
-        if self.next_offset >= self.size and not self.retx:
+        if not self.started or not self._has_data():
             return
         rate = self.rate_bps
         if rate <= 0:
             self._stall()
             return
         gap = (self.last_size * 8_000_000_000 + rate - 1) // rate if self.last_size else 0
-        self._schedule_pace(max(now, self.last_send_ns + gap))
+        self.next_send_ns = max(now, self.last_send_ns + gap)
+        self._schedule_pace(self.next_send_ns)
 
 
 class SafsReceiver:
     """Receiver side of one SAFS flow: reassembles by offset, reports completion, sends DONE.
 
     Args:
-        engine, host: the simulator and the receiving host.  src_ip: the sender's address.
-        flow_id, size_bytes: the flow.  no_bubble_ts_ns: echoed in DONE (None: no deadline).
-        config: :class:`SafsConfig` (segment size).  stats: shared counters.
-        on_finish: ``on_finish(flow_id, finish_ns)`` once, when the last byte arrived.
+        clock, host: the endpoint's time and timers, and the receiving host (``ip``, ``nic``).
+        src_ip: the sender's address.  flow_id, size_bytes: the flow.
+        no_bubble_ts_ns: echoed in DONE (None: no deadline).
+        config: :class:`SafsConfig` (segment size, reorder window).  stats: shared counters.
+        on_finish: ``on_finish(flow_id, now_ns)`` once, when the last byte arrived (``now_ns``
+            of ``clock``).
+
+    Per-flow counters: ``dones`` (DONE, remaining 0), ``nacks`` (DONE listing holes),
+    ``duplicates`` (DATA for a segment already held).
     """
 
-    __slots__ = ("engine", "host", "nic", "src", "sender", "flow_id", "size", "seg", "got",
-                 "received", "finish_ns", "ts", "cfg", "stats", "on_finish", "sender_port", "nack_mark")
+    __slots__ = ("clock", "host", "nic", "src", "sender", "flow_id", "size", "seg", "got",
+                 "received", "finish_ns", "ts", "cfg", "stats", "on_finish", "sender_port", "nack_mark",
+                 "dones", "nacks", "duplicates", "closed")
 
-    def __init__(self, engine: Clock, host: HostPort, src_ip: int, flow_id: int, size_bytes: int,
+    def __init__(self, clock: Clock, host: HostPort, src_ip: int, flow_id: int, size_bytes: int,
                  no_bubble_ts_ns: int | None, config: SafsConfig, stats: TransportStats,
                  on_finish: Callable[[int, int], None]) -> None:
-        self.engine = engine
+        self.clock = clock
         self.host = host
         self.nic = host.nic
         self.src = host.ip
@@ -438,16 +544,22 @@ class SafsReceiver:
         self.got: bytearray | None = bytearray(-(-size_bytes // self.seg))
         self.received = 0
         self.finish_ns: int | None = None
-        self.ts = wrap((engine.now + NO_DEADLINE_NS) if no_bubble_ts_ns is None else no_bubble_ts_ns)
+        self.ts = wrap((clock.now + NO_DEADLINE_NS) if no_bubble_ts_ns is None else no_bubble_ts_ns)
         self.cfg = config
         self.stats = stats
         self.on_finish = on_finish
         self.sender_port = 0
         self.nack_mark = 0  # segments below this index were checked for loss
+        self.dones = self.nacks = self.duplicates = 0
+        self.closed = False
+
+    def stop(self) -> None:
+        """Stop the flow: pending loss reports do nothing and later DATA is not answered."""
+        self.closed = True
 
     def receive(self, pkt: Packet) -> None:
         """Handle a DATA packet of this flow (other types are ignored)."""
-        if pkt.safs_type != _DATA:
+        if pkt.safs_type != _DATA or self.closed:
             return
         self.sender_port = pkt.sport
         got = self.got
@@ -459,6 +571,7 @@ class SafsReceiver:
             return  # not a segment of this flow
         idx = offset // self.seg
         if got[idx]:
+            self.duplicates += 1
             missing = [i * self.seg for i, v in enumerate(got) if not v]
             missing_bytes = sum(min(self.seg, self.size - o) for o in missing)
             self._done(missing_bytes, tuple(missing[: self.cfg.nack_max_segments]))
@@ -467,7 +580,7 @@ class SafsReceiver:
         self.received += pkt.payload
         if self.received >= self.size:
             self.got = None
-            now = self.engine.now
+            now = self.clock.now
             self.finish_ns = now
             self.on_finish(self.flow_id, now)
             self._done(0, ())
@@ -477,12 +590,12 @@ class SafsReceiver:
             holes = tuple(i for i in range(self.nack_mark, limit + 1) if not got[i])
             self.nack_mark = limit + 1
             if holes:
-                self.engine.after(self.cfg.reorder_window_ns, self._report_holes, holes)
+                self.clock.after(self.cfg.reorder_window_ns, self._report_holes, holes)
 
     def _report_holes(self, holes: tuple[int, ...]) -> None:
         """NACK the suspected segments that are still missing after the reorder window."""
         got = self.got
-        if got is None:
+        if got is None or self.closed:
             return
         missing = [i * self.seg for i in holes if not got[i]]
         if missing:
@@ -495,4 +608,8 @@ class SafsReceiver:
         pkt.conn = missing
         self.stats.control_bytes += pkt.size
         self.stats.control_packets += 1
-        self.nic.send(pkt)  # type: ignore[union-attr]
+        if missing_bytes:
+            self.nacks += 1
+        else:
+            self.dones += 1
+        self.nic.send(pkt)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from safs.apps.cliargs import OneLineParser
-from safs.control.controller import fabric_clock
+from safs.core.timebase import fabric_clock
 from safs.apps.agent.background import BackgroundGenerator
 from safs.apps.agent.control_server import ControlServer
 from safs.experiments.mininet.agent_control import Background, Expect, Send
@@ -70,11 +70,11 @@ class Agent:
         self.loop = Loop()
         self.events: list[dict[str, Any]] = []
         self.cfg = emu_config(args.default_rate_bps, args.mtu_bytes, args.unscheduled_bytes,
-                              args.grant_poll_ns, args.reorder_window_ns, args.rto_ns)
+                              args.grant_poll_ns, args.reorder_window_ns, args.rto_ns, args.pace_burst_bytes)
         with _naming(f"--ip {args.ip}: SAFS UDP socket"):
             self.safs = SafsEndpoint(self.loop, args.ip, self.cfg, args.line_rate_bps,
                                      self._sender_done("safs"), self._receiver_done("safs"),
-                                     burst_bytes=args.pace_burst_bytes, on_sender_sent=self._sender_sent)
+                                     on_sender_sent=self._sender_sent)
         with _naming(f"--ip {args.ip} --tcp-port {args.tcp_port}: TCP listener"):
             self.tcp = TcpEndpoint(self.loop, args.ip, args.tcp_port, self._sender_done("tcp"),
                                    self._receiver_done("tcp"), self._tcp_error, set_ecn=args.set_tcp_ecn)
@@ -279,7 +279,7 @@ class Agent:
         """Counters and settings (``safs``, ``tcp``, ``hints``, ``config``)."""
         return {
             "host": self.host, "ip": self.args.ip,
-            "safs": self.safs.stats.as_dict(),
+            "safs": self.safs.stats_dict(),
             "tcp": {**self.tcp.stats.as_dict(), **self.tcp.info},
             "hints": {**self.hint_counts, "last_error": self.last_hint_error, "ready": self.hints_ready,
                       "pending": self.hints_submitted - sum(self.hint_counts.values())},

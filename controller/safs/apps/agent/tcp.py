@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from safs.control.controller import fabric_clock
+from safs.core.timebase import fabric_clock
 from safs.apps.agent.loop import Loop
 
 PREAMBLE = struct.Struct("!IQ")  # flow_id, size_bytes

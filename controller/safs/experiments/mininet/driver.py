@@ -10,7 +10,7 @@ time over host agents (docs/mininet.md, "Driver").
 
 Time: the workload sees ns since the run began (``now() == 0`` at :meth:`RealtimeNetwork.run`),
 as the simulator shows it ns since its start. Agents and switches use fabric time
-(:func:`safs.control.controller.fabric_clock`, the host's wall clock in ns modulo 2^48): a
+(:func:`safs.core.timebase.fabric_clock`, the host's wall clock in ns modulo 2^48): a
 workload time ``t`` is fabric time ``wrap(t0 + t)``, where ``t0`` is ``time.time_ns()`` at the
 start; agents' fabric times are mapped back by signed 48-bit difference (``safs.core.timebase``).
 

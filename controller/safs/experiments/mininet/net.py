@@ -312,7 +312,7 @@ def switch_class():
             return args + ["--", "--grpc-server-addr", self.grpc_addr, "--priority-queues", str(PRIORITY_QUEUES)]
 
         def start(self, controllers: Any) -> None:  # Mininet calls this from net.start()
-            from safs.control.controller import fabric_clock
+            from safs.core.timebase import fabric_clock
 
             for intf in self.intfList():
                 if intf.name != "lo":
@@ -671,7 +671,7 @@ def probe_switch_time(dst_ip: str, flow_id: int = PROBE_FLOW_ID, tries: int = 5,
     Raises:
         EmuError: no GRANT after ``tries`` attempts of ``timeout_s`` each.
     """
-    from safs.control.controller import fabric_clock
+    from safs.core.timebase import fabric_clock
     from safs.core.protocol import MsgType, pack_header, unpack_header
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
