@@ -218,3 +218,17 @@ def test_controller_unreachable_switch_names_the_switch_option(tmp_path: Path, m
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
     assert last.startswith("safs: error: --switch leaf0=127.0.0.1:1: ") and "UNAVAILABLE" in last
+
+
+def test_run_takes_shipped_scenario_names(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`safs run NAME` finds a scenario the package ships, from any directory; an unknown name
+    is one line listing the shipped ones, and nothing is created."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "no-such-scenario", "--out", "out"]) == 2
+    err = _one_line_error(capsys)
+    assert "no-such-scenario" in err and "zerobubble" in err and "afd-16a2f" in err
+    assert not (tmp_path / "out").exists()
+    assert main(["run", "zerobubble", "--policies", "safs", "--seeds", "1", "--quiet", "--out", "out"]) == 0
+    records = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert {r["scenario"] for r in records} == {"zerobubble"} and all(r["policy"] == "safs" for r in records)

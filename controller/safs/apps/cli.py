@@ -25,6 +25,7 @@ from rich.table import Table
 from safs import __version__
 from safs.apps.cliargs import OneLineParser
 from safs.core.errors import InvalidInput, SafsError
+from safs.core.files import BMV2_JSON_PATH, P4INFO_PATH, scenario_path
 from safs.core.numfmt import sig
 from safs.experiments.runner import (BACKENDS, RESULT_FILES, archive_previous, check, check_backend_available,
                                      check_out_dir, missing_dirs, prepare_out_dir, remove_empty, run_scenario,
@@ -32,9 +33,6 @@ from safs.experiments.runner import (BACKENDS, RESULT_FILES, archive_previous, c
 from safs.experiments.runs import cli_overrides, expand
 from safs.experiments.scenario import load_scenario
 
-REPO_ROOT = Path(__file__).resolve().parents[3]  # the checkout safs is installed from (pip install -e)
-DEFAULT_P4INFO = Path("p4src/build/safs.p4info.txtpb")
-DEFAULT_BMV2_JSON = Path("p4src/build/safs.json")
 
 
 def _unique(values: list[Any], text: str) -> list[Any]:
@@ -67,7 +65,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"safs {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run scenario files and print a table per scenario")
-    run.add_argument("scenarios", nargs="+", type=Path, metavar="SCENARIO", help="scenario YAML file(s)")
+    run.add_argument("scenarios", nargs="+", metavar="SCENARIO",
+                     help="scenario YAML file(s) or shipped scenario names (e.g. zerobubble, afd-16a2f)")
     run.add_argument("--out", type=Path, default=Path("results"), help="directory for results.json/csv (default: results); earlier results there are moved "
                           "aside as results.<YYYYMMDDTHHMMSS>.json/csv")
     run.add_argument("--target", default="sim", choices=BACKENDS, help="where to run (default: sim)")
@@ -88,9 +87,9 @@ def _build_parser() -> argparse.ArgumentParser:
     ctl.add_argument("--hint-addr", default="127.0.0.1:50051", metavar="HOST:PORT",
                      help="address the hint API binds (default 127.0.0.1:50051)")
     ctl.add_argument("--p4info", default=None, metavar="FILE",
-                     help=f"compiled P4Info (default {DEFAULT_P4INFO} in the safs checkout)")
+                     help="compiled P4Info (default: the shipped v1model program's)")
     ctl.add_argument("--bmv2-json", default=None, metavar="FILE",
-                     help=f"compiled BMv2 JSON (default {DEFAULT_BMV2_JSON} in the safs checkout)")
+                     help="compiled BMv2 JSON (default: the shipped v1model program's)")
     ctl.add_argument("--tick-ms", default="1", metavar="MS", help="scheduler tick period in ms (default 1)")
     ctl.add_argument("--duration-s", default=None, metavar="S", help="stop after S seconds (default: until SIGINT/SIGTERM)")
     ctl.add_argument("--scheduler-config", default=None, metavar="YAML",
@@ -162,7 +161,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     if args.ray is None:
         check_jobs(args.jobs)
     check_backend_available(args.target)
-    scenarios = [load_scenario(p, overrides) for p in args.scenarios]
+    scenarios = [load_scenario(scenario_path(p), overrides) for p in args.scenarios]
     for scenario in scenarios:
         check(scenario, args.target)
     created = missing_dirs(args.out)
@@ -208,9 +207,8 @@ def _cmd_controller(args: argparse.Namespace) -> int:
     from safs.core.topology import load_topology
 
     load_topology(Path(args.topology))  # a bad --topology first, before the --switch checks
-    for option, attr, default in (("--p4info", "p4info", DEFAULT_P4INFO), ("--bmv2-json", "bmv2_json", DEFAULT_BMV2_JSON)):
+    for option, attr, path in (("--p4info", "p4info", P4INFO_PATH), ("--bmv2-json", "bmv2_json", BMV2_JSON_PATH)):
         if getattr(args, attr) is None:
-            path = REPO_ROOT / default
             if not path.is_file():
                 raise InvalidInput(option, f"default {path} does not exist (build it: docs/controller.md, "
                                            f"or pass {option} FILE)")

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from safs.core.errors import InvalidInput
-from safs.core.files import read_text
+from safs.core.files import data_path, read_text
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "flow-sizes"
+DATA_DIR = data_path("flow-sizes")
 
 # Homa W1 tail: generalized Pareto parameters and cap.
 # Source: PlatformLab/HomaSimulation, homatransport/src/application/MsgSizeDistributions.cc,

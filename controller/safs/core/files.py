@@ -6,12 +6,52 @@ so the CLI prints one line and no traceback.
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from safs.core.errors import InvalidInput
+
+
+def data_path(*parts: str) -> Path:
+    """A file or directory the package ships (``safs/data/...``): scenarios, topologies, the
+    compiled P4 programs (``p4/``), the hint API's .proto (``proto/``), flow-size
+    distributions and traces. Works for editable and regular installs (pip unpacks packages
+    as files); the checkout's ``scenarios/``, ``topologies/``, ``proto/`` and ``p4src/build``
+    are links into the same directory.
+    """
+    return Path(str(resources.files("safs").joinpath("data", *parts)))
+
+
+P4INFO_PATH = data_path("p4", "safs.p4info.txtpb")  # the compiled v1model program (p4src/build)
+BMV2_JSON_PATH = data_path("p4", "safs.json")
+
+
+def shipped_scenarios() -> list[str]:
+    """Names of the scenarios the package ships (``safs run NAME``), sorted; ``eval/NAME`` for
+    the evaluation's own."""
+    root = data_path("scenarios")
+    return sorted(p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*.yaml"))
+
+
+def scenario_path(text: str | Path) -> Path:
+    """The scenario file a user named: an existing path as given, else a shipped scenario by
+    name (``zerobubble``, ``eval/afd-16a2f``; ``.yaml`` optional).
+
+    Raises:
+        InvalidInput: neither a file nor a shipped name (the message lists the shipped ones).
+    """
+    path = Path(text)
+    if path.exists():
+        return path
+    name = path.as_posix().removesuffix(".yaml")
+    shipped = data_path("scenarios", f"{name}.yaml")
+    if shipped.is_file() and ".." not in path.parts:
+        return shipped
+    raise InvalidInput("scenario", f"no such file, and not a shipped scenario; shipped: "
+                       f"{', '.join(shipped_scenarios())}", source=str(text))
 
 
 def read_text(path: str | Path, what: str) -> str:

@@ -30,8 +30,9 @@ from pathlib import Path
 GENERATOR = "grpcio-tools"
 GENERATOR_VERSION = "1.49.1"
 LIBPROTOC_VERSION = "3.21.6"  # bundled in grpcio-tools 1.49.1 (`python -m grpc_tools.protoc --version`)
-REPO_ROOT = Path(__file__).resolve().parents[4]
-PROTO_ROOT = REPO_ROOT / "proto"
+# The package's own copy (safs/data/proto; the checkout's proto/ links to it). This script runs
+# standalone in the generator's venv, without safs installed: no safs imports.
+PROTO_ROOT = Path(__file__).resolve().parents[2] / "data" / "proto"
 PROTO_REL = "safs/v1/hints.proto"  # path below PROTO_ROOT; also the name in the descriptor pool
 STUB_DIR = Path(__file__).resolve().parent
 STUB_NAMES = ("hints_pb2.py", "hints_pb2_grpc.py")

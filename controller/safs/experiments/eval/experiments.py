@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from safs.core.errors import InvalidInput
+from safs.core.files import data_path
 from safs.experiments.policies import POLICIES
 from safs.experiments.runner import RunOutput, check, write_results
 from safs.experiments.runs import RunSpec, expand
 from safs.experiments.scenario import Scenario, load_scenario
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
-SCENARIO_DIR = REPO_ROOT / "scenarios"
+SCENARIO_DIR = data_path("scenarios")
 CONFIDENCE = 0.95  # two-sided Student-t interval over seeds (and repetitions)
 
 PAPER_AFD_P99_VS_D2TCP = 0.387  # SAFS p99 TPOT 38.7% below D2TCP (SAFS paper, 16A2F)

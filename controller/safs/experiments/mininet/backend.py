@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from safs.core.errors import InvalidInput
+from safs.core.files import BMV2_JSON_PATH, P4INFO_PATH
 from safs.experiments.metrics import FlowRecord, flow_metrics
 from safs.experiments.policies import mininet_policies
 from safs.experiments.runs import build_run, miss_tolerance_ns
@@ -49,9 +50,6 @@ from safs.core.timebase import diff, wrap
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[4]
-P4INFO = ROOT / "p4src" / "build" / "safs.p4info.txtpb"
-BMV2_JSON = ROOT / "p4src" / "build" / "safs.json"
 AGENT_START_TIMEOUT_S = 30.0
 # Each scheduler tick reads counters over P4Runtime; faster than 1 ms only burns the CPU the
 # switches and agents need (the simulator's 100 µs default is for 100 Gbit/s links).
@@ -168,7 +166,7 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
     config = ControllerConfig(
         topology_path=scenario.topology_path(),
         switches=tuple(SwitchSpec(sw, emu.switch(sw).grpc_addr, emu.switch(sw).device_id) for sw in topology.switches()),
-        p4info_path=P4INFO, bmv2_json_path=BMV2_JSON, hint_addr=f"unix:{hint_sock}",
+        p4info_path=P4INFO_PATH, bmv2_json_path=BMV2_JSON_PATH, hint_addr=f"unix:{hint_sock}",
         tick_ns=max(MIN_TICK_NS, sim_config.tick_ns or sched.tick_ns), scheduler=sched,
         activation_lead_ns=sim_config.activation_lead_ns)  # the scenario's, as on the simulator
     app = ControllerApp(config)

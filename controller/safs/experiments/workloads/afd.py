@@ -58,12 +58,12 @@ import numpy as np
 
 from safs.core.errors import InvalidInput
 from safs.experiments.workloads.params import check_known, float_param, int_param
-from safs.core.files import read_text
+from safs.core.files import data_path, read_text
 from safs.experiments.workloads.api import FlowSpec, WorkloadAPI
 from safs.experiments.workloads.instance import SerialInstance
 from safs.experiments.workloads.jitter import jitter_param, jittered_ns
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "llm-inference"
+DATA_DIR = data_path("llm-inference")
 TRACES = {"conv": "AzureLLMInferenceTrace_conv.csv", "code": "AzureLLMInferenceTrace_code.csv"}
 
 HIDDEN_SIZE = 7168  # Step-3 hidden size; StepMesh Introduction.md Table 1 ("128 x 7168")
