@@ -23,6 +23,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from safs import __version__
+import logging
+import signal
+import threading
+
+from safs.apps.eval_command import add_parser as add_eval_parser
+from safs.apps.eval_command import run as run_eval
+from safs.control.controller import ControllerApp, config_from_args
+from safs.core.errors import TargetError
+from safs.core.topology import load_topology
+from safs.experiments.parallel import check_jobs, check_ray
+from safs.targets.p4rt.p4info import P4InfoIndex
 from safs.apps.cliargs import OneLineParser
 from safs.core.errors import InvalidInput, SafsError
 from safs.core.files import BMV2_JSON_PATH, P4INFO_PATH, scenario_path
@@ -77,8 +88,6 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ray", metavar="ADDRESS", default=None,
                      help="run on an existing Ray cluster instead: auto, local, ray://HOST:PORT or HOST:PORT "
                           "(not with --jobs)")
-    from safs.apps.eval_command import add_parser as add_eval_parser
-
     add_eval_parser(sub, _int_list, _name_list)
     ctl = sub.add_parser("controller", help="run the SAFS controller: switches over P4Runtime, hint API (docs/controller.md)")
     ctl.add_argument("--topology", required=True, metavar="FILE", help="topology YAML")
@@ -151,8 +160,6 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     overrides = cli_overrides(args.seeds, args.policies)
     # Everything is checked before the first run and before the output directory is created,
     # so a typo in the last file or a bad option costs nothing and leaves nothing behind.
-    from safs.experiments.parallel import check_jobs, check_ray
-
     check_out_dir(args.out)
     if args.target == "mininet" and (args.jobs is not None or args.ray is not None):
         raise InvalidInput("--target mininet", f"runs one run at a time in real time; drop "
@@ -197,15 +204,6 @@ def _run_all(args: argparse.Namespace, console: Console, scenarios: list[Any]) -
 def _cmd_controller(args: argparse.Namespace) -> int:
     """``safs controller``: validate everything, start, run until SIGINT/SIGTERM or --duration-s,
     stop cleanly. User errors raise SafsError (one line, exit 2)."""
-    import logging
-    import signal
-    import threading
-
-    from safs.control.controller import ControllerApp, config_from_args
-    from safs.core.errors import TargetError
-    from safs.targets.p4rt.p4info import P4InfoIndex
-    from safs.core.topology import load_topology
-
     load_topology(Path(args.topology))  # a bad --topology first, before the --switch checks
     for option, attr, path in (("--p4info", "p4info", P4INFO_PATH), ("--bmv2-json", "bmv2_json", BMV2_JSON_PATH)):
         if getattr(args, attr) is None:
@@ -260,8 +258,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "controller":
             return _cmd_controller(args)
         if args.command == "eval":
-            from safs.apps.eval_command import run as run_eval
-
             return run_eval(args, console)
     except SafsError as exc:
         print(f"safs: error: {exc}", file=sys.stderr)

@@ -20,6 +20,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+import csv
+
+from safs.experiments.eval import experiments as ex
+from safs.experiments.eval.experiments import CHECKS_NAME, EXPERIMENTS, write_outputs
+from safs.experiments.parallel import check_jobs, check_ray, map_ordered
+from safs.experiments.runner import (RunOutput, archive_previous, check_out_dir, missing_dirs, prepare_out_dir,
+                                     remove_empty, run_one_output)
+from safs.experiments.runs import cli_overrides
 from safs.core.errors import InvalidInput
 from safs.core.numfmt import percent, sig
 
@@ -85,8 +93,6 @@ def _ablation_table(name: str, rows: list[dict[str, Any]]) -> Table:
 
 
 def _list(console: Console) -> int:
-    from safs.experiments.eval.experiments import CHECKS_NAME, EXPERIMENTS
-
     table = Table(title="safs eval NAME")
     table.add_column("name")
     table.add_column("what")
@@ -107,11 +113,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
         InvalidInput: unknown experiment or policy (the message lists the valid ones), bad
             ``--jobs``/``--ray``, unwritable ``--out``, or a bad scenario.
     """
-    from safs.experiments.eval import experiments as ex
-    from safs.experiments.parallel import check_jobs, check_ray
-    from safs.experiments.runner import check_out_dir, missing_dirs, remove_empty
-    from safs.experiments.runs import cli_overrides
-
     if args.list:
         if args.names:
             raise InvalidInput("--list", f"lists every experiment and takes no NAME; got {' '.join(args.names)}")
@@ -165,9 +166,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
 def _run_all(args: argparse.Namespace, console: Console, ex: Any, exps: list[Any], task_lists: list[list[tuple]],
              run_checks: bool) -> int:
     """The runs, output files and tables of :func:`run` once everything is checked."""
-    from safs.experiments.parallel import check_jobs, map_ordered
-    from safs.experiments.runner import archive_previous, prepare_out_dir, run_one_output
-
     prepare_out_dir(args.out)
     for e in exps:
         prepare_out_dir(args.out / e.name)
@@ -216,8 +214,6 @@ def _moved(console: Console, moved: list[tuple[Path, Path]]) -> None:
 def _merge_timing(console: Console, path: Path, entries: dict[str, dict[str, Any]]) -> None:
     """Merge ``entries`` (experiment name -> its timing) into ``path``; other experiments' entries
     stay. A file in another form is moved aside first (nothing is lost)."""
-    from safs.experiments.runner import archive_previous
-
     old: dict[str, Any] = {}
     if path.is_file():
         try:
@@ -232,9 +228,6 @@ def _merge_timing(console: Console, path: Path, entries: dict[str, dict[str, Any
 
 def _replot(args: argparse.Namespace, console: Console, exps: list[Any]) -> int:
     """Summaries and plots of earlier runs, from their results.json and samples.jsonl."""
-    from safs.experiments.eval.experiments import write_outputs
-    from safs.experiments.runner import RunOutput
-
     missing = 0
     for e in exps:
         d = args.out / e.name
@@ -262,8 +255,6 @@ def _replot(args: argparse.Namespace, console: Console, exps: list[Any]) -> int:
 
 def _checks(args: argparse.Namespace, console: Console, ex: Any, map_ordered: Any) -> int:
     """Run the baseline checks that exist; write checks.json/csv; 1 if any is missing."""
-    import csv
-
     missing = ex.check_missing()
     present = [m for m in ex.CHECK_MODULES if m not in missing]
     results = map_ordered(ex.run_check, [(m, True) for m in present], args.jobs, args.ray)
@@ -272,8 +263,6 @@ def _checks(args: argparse.Namespace, console: Console, ex: Any, map_ordered: An
     keys = list(dict.fromkeys(k for r in rows for k in r))
     out = args.out / ex.CHECKS_NAME
     out.mkdir(parents=True, exist_ok=True)
-    from safs.experiments.runner import archive_previous
-
     _moved(console, archive_previous(out, CHECK_FILES))
     (out / "checks.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
     with (out / "checks.csv").open("w", newline="") as fh:

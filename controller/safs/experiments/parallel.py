@@ -160,7 +160,7 @@ def map_ordered(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int | None
 def _map_ray(fn: Callable[..., Any], tasks: list[tuple], address: str,
              on_done: Callable[[int], None] | None) -> list[Any]:
     try:
-        import ray
+        import ray  # noqa: PLC0415 (optional dependency: pip install 'safs[ray]')
     except ImportError:
         raise InvalidInput("--ray", "needs the ray package: pip install 'safs[ray]'") from None
     started_here = not ray.is_initialized()

@@ -73,7 +73,7 @@ from safs.hosts.env import Clock
 from safs.hosts.env import HostPort
 from safs.core.packet import ETH_HEADER_BYTES, IPV4_HEADER_BYTES, PROTO_HOMA, Packet
 from safs.hosts.stats import TransportStats
-from safs.core.distributions import SizeDistribution
+from safs.core.distributions import SizeDistribution, load_distribution
 
 HOMA_HEADER_BYTES = 38  # UDP 8 + ~30-byte Homa data header, as the HomaSimulation counts it
 HOMA_IP_OVERHEAD_BYTES = IPV4_HEADER_BYTES + HOMA_HEADER_BYTES  # inside the MTU
@@ -270,8 +270,6 @@ def resolve(config: HomaConfig, topology: Any) -> HomaParams:
     rtt = config.rtt_bytes if config.rtt_bytes is not None else rtt_bytes_for(topology, config.mtu_bytes)
     sched, cutoffs = config.sched_priorities, config.unsched_cutoffs_bytes
     if config.size_distribution is not None and (sched is None or cutoffs is None):
-        from safs.core.distributions import load_distribution
-
         d_sched, d_cut = homa_priorities(load_distribution(config.size_distribution), rtt)
         if sched is None:
             sched = d_sched

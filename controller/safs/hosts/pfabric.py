@@ -45,7 +45,7 @@ from typing import Any, Callable, Mapping
 
 from safs.core.errors import InvalidInput
 from safs.hosts.env import Clock
-from safs.hosts.env import HostPort, Nic
+from safs.hosts.env import HostPort
 from safs.core.packet import ETH_HEADER_BYTES, IPV4_HEADER_BYTES, PROTO_TCP, TCP_ACK, TCP_HEADER_BYTES, Packet
 from safs.hosts.stats import TransportStats
 from safs.hosts.dctcp import ACK_BYTES, DctcpReceiver

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from pathlib import Path
 from typing import Any, Callable
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from safs.apps.cliargs import OneLineParser
+from safs.control.hintapi.client import HintClient
 from safs.core.timebase import fabric_clock
 from safs.apps.agent.background import BackgroundGenerator
 from safs.apps.agent.control_server import ControlServer
@@ -89,7 +90,6 @@ class Agent:
         self.hints_ready = False  # the hint channel connected (stats "hints.ready")
         self.last_hint_error = ""
         if args.hint_addr:
-            from safs.control.hintapi.client import HintClient  # noqa: PLC0415 (grpc only when used)
             self.hints = HintClient(args.hint_addr)
             # Two workers: a Complete frees capacity other flows wait for, so it must not queue
             # behind Announces of later flows (which the controller only needs by their start).

@@ -25,6 +25,7 @@ import argparse
 import hashlib
 import sys
 import tempfile
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 GENERATOR = "grpcio-tools"
@@ -57,8 +58,7 @@ def header(sha256: str) -> str:
 def installed_generator_version() -> str | None:
     """Version of the importable grpcio-tools, or None when it is not importable."""
     try:
-        from importlib.metadata import PackageNotFoundError, version
-        import grpc_tools.protoc  # noqa: F401  (the generator itself must import)
+        import grpc_tools.protoc  # noqa: F401, PLC0415 (optional: only the generator's own venv has it)
     except ImportError:
         return None
     try:
@@ -77,7 +77,7 @@ def generate(out_dir: Path) -> list[Path]:
     if found != GENERATOR_VERSION:
         raise RuntimeError(f"needs {GENERATOR}=={GENERATOR_VERSION} importable, found "
                            f"{found or 'none'} in {sys.executable}")
-    from grpc_tools import protoc
+    from grpc_tools import protoc  # noqa: PLC0415 (optional, checked above)
 
     sha = proto_sha256()
     with tempfile.TemporaryDirectory() as tmp:

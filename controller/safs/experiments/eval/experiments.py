@@ -14,7 +14,9 @@ best or close to best mean iteration time; urgent flows: zero deadline misses, m
 
 from __future__ import annotations
 
+import csv
 import importlib
+import importlib.util
 import json
 import math
 import statistics
@@ -22,7 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from scipy.stats import t as student_t
+
 from safs.core.errors import InvalidInput
+from safs.experiments.eval.plots import plot_experiment
 from safs.core.files import data_path
 from safs.experiments.policies import POLICIES
 from safs.experiments.runner import RunOutput, check, write_results
@@ -48,8 +53,6 @@ def t_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[flo
     Returns ``(mean, half_width)``; the half-width is NaN with fewer than 2 values and 0 when
     all values are equal. NaN values are dropped first; no values gives ``(nan, nan)``.
     """
-    from scipy.stats import t
-
     vals = [v for v in values if v is not None and not math.isnan(v)]
     if not vals:
         return float("nan"), float("nan")
@@ -57,7 +60,7 @@ def t_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[flo
     if len(vals) < 2:
         return mean, float("nan")
     sd = statistics.stdev(vals)
-    return mean, float(t.ppf(0.5 + confidence / 2, len(vals) - 1)) * sd / math.sqrt(len(vals))
+    return mean, float(student_t.ppf(0.5 + confidence / 2, len(vals) - 1)) * sd / math.sqrt(len(vals))
 
 
 def summarize(records: list[dict[str, Any]], metrics: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -264,10 +267,6 @@ def write_outputs(exp: Experiment, outputs: list[RunOutput], out_dir: Path) -> d
     Raises:
         InvalidInput: ``out_dir`` cannot be written (field ``--out``).
     """
-    import csv
-
-    from safs.experiments.eval.plots import plot_experiment
-
     records = [o.record for o in outputs]
     write_results(records, out_dir)
     identity = ("scenario", "target", "policy", "seed", "repetition", "background_flows", "load")
@@ -312,6 +311,4 @@ def run_check(module: str, quick: bool) -> dict[str, Any]:
 
 def check_missing() -> list[str]:
     """Names of :data:`CHECK_MODULES` that cannot be found (without importing them)."""
-    import importlib.util
-
     return [m for m in CHECK_MODULES if importlib.util.find_spec(f"safs.experiments.eval.checks.{m}") is None]

@@ -16,7 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import numpy as np
+from matplotlib import pyplot as plt
 
 LABELS = {
     "iteration_time_ms": "mean iteration time (ms)",
@@ -44,8 +46,6 @@ def policy_styles(policies: list[str]) -> dict[str, dict[str, Any]]:
     ``"safs"`` gets the highest ``zorder`` (drawn on top). Markers are hollow except SAFS's, so
     a policy whose numbers equal SAFS's (e.g. ``safs-no-classes``) still shows around it.
     """
-    import matplotlib.pyplot as plt
-
     out = {}
     for i, p in enumerate(policies):
         color = plt.get_cmap("tab10")(i % 10)
@@ -82,11 +82,7 @@ def plot_experiment(exp: Any, records: list[dict[str, Any]], samples: list[dict[
         records: run records; ``samples[i]`` belongs to ``records[i]``.
         rows: :func:`safs.experiments.eval.experiments.summarize` rows for ``exp.metrics``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    matplotlib.use("Agg")  # files only, no display
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     listed = list(dict.fromkeys(r["policy"] for r in rows))

@@ -16,8 +16,9 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from safs.core.distributions import shipped_distributions
 from safs.core.errors import InvalidInput, SafsError
 from safs.core.hints import LABEL_MAX_LEN
 from safs.core.protocol import FLOW_ID_MAX, FLOW_ID_MIN, REMAINING_BYTES_MAX
@@ -150,7 +151,6 @@ def parse_request(req: object) -> tuple[str, Expect | Send | Background | None]:
         load = req.get("load")
         if isinstance(load, bool) or not isinstance(load, (int, float)) or not 0.0 < load <= 1.0:
             raise InvalidInput("load", f"must be in (0, 1] (fraction of link_rate_bps), got {load!r}")
-        from safs.core.distributions import shipped_distributions  # noqa: PLC0415 (cheap, rare)
         names = shipped_distributions()
         dist = req.get("distribution")
         if dist not in names:

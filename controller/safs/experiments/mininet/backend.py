@@ -42,6 +42,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from safs.core.errors import InvalidInput
+from safs.control.controller import ControllerApp, ControllerConfig, SwitchSpec
+from safs.core.protocol import WIRE_OVERHEAD_BYTES
+from safs.core.topology import load_topology
+from safs.experiments.mininet import net as emunet
+from safs.experiments.mininet.agent_control import AgentClient, AgentError
+from safs.experiments.mininet.driver import RealtimeNetwork
+from safs.experiments.mininet.net import PROBE_FLOW_ID, EmuError, die_with_parent, stop_process
 from safs.core.files import BMV2_JSON_PATH, P4INFO_PATH
 from safs.experiments.metrics import FlowRecord, flow_metrics
 from safs.experiments.policies import mininet_policies
@@ -90,9 +97,6 @@ def run_mininet(scenario: Any, specs: list[Any], progress: Callable[[Any], None]
         InvalidInput: a policy this target does not run.
         safs.experiments.mininet.net.EmuError: the network could not be built (not root, no Mininet/BMv2).
     """
-    from safs.experiments.mininet import net as emunet
-    from safs.core.topology import load_topology
-
     check_policies(scenario.policies, scenario.source)
     topology = load_topology(scenario.topology_path())
     _, _, sim_config = build_run(scenario, specs[0])
@@ -156,9 +160,6 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
             samples: dict[str, list[float]] | None = None) -> dict[str, Any]:
     """One run on a built network (module docstring, steps 1-4); returns its record and fills
     ``samples`` (if given) with ``Workload.samples()``."""
-    from safs.control.controller import ControllerApp, ControllerConfig, SwitchSpec
-    from safs.experiments.mininet.driver import RealtimeNetwork
-
     topology, workload, sim_config = build_run(scenario, spec)
     sched = sim_config.scheduler_config(topology)
     tag = f"{spec.policy}-bg{spec.background_flows}-s{spec.seed}-r{spec.repetition}"
@@ -253,8 +254,6 @@ def _control_data_bytes(stats: dict[str, dict], flows: list[FlowRecord]) -> tupl
     """Control bytes on the wire (every REQUEST and DONE the agents sent and every GRANT they
     received, :data:`safs.core.protocol.WIRE_OVERHEAD_BYTES` each) and data bytes (sizes of the
     flows that finished). Control is None when no agent reports SAFS counters."""
-    from safs.core.protocol import WIRE_OVERHEAD_BYTES
-
     data = sum(f.size_bytes for f in flows if f.finish_ns is not None)
     messages = None
     for s in stats.values():
@@ -274,8 +273,6 @@ def calibrate_clocks(emu: Any, app: Any) -> dict[str, int]:
     Raises:
         safs.experiments.mininet.net.EmuError: a probe got no GRANT.
     """
-    from safs.experiments.mininet.net import PROBE_FLOW_ID, EmuError, die_with_parent
-
     topo = emu.topology
     corrections: dict[str, int] = {}
     probed: list[str] = []
@@ -342,9 +339,6 @@ def start_agents(emu: Any, run_dir: Path, tag: str, hint_addr: str, sched: Any,
         safs.experiments.mininet.agent_control.AgentError: an agent did not listen within the timeout (its log is in
             the run directory).
     """
-    from safs.experiments.mininet.agent_control import AgentClient, AgentError
-    from safs.experiments.mininet.net import die_with_parent
-
     topo = emu.topology
     procs, agents = [], {}
     try:
@@ -375,8 +369,6 @@ def start_agents(emu: Any, run_dir: Path, tag: str, hint_addr: str, sched: Any,
 
 def stop_agents(agents: dict[str, Any], procs: list[subprocess.Popen]) -> None:
     """Ask every agent to shut down, then SIGTERM (SIGKILL after 5 s) whatever still runs."""
-    from safs.experiments.mininet.net import stop_process
-
     for agent in agents.values():
         try:
             agent.request({"op": "shutdown"})

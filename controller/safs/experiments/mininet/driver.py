@@ -43,7 +43,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
-from safs.experiments.mininet.agent_control import AgentError
 from safs.core.errors import InvalidInput
 from safs.experiments.metrics import FlowRecord
 from safs.experiments.policies import POLICIES, mininet_policies

@@ -48,6 +48,7 @@ lists anything of a topology still present (used by the tests) and
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import logging
 import os
 import re
@@ -61,10 +62,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import grpc
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
 from safs.core.errors import InvalidInput, SafsError
-from safs.core.protocol import SAFS_UDP_PORT
+from safs.core.protocol import SAFS_UDP_PORT, MsgType, pack_header, unpack_header
 from safs.core.scheduler import node_mac
 from safs.core.topology import Topology
+from safs.core.timebase import fabric_clock
 
 log = logging.getLogger(__name__)
 
@@ -262,9 +267,9 @@ def qdisc_drops(intf: str, runner: Callable[[list[str]], str] | None = None) -> 
 
 def _mininet():
     try:
-        import mininet.link
-        import mininet.net
-        import mininet.node
+        import mininet.link  # noqa: PLC0415 (optional: Mininet is Debian's, linked in where installed)
+        import mininet.net  # noqa: PLC0415
+        import mininet.node  # noqa: PLC0415
     except ImportError as exc:  # pragma: no cover - depends on the machine
         raise EmuError("Mininet is not importable from this Python: install Debian's mininet "
                        "(apt-get install mininet) and link it into the venv (README, 'Mininet')") from exc
@@ -312,7 +317,6 @@ def switch_class():
             return args + ["--", "--grpc-server-addr", self.grpc_addr, "--priority-queues", str(PRIORITY_QUEUES)]
 
         def start(self, controllers: Any) -> None:  # Mininet calls this from net.start()
-            from safs.core.timebase import fabric_clock
 
             for intf in self.intfList():
                 if intf.name != "lo":
@@ -356,9 +360,6 @@ def wait_for_p4runtime(addr: str, proc: subprocess.Popen, timeout_s: float, log_
     Raises:
         EmuError: the process exited (its log is named) or did not answer within ``timeout_s``.
     """
-    import grpc
-    from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
-
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
@@ -468,9 +469,9 @@ def build(topology: Topology, run_dir: Path, *, mtu_bytes: int = 1500, switch_cl
     if not 576 <= mtu_bytes <= 9000:
         raise InvalidInput("mtu_bytes", f"must be in 576..9000, got {mtu_bytes}")
     _mininet()
-    from mininet.link import Link
-    from mininet.net import Mininet
-    from mininet.node import Host
+    from mininet.link import Link  # noqa: PLC0415 (optional, checked by _mininet() above)
+    from mininet.net import Mininet  # noqa: PLC0415
+    from mininet.node import Host  # noqa: PLC0415
 
     switch_cls = switch_cls or switch_class()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -527,8 +528,6 @@ def acquire_run_lock(path: Path = RUN_LOCK, timeout_s: float = 3600.0) -> Any:
     Raises:
         EmuError: still held by another process after ``timeout_s`` (its pid is named).
     """
-    import fcntl
-
     f = open(path, "a+")
     deadline = time.monotonic() + timeout_s
     waiting = False
@@ -671,9 +670,6 @@ def probe_switch_time(dst_ip: str, flow_id: int = PROBE_FLOW_ID, tries: int = 5,
     Raises:
         EmuError: no GRANT after ``tries`` attempts of ``timeout_s`` each.
     """
-    from safs.core.timebase import fabric_clock
-    from safs.core.protocol import MsgType, pack_header, unpack_header
-
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind(("0.0.0.0", SAFS_UDP_PORT))
         sock.settimeout(timeout_s)

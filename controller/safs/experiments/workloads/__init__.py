@@ -12,8 +12,14 @@ import random
 from pathlib import Path
 from typing import Any
 
+from safs.core.distributions import load_distribution
 from safs.core.errors import InvalidInput
+from safs.experiments.workloads.afd import AfdDecode
 from safs.experiments.workloads.api import FlowSpec, Workload, WorkloadAPI
+from safs.experiments.workloads.background import BulkFlows, PoissonArrivals, WithBackground
+from safs.experiments.workloads.trace import TraceWorkload, load_trace_file
+from safs.experiments.workloads.urgent import UrgentIncast
+from safs.experiments.workloads.zerobubble import ZeroBubbleTraining
 
 __all__ = ["FlowSpec", "Workload", "WorkloadAPI", "build_workload", "background_hosts"]
 
@@ -44,13 +50,6 @@ def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int =
     Raises:
         InvalidInput: unknown kind, bad parameter, missing hosts, bad load.
     """
-    from safs.experiments.workloads.afd import AfdDecode
-    from safs.experiments.workloads.background import BulkFlows, PoissonArrivals, WithBackground
-    from safs.core.distributions import load_distribution
-    from safs.experiments.workloads.trace import TraceWorkload, load_trace_file
-    from safs.experiments.workloads.urgent import UrgentIncast
-    from safs.experiments.workloads.zerobubble import ZeroBubbleTraining
-
     if kind == "afd":
         main: Any = AfdDecode(params, topology, source, seed=seed)
     elif kind == "zerobubble":

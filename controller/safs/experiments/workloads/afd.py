@@ -60,6 +60,7 @@ from safs.core.errors import InvalidInput
 from safs.experiments.workloads.params import check_known, float_param, int_param
 from safs.core.files import data_path, read_text
 from safs.experiments.workloads.api import FlowSpec, WorkloadAPI
+from safs.experiments.workloads.ideal import IdealNetwork
 from safs.experiments.workloads.instance import SerialInstance
 from safs.experiments.workloads.jitter import jitter_param, jittered_ns
 
@@ -343,8 +344,6 @@ class AfdDecode:
 
     def ideal_tpot_ns(self) -> float:
         """p50 TPOT of this workload on a contention-free network (ns)."""
-        from safs.experiments.workloads.ideal import IdealNetwork
-
         twin = AfdDecode(self.params, None, seed=self.seed)
         twin.requests = self.requests
         net = IdealNetwork(self.topology, keep_flows=False) if self.topology is not None else IdealNetwork(keep_flows=False)

@@ -15,6 +15,8 @@ kernel-time variation between iterations, not a measured distribution (docs/eval
 
 from __future__ import annotations
 
+from safs.core.errors import InvalidInput
+
 import random
 from typing import Hashable
 
@@ -44,8 +46,6 @@ def jitter_param(params: dict) -> float:
     Raises:
         InvalidInput: field ``workload.params.compute_jitter``, not a number in range.
     """
-    from safs.core.errors import InvalidInput
-
     v = params.get("compute_jitter", 0.0)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= MAX_JITTER:
         raise InvalidInput("workload.params.compute_jitter", f"must be a number in [0, {MAX_JITTER}], got {v!r}")

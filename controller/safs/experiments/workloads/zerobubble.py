@@ -39,6 +39,7 @@ from typing import Any
 from safs.core.errors import InvalidInput
 from safs.experiments.workloads.params import check_known, float_param, int_param
 from safs.experiments.workloads.api import FlowSpec, WorkloadAPI
+from safs.experiments.workloads.ideal import IdealNetwork
 from safs.experiments.workloads.instance import SerialInstance
 from safs.experiments.workloads.jitter import jitter_param, jittered_ns
 
@@ -257,8 +258,6 @@ class ZeroBubbleTraining:
         """
         if self.jitter == 0:
             return makespan(schedule_times(self.order, self.t_f, self.t_b, self.t_w, self.comm_ns()))
-        from safs.experiments.workloads.ideal import IdealNetwork
-
         twin = ZeroBubbleTraining(self.params, self.topology, seed=self.seed)
         net = IdealNetwork(self.topology, keep_flows=False) if self.topology is not None else IdealNetwork(keep_flows=False)
         net.run(twin)
