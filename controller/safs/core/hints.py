@@ -42,6 +42,9 @@ class FlowClass(str, enum.Enum):
     BACKGROUND = "background"
 
 
+FLOW_CLASSES = tuple(c.value for c in FlowClass)  # ("pipeline", "background"): the names files and requests use
+
+
 @dataclass(frozen=True)
 class FlowHint:
     """One flow's hint.

@@ -20,11 +20,10 @@ from typing import Any
 
 from safs.core.distributions import shipped_distributions
 from safs.core.errors import InvalidInput, SafsError
-from safs.core.hints import LABEL_MAX_LEN
+from safs.core.hints import FLOW_CLASSES, LABEL_MAX_LEN
 from safs.core.protocol import FLOW_ID_MAX, FLOW_ID_MIN, REMAINING_BYTES_MAX
 
 TRANSPORTS = ("safs", "tcp")
-FLOW_CLASSES = ("pipeline", "background")
 OPS = ("expect", "send", "background", "events", "watch", "stats", "shutdown")
 MAX_LINE_BYTES = 1 << 16
 WRITE_TIMEOUT_S = 1.0  # longest the agent blocks writing to a control client that does not read

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from safs.core.errors import InvalidInput
+from safs.core.hints import FLOW_CLASSES
 
-FLOW_CLASSES = ("pipeline", "background")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from typing import Any
 
 from safs.core.errors import InvalidInput
 from safs.core.files import read_text
-from safs.experiments.workloads.api import FLOW_CLASSES, FlowSpec, WorkloadAPI
+from safs.core.hints import FLOW_CLASSES
+from safs.experiments.workloads.api import FlowSpec, WorkloadAPI
 
 REQUIRED = ("start_ns", "sender", "receiver", "bytes", "no_bubble_ts_ns", "label")
 OPTIONAL = ("class",)
