@@ -263,3 +263,62 @@ def test_cli_runs_for_a_duration_against_fake_switches(topo_file: Path, servers:
             "--hint-addr", "127.0.0.1:0", "--duration-s", "0.3", "--tick-ms", "5"]
     assert main(argv) == 0
     assert all(len(f.table_entries(n.IPV4_LPM)) > 0 for f in servers.values())
+
+
+# ---------------------------------------------------------------------------- derived settings
+
+@pytest.mark.parametrize("topology, frame_line, sim_mtu", [
+    ("afd-16a2f.yaml", "", 1500),            # 100 Gbit/s hosts, 1 MiB buffers: K capped by the buffer
+    ("mininet-afd.yaml", "", 1500),          # 10 Mbit/s hosts, 64 KiB buffers
+    ("afd-16a2f.yaml", "max_frame_bytes: 9014\n", 9000),  # jumbo frames: the simulator's default MTU
+])
+def test_safs_controller_derives_line_rate_and_ecn_k_from_the_topology(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, topology: str, frame_line: str, sim_mtu: int) -> None:
+    """`safs controller` gets the topology's line rate and DCTCP K, as the simulator (and so the
+    Mininet backend) derives them; the --scheduler-config file's other keys still apply."""
+    import safs.control.controller as controller_module
+    from safs.core.errors import SafsError
+    from safs.experiments.sim.config import SimConfig
+
+    seen: list[ControllerConfig] = []
+
+    class Captured(SafsError):
+        pass
+
+    class CaptureApp:  # stands in for ControllerApp: keep the config, connect to nothing
+        def __init__(self, config: ControllerConfig) -> None:
+            seen.append(config)
+            raise Captured("config captured")
+
+    monkeypatch.setattr(controller_module, "ControllerApp", CaptureApp)
+    sched_yaml = tmp_path / "sched.yaml"
+    sched_yaml.write_text(frame_line + "admit_on_request: false\n")
+    topo_path = ROOT / "topologies" / topology
+    argv = ["controller", "--topology", str(topo_path), "--p4info", str(P4INFO), "--bmv2-json", str(BMV2_JSON),
+            "--switch", "leaf0=127.0.0.1:9559", "--scheduler-config", str(sched_yaml)]
+    assert main(argv) == 2 and len(seen) == 1
+    got = seen[0].scheduler
+    topo = load_topology(topo_path)
+    want = SimConfig(mtu_bytes=sim_mtu).scheduler_config(topo)
+    line_rate = max(topo.host_link_bps(h) for h in topo.hosts())
+    assert got.allocator.line_rate_bps == want.allocator.line_rate_bps == line_rate
+    assert got.ecn_threshold_pkts == want.ecn_threshold_pkts != SchedulerConfig().ecn_threshold_pkts
+    assert got.max_frame_bytes == want.max_frame_bytes == sim_mtu + 14
+    assert got.admit_on_request is False  # the file's keys still apply
+    assert got.replace(admit_on_request=True) == want
+
+
+def test_scheduler_config_file_keys_override_the_derived_ones(tmp_path: Path) -> None:
+    topo = load_topology(ROOT / "topologies" / "mininet-afd.yaml")
+    path = tmp_path / "sched.yaml"
+    path.write_text("ecn_threshold_pkts: 7\nallocator: {line_rate_bps: 5000000, slack_thresholds_ns: [0, 1, 2, 3]}\n")
+    cfg = load_scheduler_config(path, topo)
+    assert (cfg.ecn_threshold_pkts, cfg.allocator.line_rate_bps, cfg.allocator.slack_thresholds_ns) == \
+        (7, 5_000_000, (0, 1, 2, 3))
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert load_scheduler_config(None, topo) == load_scheduler_config(empty, topo) != load_scheduler_config(empty)
+    path.write_text("max_frame_bytes: '9014'\n")
+    with pytest.raises(InvalidInput) as err:
+        load_scheduler_config(path, topo)
+    assert err.value.field == "scheduler.max_frame_bytes" and "64..65535 bytes" in err.value.message

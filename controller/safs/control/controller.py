@@ -23,7 +23,6 @@ push; ``--clock-offset NAME=NS`` overrides it for the first connection (docs/con
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -31,12 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from safs.core.allocator import AllocatorConfig
 from safs.core.errors import InvalidInput, TargetError
 from safs.core.files import load_yaml
+from safs.core.packet import ETH_HEADER_BYTES
 from safs.control.hintapi import server as hint_server
 from safs.targets.p4rt.target import P4RuntimeTarget
-from safs.core.scheduler import Scheduler, SchedulerConfig
+from safs.core.scheduler import Scheduler, SchedulerConfig, scheduler_config_for
 from safs.core.target import CounterValue, RequestDigest, Update
 from safs.core.timebase import TIME_MASK, fabric_clock
 from safs.core.topology import Topology, load_topology
@@ -103,44 +102,33 @@ def parse_clock_offset(text: str) -> tuple[str, int]:
     return name, offset
 
 
-def load_scheduler_config(path: str | Path) -> SchedulerConfig:
-    """A :class:`SchedulerConfig` from a YAML mapping of its fields; ``allocator`` is a mapping
-    of :class:`AllocatorConfig` fields (``slack_thresholds_ns`` a list). Unset fields keep their
-    defaults. An empty file gives the defaults.
+def load_scheduler_config(path: str | Path | None, topology: Topology | None = None) -> SchedulerConfig:
+    """The controller's :class:`SchedulerConfig`: a YAML mapping of its fields (``allocator`` a
+    mapping of :class:`~safs.core.allocator.AllocatorConfig` fields; ``slack_thresholds_ns`` a
+    list); an empty file, or no file (``path`` None), sets none.
+
+    With ``topology``, the fields the file leaves unset are derived from it as the simulator
+    and the Mininet backend derive them (:func:`safs.core.scheduler.scheduler_config_for`):
+    ``allocator.line_rate_bps`` = the fastest host link, ``ecn_threshold_pkts`` = DCTCP's K for
+    that link in frames of ``max_frame_bytes`` (at most a quarter of the smallest switch port
+    buffer). The fabric's MTU is ``max_frame_bytes`` - 14: the file's ``max_frame_bytes``, else
+    the default 1514 (a 1500-byte MTU; give 9014 for jumbo frames). Without ``topology`` unset
+    fields keep their defaults.
 
     Raises:
         InvalidInput: unreadable file, bad YAML, an unknown key or a value out of range
             (field ``scheduler.<key>``, source the file).
     """
-    raw = load_yaml(path, "scheduler-config")
-    src = str(path)
+    src = None if path is None else str(path)
+    raw = {} if path is None else load_yaml(path, "scheduler-config")
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise InvalidInput("scheduler", "expected a mapping of SchedulerConfig fields", src)
-    raw = dict(raw)
-    alloc_raw = raw.pop("allocator", None) or {}
-    if not isinstance(alloc_raw, dict):
-        raise InvalidInput("scheduler.allocator", "expected a mapping of AllocatorConfig fields", src)
-    alloc_raw = dict(alloc_raw)
-    sched_fields = {f.name for f in dataclasses.fields(SchedulerConfig)} - {"allocator"}
-    alloc_fields = {f.name for f in dataclasses.fields(AllocatorConfig)}
-    for key in raw:
-        if key not in sched_fields:
-            raise InvalidInput(f"scheduler.{key}", f"unknown key; valid: allocator, {', '.join(sorted(sched_fields))}", src)
-    for key in alloc_raw:
-        if key not in alloc_fields:
-            raise InvalidInput(f"scheduler.allocator.{key}", f"unknown key; valid: {', '.join(sorted(alloc_fields))}", src)
-    if isinstance(alloc_raw.get("slack_thresholds_ns"), list):
-        alloc_raw["slack_thresholds_ns"] = tuple(alloc_raw["slack_thresholds_ns"])
-    try:
-        allocator = AllocatorConfig(**alloc_raw)
-    except InvalidInput as exc:
-        raise InvalidInput(f"scheduler.allocator.{exc.field.split('.')[-1]}", exc.message, src) from None
-    try:
-        return SchedulerConfig(allocator=allocator, **raw)
-    except InvalidInput as exc:
-        raise InvalidInput(exc.field.replace("config.", "scheduler.", 1), exc.message, src) from None
+    given = SchedulerConfig.from_mapping(raw, prefix="scheduler.", source=src)
+    if topology is None:
+        return given
+    return scheduler_config_for(topology, given.max_frame_bytes - ETH_HEADER_BYTES, raw, source=src)
 
 
 @dataclass(frozen=True)
@@ -158,7 +146,10 @@ class ControllerConfig:
             (a Unix socket; the Mininet runner uses one so host namespaces reach it).
         tick_ns: period of ``Scheduler.tick``, ns, 1 µs..60 s. Default 1 ms.
         duration_s: stop after this many seconds (> 0), or None to run until stopped.
-        scheduler: :class:`SchedulerConfig`.
+        scheduler: :class:`SchedulerConfig`, used as given. ``safs controller``
+            (:func:`config_from_args`) derives it from the topology and ``--scheduler-config``
+            (:func:`load_scheduler_config`); the default here is the topology-independent
+            :class:`SchedulerConfig` (100 Gbit/s line rate, ECN K 65).
         clock_offsets_ns: switch -> clock offset (ns) overriding the estimate on the first
             connection; names must be in ``switches``.
         election_id: P4Runtime ``(high, low)`` election id of this controller.
@@ -631,7 +622,12 @@ class _Snapshot:
 
 def config_from_args(args: Any) -> ControllerConfig:
     """A :class:`ControllerConfig` from the ``safs controller`` argparse namespace (strings are
-    parsed here so every bad value gives one InvalidInput line naming the option)."""
+    parsed here so every bad value gives one InvalidInput line naming the option); the scheduler
+    settings are :func:`load_scheduler_config` of ``--scheduler-config`` (if any) and
+    ``--topology``.
+
+    Raises:
+        InvalidInput: a bad option value, topology or scheduler-config file."""
     switches = tuple(parse_switch_spec(s) for s in args.switch or [])
     offsets: dict[str, int] = {}
     for text in args.clock_offset or []:
@@ -639,7 +635,9 @@ def config_from_args(args: Any) -> ControllerConfig:
         offsets[name] = value
     tick_ns = _number("--tick-ms", args.tick_ms, NS_PER_MS)
     duration = None if args.duration_s is None else _number("--duration-s", args.duration_s, 1)
-    scheduler = load_scheduler_config(args.scheduler_config) if args.scheduler_config else SchedulerConfig()
+    # Line rate and ECN K from the topology, as the simulator and Mininet derive them; the
+    # --scheduler-config file's keys override.
+    scheduler = load_scheduler_config(args.scheduler_config, load_topology(Path(args.topology)))
     return ControllerConfig(topology_path=Path(args.topology), switches=switches, p4info_path=Path(args.p4info),
                             bmv2_json_path=Path(args.bmv2_json), hint_addr=args.hint_addr, tick_ns=int(tick_ns),
                             duration_s=duration, scheduler=scheduler, clock_offsets_ns=offsets)

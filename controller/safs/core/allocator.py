@@ -74,9 +74,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from numbers import Real
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, field_validator
 
 from safs.core import protocol
+from safs.core.config import ConfigModel
 from safs.core.errors import InvalidInput, SafsError
 from safs.core.timebase import HALF, TIME_MASK, slack_to_key
 
@@ -86,14 +89,6 @@ RATE_BPS_MAX = protocol.RATE_KBPS_MAX * 1000  # largest rate the GRANT header ca
 LEASE_NS_MAX = protocol.LEASE_US_MAX * 1000
 SLACK_MIN_NS, SLACK_MAX_NS = -HALF, HALF - 1  # signed 48-bit slack range
 URGENCY_ORDERS = ("deadline", "latest_start")
-
-
-def _check_real(field: str, value: object, low: float, high: float, high_open: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise InvalidInput(field, f"must be a number, got {value!r}")
-    close = ")" if high_open else "]"
-    if not (low <= value and (value < high if high_open else value <= high)):
-        raise InvalidInput(field, f"must be in [{low}, {high}{close}, got {value!r}")
 
 
 def _check_int(field: str, value: object, low: int, high: int) -> None:
@@ -152,9 +147,14 @@ def _fill(flows: list[tuple[int, str, str, int, int]], want: Mapping[int, int] |
         start = end
 
 
-@dataclass(frozen=True)
-class AllocatorConfig:
-    """Allocator settings (validated on construction; raises InvalidInput naming the field).
+_SlackThreshold = Annotated[int, Field(ge=SLACK_MIN_NS + 1, le=SLACK_MAX_NS)]
+# One threshold between each pair of adjacent slack classes (4 for the 5 classes 6..2).
+_SlackThresholds = tuple[(_SlackThreshold,) * (len(protocol.SLACK_QUEUES) - 1)]  # type: ignore[misc]
+
+
+class AllocatorConfig(ConfigModel):
+    """Allocator settings (validated on construction; raises InvalidInput naming the field,
+    ``config.<name>``; :class:`safs.core.config.ConfigModel`).
 
     Attributes:
         headroom: fraction of each link/uplink capacity never allocated, in [0, 1)
@@ -183,38 +183,30 @@ class AllocatorConfig:
             lateness is within q of EDF's.
     """
 
-    headroom: float = 0.05
-    safety_margin: float = 0.1
-    lease_ns: int = 10_000_000
-    resend_fraction: float = 0.1
-    line_rate_bps: int = 100_000_000_000
-    slack_thresholds_ns: tuple[int, ...] = (0, 100_000, 1_000_000, 10_000_000)
-    urgency: str = "deadline"
-    urgency_quantum_ns: int = 100_000
+    FIELD_PREFIX: ClassVar[str] = "config."
 
-    def __post_init__(self) -> None:
-        _check_real("config.headroom", self.headroom, 0, 1, high_open=True)
-        if round(self.headroom * PPM) >= PPM:
-            raise InvalidInput("config.headroom", f"must be below 1 - 1e-6, got {self.headroom}")
-        _check_real("config.safety_margin", self.safety_margin, 0, 10, high_open=False)
-        _check_int("config.lease_ns", self.lease_ns, 1_000, LEASE_NS_MAX)
-        _check_real("config.resend_fraction", self.resend_fraction, 0, 1, high_open=False)
-        _check_int("config.line_rate_bps", self.line_rate_bps, 1, RATE_BPS_MAX)
-        thresholds = self.slack_thresholds_ns
-        want = len(protocol.SLACK_QUEUES) - 1
-        if not isinstance(thresholds, tuple) or len(thresholds) != want:
-            raise InvalidInput(
-                "config.slack_thresholds_ns", f"must be a tuple of {want} integers, got {thresholds!r}"
-            )
-        for t in thresholds:
-            _check_int("config.slack_thresholds_ns", t, SLACK_MIN_NS + 1, SLACK_MAX_NS)
-        if any(a >= b for a, b in zip(thresholds, thresholds[1:])):
-            raise InvalidInput(
-                "config.slack_thresholds_ns", f"must be strictly increasing, got {thresholds!r}"
-            )
-        _check_int("config.urgency_quantum_ns", self.urgency_quantum_ns, 1, SLACK_MAX_NS)
-        if self.urgency not in URGENCY_ORDERS:
-            raise InvalidInput("config.urgency", f"must be one of {URGENCY_ORDERS}, got {self.urgency!r}")
+    headroom: float = Field(0.05, ge=0, lt=1)
+    safety_margin: float = Field(0.1, ge=0, le=10)
+    lease_ns: int = Field(10_000_000, ge=1_000, le=LEASE_NS_MAX)
+    resend_fraction: float = Field(0.1, ge=0, le=1)
+    line_rate_bps: int = Field(100_000_000_000, ge=1, le=RATE_BPS_MAX)
+    slack_thresholds_ns: _SlackThresholds = (0, 100_000, 1_000_000, 10_000_000)
+    urgency: Literal[URGENCY_ORDERS] = "deadline"  # type: ignore[valid-type]
+    urgency_quantum_ns: int = Field(100_000, ge=1, le=SLACK_MAX_NS)
+
+    @field_validator("headroom")
+    @classmethod
+    def _headroom_below_one_ppm(cls, v: float) -> float:
+        if round(v * PPM) >= PPM:  # resolved to parts per million: 1 - 1e-6 would allocate nothing
+            raise ValueError(f"must be below 1 - 1e-6, got {v}")
+        return v
+
+    @field_validator("slack_thresholds_ns")
+    @classmethod
+    def _increasing(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if any(a >= b for a, b in zip(v, v[1:])):
+            raise ValueError(f"must be strictly increasing, got {v!r}")
+        return v
 
     def usable_bps(self, capacity_bps: int) -> int:
         """Allocatable part of a capacity: ``floor(capacity * (1 - headroom))``, bit/s."""

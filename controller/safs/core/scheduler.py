@@ -43,13 +43,17 @@ batches, and an estimate of their encoded size in bytes (``*_UPDATE_BYTES`` belo
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field, replace
-from typing import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Mapping
+
+from pydantic import Field
 
 from safs.core import p4names as n
 from safs.core.allocator import AllocFlow, Allocator, AllocatorConfig, Grant
+from safs.core.config import ConfigModel
 from safs.core.errors import InvalidInput, TargetError
 from safs.core.hints import FlowClass, FlowHint, HintRegistry
+from safs.core.packet import ETH_HEADER_BYTES
 from safs.core.protocol import EPOCH_MAX, WIRE_OVERHEAD_BYTES, lease_ns_to_us, rate_bps_to_kbps
 from safs.core.target import (CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry,
                          Target, Update)
@@ -65,9 +69,10 @@ METER_UPDATE_BYTES = 48
 BATCH_OVERHEAD_BYTES = 32
 
 
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """Scheduler settings (validated on construction; InvalidInput names the field).
+class SchedulerConfig(ConfigModel):
+    """Scheduler settings (validated on construction; InvalidInput names the field,
+    ``config.<name>``; :class:`safs.core.config.ConfigModel`). :func:`scheduler_config_for`
+    derives the topology-dependent ones (frame size, ECN K, line rate).
 
     Attributes:
         allocator: :class:`safs.core.allocator.AllocatorConfig` (headroom, margin, lease, re-send...).
@@ -106,39 +111,21 @@ class SchedulerConfig:
             (``QUEUE_SLACK_LEAST_URGENT``), whatever its slack; grants and meters are unchanged.
     """
 
-    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
-    default_rate_bps: int = 1_000_000_000
-    default_lease_ns: int = 1_000_000
-    ecn_threshold_pkts: int = 65
-    max_frame_bytes: int = 1514
-    meter_burst_ns: int = 20_000
-    yellow_fraction: float = 0.1
-    meter_slots: int = n.FLOW_METER_SIZE
-    tick_ns: int = 100_000
-    unscheduled_bytes: int = 32_768
+    FIELD_PREFIX: ClassVar[str] = "config."
+
+    allocator: AllocatorConfig = Field(default_factory=AllocatorConfig)
+    default_rate_bps: int = Field(1_000_000_000, ge=0, le=(2**32 - 1) * 1000)
+    default_lease_ns: int = Field(1_000_000, ge=1_000, le=(2**32 - 1) * 1000)
+    ecn_threshold_pkts: int = Field(65, ge=1, le=2**19 - 1)
+    max_frame_bytes: int = Field(1514, ge=64, le=65_535)
+    meter_burst_ns: int = Field(20_000, ge=0, le=10 * NS_PER_S)
+    yellow_fraction: float = Field(0.1, ge=0, le=10)
+    meter_slots: int = Field(n.FLOW_METER_SIZE, ge=2, le=n.FLOW_METER_SIZE)
+    tick_ns: int = Field(100_000, ge=1, le=2**47)
+    unscheduled_bytes: int = Field(32_768, ge=0, le=2**32)
     admit_on_request: bool = True
     rate_grants: bool = True
     slack_classes: bool = True
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.allocator, AllocatorConfig):
-            raise InvalidInput("config.allocator", "must be an AllocatorConfig")
-        _check_int("config.default_rate_bps", self.default_rate_bps, 0, (2**32 - 1) * 1000)
-        _check_int("config.default_lease_ns", self.default_lease_ns, 1_000, (2**32 - 1) * 1000)
-        _check_int("config.ecn_threshold_pkts", self.ecn_threshold_pkts, 1, 2**19 - 1)
-        _check_int("config.max_frame_bytes", self.max_frame_bytes, 64, 65_535)
-        _check_int("config.meter_burst_ns", self.meter_burst_ns, 0, 10 * NS_PER_S)
-        if isinstance(self.yellow_fraction, bool) or not isinstance(self.yellow_fraction, (int, float)) \
-                or not 0 <= self.yellow_fraction <= 10:
-            raise InvalidInput("config.yellow_fraction", f"must be a number in [0, 10], got {self.yellow_fraction!r}")
-        _check_int("config.meter_slots", self.meter_slots, 2, n.FLOW_METER_SIZE)
-        _check_int("config.tick_ns", self.tick_ns, 1, 2**47)
-        _check_int("config.unscheduled_bytes", self.unscheduled_bytes, 0, 2**32)
-        if not isinstance(self.admit_on_request, bool):
-            raise InvalidInput("config.admit_on_request", f"must be true or false, got {self.admit_on_request!r}")
-        for name in ("rate_grants", "slack_classes"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidInput(f"config.{name}", f"must be true or false, got {getattr(self, name)!r}")
 
     def meter_for(self, slot: int, rate_bps: int) -> MeterConfig:
         """Meter config of ``flow_meter[slot]`` for a grant of ``rate_bps`` (module docstring)."""
@@ -150,10 +137,71 @@ class SchedulerConfig:
         return MeterConfig(n.FLOW_METER, slot, cir=cir, cburst=cburst, pir=pir, pburst=pburst)
 
 
-def _check_int(field_name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidInput(field_name, f"must be an integer in {low}..{high}, got {value!r}")
-    return value
+DCTCP_K_PKTS_10G = 65  # DCTCP paper, Section 3.4: K = 65 packets at 10 Gbit/s
+DCTCP_K_PKT_BYTES = 1500  # ... measured in 1500-byte packets
+DCTCP_K_RATE_BPS = 10_000_000_000
+
+
+def dctcp_k_packets(rate_bps: int, mtu_bytes: int) -> int:
+    """ECN marking threshold K in packets of ``mtu_bytes`` for a link of ``rate_bps``.
+
+    K = 65 packets of 1500 bytes at 10 Gbit/s (Alizadeh et al., "Data Center TCP", SIGCOMM
+    2010, Section 3.4) scaled linearly with the rate (K is a bandwidth-delay product), then
+    converted to packets of ``mtu_bytes``; at least 1. Example: 100 Gbit/s, 9000-byte MTU -> 109
+    packets.
+
+    Raises:
+        InvalidInput: ``rate_bps`` or ``mtu_bytes`` not positive.
+    """
+    if rate_bps <= 0:
+        raise InvalidInput("rate_bps", f"must be > 0 bit/s, got {rate_bps}")
+    if mtu_bytes <= 0:
+        raise InvalidInput("mtu_bytes", f"must be > 0, got {mtu_bytes}")
+    k_bytes = DCTCP_K_PKTS_10G * DCTCP_K_PKT_BYTES * rate_bps // DCTCP_K_RATE_BPS
+    return max(1, -(-k_bytes // mtu_bytes))
+
+
+def scheduler_config_for(topology: Any | None, mtu_bytes: int, overrides: Mapping[str, Any] | None = None, *,
+                         prefix: str = "scheduler.", source: str | None = None) -> SchedulerConfig:
+    """The scheduler settings for a fabric: ``overrides`` (a ``scheduler:`` mapping of
+    :class:`SchedulerConfig` fields, ``allocator`` a mapping of :class:`AllocatorConfig`
+    fields) with the fields they leave unset derived from ``topology`` and ``mtu_bytes``:
+
+    * ``max_frame_bytes`` = ``mtu_bytes`` + 14 (Ethernet header);
+    * ``ecn_threshold_pkts`` = :func:`dctcp_k_packets` for the fastest host link, but at most a
+      quarter of the smallest switch port buffer in full frames (K must sit well below what one
+      class may hold, half the port buffer under dynamic thresholds with alpha 1, so DCTCP sees
+      marks before drops), and at least 1;
+    * ``allocator.line_rate_bps`` = the fastest host link, bit/s.
+
+    With ``topology`` None only ``max_frame_bytes`` is derived (the rest keep their defaults).
+    The simulator (``SimConfig.scheduler_config``), the Mininet backend and ``safs controller``
+    all derive their settings here.
+
+    Args:
+        topology: a :class:`safs.core.topology.Topology`, or None.
+        mtu_bytes: largest IP packet of the fabric, bytes (> 0).
+        overrides: the user's keys (None: none).
+        prefix, source: error field prefix and file, as :meth:`ConfigModel.from_mapping`.
+
+    Raises:
+        InvalidInput: an unknown key or a bad value (field ``prefix + key path``).
+    """
+    if overrides is not None and not isinstance(overrides, Mapping):
+        return SchedulerConfig.from_mapping(overrides, prefix=prefix, source=source)  # raises: not a mapping
+    raw = dict(overrides or {})
+    alloc = raw.get("allocator")
+    if alloc is None or isinstance(alloc, Mapping):  # anything else is refused by from_mapping
+        alloc = raw["allocator"] = dict(alloc or {})
+    frame = mtu_bytes + ETH_HEADER_BYTES
+    raw.setdefault("max_frame_bytes", frame)
+    if topology is not None:
+        line_rate = max(topology.host_link_bps(h) for h in topology.hosts())
+        quarter_buffer_pkts = min(topology.buffer_bytes(sw) for sw in topology.switches()) // (4 * frame)
+        raw.setdefault("ecn_threshold_pkts", max(1, min(dctcp_k_packets(line_rate, mtu_bytes), quarter_buffer_pkts)))
+        if isinstance(alloc, dict):
+            alloc.setdefault("line_rate_bps", line_rate)
+    return SchedulerConfig.from_mapping(raw, prefix=prefix, source=source)
 
 
 def node_mac(topology, node: str) -> int:

@@ -19,7 +19,8 @@ the parameters to sweep. Example (scenarios/zerobubble.yaml)::
     sim: {mtu_bytes: 9000}             # safs.experiments.sim.simulation.SimConfig fields
     scheduler: {}                      # safs.core.scheduler.SchedulerConfig fields
 
-Validation is done with pydantic; every error is re-raised as
+Validation is done with pydantic (:class:`safs.core.config.ConfigModel`: frozen, unknown keys
+refused, strict types); every error is re-raised by :func:`safs.core.config.invalid_input` as
 :class:`safs.core.errors.InvalidInput` naming the file, the key path and what was expected.
 """
 
@@ -28,27 +29,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, field_validator
 
+from safs.core.config import ConfigModel
 from safs.core.errors import InvalidInput
 from safs.core.files import load_yaml
 
 WORKLOAD_KINDS = ("afd", "zerobubble", "urgent", "trace")
 
 
-class _Strict(BaseModel):
-    # strict: a YAML string is not silently taken as a number, nor true as a seed
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class WorkloadSpec(_Strict):
+class WorkloadSpec(ConfigModel):
     """Which workload and its constructor parameters (checked by the workload itself)."""
 
     kind: Literal["afd", "zerobubble", "urgent", "trace"]
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class BackgroundSpec(_Strict):
+class BackgroundSpec(ConfigModel):
     """Background traffic: persistent bulk DCTCP flows (swept list) and Poisson arrivals."""
 
     bulk_flows: list[int] = Field(default_factory=lambda: [0])
@@ -59,7 +56,7 @@ class BackgroundSpec(_Strict):
     @classmethod
     def _bulk_range(cls, v: list[int]) -> list[int]:
         if not v or any(n < 0 or n > 64 for n in v):
-            raise ValueError("must be a non-empty list of integers in 0..64")
+            raise ValueError(f"must be a non-empty list of integers in 0..64, got {v!r}")
         return v
 
     @field_validator("load", mode="before")
@@ -71,11 +68,11 @@ class BackgroundSpec(_Strict):
     @classmethod
     def _load_range(cls, v: list[float]) -> list[float]:
         if not v or any(not 0.0 <= x < 1.0 for x in v):
-            raise ValueError("must be a number (or list of numbers) in [0, 1)")
+            raise ValueError(f"must be a number (or list of numbers) in [0, 1), got {v!r}")
         return v
 
 
-class Scenario(_Strict):
+class Scenario(ConfigModel):
     """A validated scenario; ``path`` is the file it came from (set by :func:`load_scenario`)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
@@ -134,10 +131,6 @@ def _unique(values: list[Any], what: str) -> list[Any]:
     return values
 
 
-def _format_loc(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc) or "<top level>"
-
-
 def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> Scenario:
     """Read and validate a scenario YAML file.
 
@@ -154,18 +147,7 @@ def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     if not isinstance(raw, dict):
         raise InvalidInput("<top level>", "expected a mapping of scenario keys", source=str(path))
     raw.update(overrides or {})
-    try:
-        scenario = Scenario.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        got = err.get("input")
-        got_text = "" if isinstance(got, dict) else f" (got {got!r})"
-        message = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            message = f"unknown key; allowed: {', '.join(sorted(Scenario.model_fields))}" if len(err["loc"]) == 1 \
-                else "unknown key"
-            got_text = ""
-        raise InvalidInput(_format_loc(err["loc"]), f"{message}{got_text}", source=str(path)) from None
+    scenario = Scenario.from_mapping(raw, source=str(path))
     scenario._path = path.resolve()
     scenario._source = str(path)
     if not scenario.topology_path().is_file():

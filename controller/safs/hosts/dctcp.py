@@ -17,15 +17,20 @@ The ACK echoes the data packet's send time, standing in for the TCP timestamp op
 
 Marking threshold K: the paper recommends K = 65 packets at 10 Gbit/s (Section 3.4, with
 1500-byte packets) and K = 20 at 1 Gbit/s; :func:`dctcp_k_packets` scales K linearly with the
-link rate in bytes and converts it to packets of the simulator's MTU. Persistent flows
+link rate in bytes and converts it to packets of the simulator's MTU (it lives in
+:mod:`safs.core.scheduler`, next to the one derivation of the scheduler's settings from a
+topology, :func:`safs.core.scheduler.scheduler_config_for`). Persistent flows
 (``size_bytes`` None) send forever and never finish.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable
 
+from pydantic import Field, model_validator
+
+from safs.core.config import ConfigModel, FieldError
 from safs.core.errors import InvalidInput
 from safs.core.protocol import ECN_CE, ECN_ECT0
 from safs.hosts.env import Clock
@@ -39,80 +44,49 @@ from safs.core.packet import (
     TCP_HEADER_BYTES,
     Packet,
 )
+from safs.core.scheduler import dctcp_k_packets  # noqa: F401  (K for a link: re-exported, it lived here)
 from safs.hosts.stats import TransportStats
 
 TCP_OVERHEAD_BYTES = ETH_HEADER_BYTES + IPV4_HEADER_BYTES + TCP_HEADER_BYTES  # 54
 ACK_BYTES = 64  # a pure ACK (54 bytes of headers) padded to Ethernet's minimum frame
-DCTCP_K_PKTS_10G = 65  # DCTCP paper, Section 3.4: K = 65 packets at 10 Gbit/s
-DCTCP_K_PKT_BYTES = 1500  # ... measured in 1500-byte packets
-DCTCP_K_RATE_BPS = 10_000_000_000
 
 
-def dctcp_k_packets(rate_bps: int, mtu_bytes: int) -> int:
-    """ECN marking threshold K in packets of ``mtu_bytes`` for a link of ``rate_bps``.
-
-    K = 65 packets of 1500 bytes at 10 Gbit/s (Alizadeh et al. 2010, Section 3.4) scaled
-    linearly with the rate (K is a bandwidth-delay product), then converted to packets of
-    ``mtu_bytes``; at least 1. Example: 100 Gbit/s, 9000-byte MTU -> 109 packets.
-
-    Raises:
-        InvalidInput: ``rate_bps`` or ``mtu_bytes`` not positive.
-    """
-    if rate_bps <= 0:
-        raise InvalidInput("rate_bps", f"must be > 0 bit/s, got {rate_bps}")
-    if mtu_bytes <= 0:
-        raise InvalidInput("mtu_bytes", f"must be > 0, got {mtu_bytes}")
-    k_bytes = DCTCP_K_PKTS_10G * DCTCP_K_PKT_BYTES * rate_bps // DCTCP_K_RATE_BPS
-    return max(1, -(-k_bytes // mtu_bytes))
-
-
-@dataclass(frozen=True)
-class DctcpConfig:
-    """DCTCP settings (defaults with sources).
+class DctcpConfig(ConfigModel):
+    """DCTCP settings (defaults with sources; :class:`safs.core.config.ConfigModel`).
 
     Attributes:
-        mtu_bytes: largest IP packet; MSS = MTU - 40 (IPv4 + TCP headers, no options).
-        initial_cwnd_segments: 10 (RFC 6928).
-        g: alpha gain 1/16 (DCTCP paper Section 3.1; RFC 8257 Section 4.2).
+        mtu_bytes: largest IP packet, 41..65535; MSS = MTU - 40 (IPv4 + TCP headers, no options).
+        initial_cwnd_segments: 10 (RFC 6928), >= 1.
+        g: alpha gain 1/16 (DCTCP paper Section 3.1; RFC 8257 Section 4.2), in (0, 1].
         min_rto_ns: 200 µs. Linux's 200 ms floor is three orders of magnitude above fabric RTTs;
             Vasudevan et al., "Safe and Effective Fine-grained TCP Retransmissions for
             Datacenter Communication" (SIGCOMM 2009) show microsecond-scale RTOs avoid incast
             collapse. (The DCTCP paper ran with 10 ms because of its OS timer granularity.)
         initial_rto_ns: RTO before the first RTT sample (1 ms; RFC 6298's 1 s is for the WAN).
-        max_rto_ns: cap of the exponential back-off.
-        dupack_threshold: 3 (RFC 5681).
+        max_rto_ns: cap of the exponential back-off, >= ``min_rto_ns``. All times > 0.
+        dupack_threshold: 3 (RFC 5681), >= 1.
 
     Raises:
-        InvalidInput: a field out of range.
+        InvalidInput: a field out of range or unknown (the bare field name).
     """
 
-    mtu_bytes: int = 9000
-    initial_cwnd_segments: int = 10
-    g: float = 1.0 / 16.0
-    min_rto_ns: int = 200_000
-    initial_rto_ns: int = 1_000_000
-    max_rto_ns: int = 200_000_000
-    dupack_threshold: int = 3
+    mtu_bytes: int = Field(9000, ge=IPV4_HEADER_BYTES + TCP_HEADER_BYTES + 1, le=65535)
+    initial_cwnd_segments: int = Field(10, ge=1)
+    g: float = Field(1.0 / 16.0, gt=0, le=1)
+    min_rto_ns: int = Field(200_000, gt=0)
+    initial_rto_ns: int = Field(1_000_000, gt=0)
+    max_rto_ns: int = Field(200_000_000, gt=0)
+    dupack_threshold: int = Field(3, ge=1)
 
-    def __post_init__(self) -> None:
-        if type(self.mtu_bytes) is not int or not 41 <= self.mtu_bytes <= 65535:
-            raise InvalidInput("mtu_bytes", f"must be an integer in 41..65535, got {self.mtu_bytes!r}")
-        if type(self.initial_cwnd_segments) is not int or self.initial_cwnd_segments < 1:
-            raise InvalidInput("initial_cwnd_segments", f"must be an integer >= 1, got {self.initial_cwnd_segments!r}")
-        if not 0.0 < self.g <= 1.0:
-            raise InvalidInput("g", f"must be in (0, 1], got {self.g!r}")
-        for name in ("min_rto_ns", "initial_rto_ns", "max_rto_ns"):
-            v = getattr(self, name)
-            if type(v) is not int or v <= 0:
-                raise InvalidInput(name, f"must be an integer > 0 ns, got {v!r}")
+    @model_validator(mode="after")
+    def _max_rto_covers_min(self) -> "DctcpConfig":
         if self.max_rto_ns < self.min_rto_ns:
-            raise InvalidInput("max_rto_ns", f"must be >= min_rto_ns ({self.min_rto_ns}), got {self.max_rto_ns}")
-        if type(self.dupack_threshold) is not int or self.dupack_threshold < 1:
-            raise InvalidInput("dupack_threshold", f"must be an integer >= 1, got {self.dupack_threshold!r}")
+            raise FieldError("max_rto_ns", f"must be >= min_rto_ns ({self.min_rto_ns}), got {self.max_rto_ns}")
+        return self
 
-    @property
+    @cached_property
     def mss_bytes(self) -> int:
-        """Payload bytes of a full segment."""
+        """Payload bytes of a full segment (computed once)."""
         return self.mtu_bytes - IPV4_HEADER_BYTES - TCP_HEADER_BYTES
 
 

@@ -65,8 +65,12 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Any, Callable
+from functools import cached_property
+from typing import Annotated, Any, Callable, ClassVar
 
+from pydantic import Field, field_validator, model_validator
+
+from safs.core.config import LIST_AS_TUPLE, ConfigModel, FieldError
 from safs.core.errors import InvalidInput
 from safs.core.protocol import NUM_QUEUES
 from safs.hosts.env import Clock
@@ -89,9 +93,9 @@ DEFAULT_SCHED_PRIORITIES = NUM_QUEUES // 2  # without a CDF: HomaSimulation homa
 #   schedPrioLevels = prioLevels / 2
 
 
-@dataclass(frozen=True)
-class HomaConfig:
-    """Homa settings (sizes in bytes, times in ns). ``None`` fields are derived.
+class HomaConfig(ConfigModel):
+    """Homa settings (sizes in bytes, times in ns; :class:`safs.core.config.ConfigModel`).
+    ``None`` fields are derived.
 
     Attributes:
         mtu_bytes: largest IP packet; payload per DATA packet = MTU - 58 (IPv4 + Homa).
@@ -116,49 +120,35 @@ class HomaConfig:
         InvalidInput: a field out of range (the field is named ``homa.<name>``).
     """
 
-    mtu_bytes: int = 9000
-    rtt_bytes: int | None = None
-    sched_priorities: int | None = None
-    overcommit: int | None = None
-    unsched_cutoffs_bytes: tuple[int, ...] | None = None
+    FIELD_PREFIX: ClassVar[str] = "homa."
+
+    mtu_bytes: int = Field(9000, ge=HOMA_IP_OVERHEAD_BYTES + 1, le=65535)
+    rtt_bytes: int | None = Field(None, ge=1)
+    sched_priorities: int | None = Field(None, ge=1, le=NUM_QUEUES - 1)
+    overcommit: int | None = Field(None, ge=1)
+    unsched_cutoffs_bytes: Annotated[tuple[Annotated[int, Field(ge=1)], ...] | None, LIST_AS_TUPLE] = None
     size_distribution: str | None = None
-    resend_ns: int = 1_000_000
-    sender_timeout_ns: int = 10_000_000
+    resend_ns: int = Field(1_000_000, ge=1)
+    sender_timeout_ns: int = Field(10_000_000, ge=1)
 
-    def __post_init__(self) -> None:
-        def bad_int(v: Any, low: int, high: int | None = None) -> bool:
-            return (isinstance(v, bool) or not isinstance(v, int) or v < low
-                    or (high is not None and v > high))
+    @field_validator("unsched_cutoffs_bytes")
+    @classmethod
+    def _ascending(cls, cut: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if cut is not None and any(b <= a for a, b in zip(cut, cut[1:])):
+            raise ValueError(f"must be strictly ascending integers >= 1 byte, got {cut!r}")
+        return cut
 
-        if bad_int(self.mtu_bytes, HOMA_IP_OVERHEAD_BYTES + 1, 65535):
-            raise InvalidInput("homa.mtu_bytes", f"must be an integer in {HOMA_IP_OVERHEAD_BYTES + 1}..65535, "
-                               f"got {self.mtu_bytes!r}")
-        if self.rtt_bytes is not None and bad_int(self.rtt_bytes, 1):
-            raise InvalidInput("homa.rtt_bytes", f"must be an integer >= 1 byte or null, got {self.rtt_bytes!r}")
-        if self.sched_priorities is not None and bad_int(self.sched_priorities, 1, NUM_QUEUES - 1):
-            raise InvalidInput("homa.sched_priorities",
-                               f"must be an integer in 1..{NUM_QUEUES - 1} or null, got {self.sched_priorities!r}")
-        if self.overcommit is not None and bad_int(self.overcommit, 1):
-            raise InvalidInput("homa.overcommit", f"must be an integer >= 1 or null, got {self.overcommit!r}")
-        for name in ("resend_ns", "sender_timeout_ns"):
-            if bad_int(getattr(self, name), 1):
-                raise InvalidInput(f"homa.{name}", f"must be an integer >= 1 ns, got {getattr(self, name)!r}")
-        cut = self.unsched_cutoffs_bytes
-        if cut is not None:
-            if not isinstance(cut, (tuple, list)) or any(bad_int(c, 1) for c in cut) \
-                    or any(b <= a for a, b in zip(cut, cut[1:])):
-                raise InvalidInput("homa.unsched_cutoffs_bytes",
-                                   f"must be strictly ascending integers >= 1 byte, got {cut!r}")
-            if self.sched_priorities is not None and len(cut) != NUM_QUEUES - self.sched_priorities - 1:
-                raise InvalidInput("homa.unsched_cutoffs_bytes",
-                                   f"needs {NUM_QUEUES - self.sched_priorities - 1} cutoffs for "
-                                   f"{self.sched_priorities} scheduled levels, got {len(cut)}")
-        if self.size_distribution is not None and not isinstance(self.size_distribution, str):
-            raise InvalidInput("homa.size_distribution", f"must be a file name or null, got {self.size_distribution!r}")
+    @model_validator(mode="after")
+    def _cutoffs_fit_levels(self) -> "HomaConfig":
+        cut, sched = self.unsched_cutoffs_bytes, self.sched_priorities
+        if cut is not None and sched is not None and len(cut) != NUM_QUEUES - sched - 1:
+            raise FieldError("unsched_cutoffs_bytes", f"needs {NUM_QUEUES - sched - 1} cutoffs for "
+                             f"{sched} scheduled levels, got {len(cut)}")
+        return self
 
-    @property
+    @cached_property
     def max_payload(self) -> int:
-        """Payload bytes per DATA packet (MTU - IPv4 - Homa headers)."""
+        """Payload bytes per DATA packet (MTU - IPv4 - Homa headers; computed once)."""
         return self.mtu_bytes - HOMA_IP_OVERHEAD_BYTES
 
 

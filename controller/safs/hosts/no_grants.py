@@ -23,7 +23,6 @@ own receiver feedback, so the ablation does not also starve its ACKs behind clas
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable
 
 from safs.core.protocol import HEADER_LEN, SAFS_VERSION, MsgType, latest_start_ns
@@ -90,7 +89,7 @@ def no_grant_endpoints(engine: Clock, src: HostPort, dst: HostPort, flow_id: int
     Raises:
         InvalidInput: as :class:`DctcpSender` (bad size).
     """
-    cfg = dataclasses.replace(dctcp, mtu_bytes=dctcp.mtu_bytes - HEADER_LEN)
+    cfg = dctcp.replace(mtu_bytes=dctcp.mtu_bytes - HEADER_LEN)
     rx = DctcpReceiver(engine, dst, src.ip, flow_id, size_bytes, stats, on_finish)
     tx = DctcpSender(engine, src, dst.ip, flow_id, size_bytes, cfg, stats, on_closed)
     rx.nic = SafsShim(dst.nic, stats, size_bytes, no_bubble_ts_ns)  # type: ignore[assignment,arg-type]

@@ -39,10 +39,12 @@ every flow (pipeline and background) uses this transport: pFabric needs the whol
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from functools import cached_property
+from typing import Any, Callable, ClassVar, Mapping
 
+from pydantic import Field, model_validator
+
+from safs.core.config import ConfigModel, FieldError
 from safs.core.errors import InvalidInput
 from safs.hosts.env import Clock
 from safs.hosts.env import HostPort
@@ -62,56 +64,52 @@ PROBE_AFTER_TIMEOUTS = 5  # paper Section 4.2: probe mode after 5 consecutive ti
 _NO_SEGMENT = -1  # ACK.seq of an ACK that names no segment (answer to a probe)
 
 
-@dataclass(frozen=True)
-class PfabricConfig:
-    """pFabric settings (bytes, ns); :func:`pfabric_config` derives them from a topology.
+class PfabricConfig(ConfigModel):
+    """pFabric settings (bytes, ns); :func:`pfabric_config` derives them from a topology
+    (:class:`safs.core.config.ConfigModel`; every field is required).
 
     Attributes:
-        mtu_bytes: largest IP packet; payload per packet (MSS) = MTU - 40.
+        mtu_bytes: largest IP packet, 41..65535; payload per packet (MSS) = MTU - 40.
         init_window_bytes: initial window, one BDP (paper Section 4.2), >= one MSS.
         max_window_bytes: window cap, >= ``init_window_bytes``.
-        rto_ns: fixed retransmission timeout, about 3 RTTs (paper Section 5), > 0.
+        rto_ns: fixed retransmission timeout, about 3 RTTs (paper Section 5), >= 1.
         probe_after_timeouts: consecutive timeouts before probe mode (paper: 5), >= 1.
         buffer_bytes: switch port buffer, about 2 x BDP (paper Sections 4.1, 5); at least
             one full frame (MTU + 14).
 
     Raises:
-        InvalidInput: a field out of range, named ``pfabric.<field>``.
+        InvalidInput: a field out of range, missing or unknown, named ``pfabric.<field>``.
     """
 
-    mtu_bytes: int
-    init_window_bytes: int
-    max_window_bytes: int
-    rto_ns: int
-    probe_after_timeouts: int
-    buffer_bytes: int
+    FIELD_PREFIX: ClassVar[str] = "pfabric."
 
-    def __post_init__(self) -> None:
-        for name in ("mtu_bytes", "init_window_bytes", "max_window_bytes", "rto_ns", "probe_after_timeouts",
-                     "buffer_bytes"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InvalidInput(f"pfabric.{name}", f"must be an integer >= 1, got {v!r}")
-        if not 41 <= self.mtu_bytes <= 65535:
-            raise InvalidInput("pfabric.mtu_bytes", f"must be in 41..65535, got {self.mtu_bytes}")
+    mtu_bytes: int = Field(ge=IPV4_HEADER_BYTES + TCP_HEADER_BYTES + 1, le=65535)
+    init_window_bytes: int = Field(ge=1)
+    max_window_bytes: int = Field(ge=1)
+    rto_ns: int = Field(ge=1)
+    probe_after_timeouts: int = Field(ge=1)
+    buffer_bytes: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _windows_and_buffer(self) -> "PfabricConfig":
         if self.init_window_bytes < self.mss_bytes:
-            raise InvalidInput("pfabric.init_window_bytes",
-                               f"must be >= one MSS ({self.mss_bytes} bytes), got {self.init_window_bytes}")
+            raise FieldError("init_window_bytes",
+                             f"must be >= one MSS ({self.mss_bytes} bytes), got {self.init_window_bytes}")
         if self.max_window_bytes < self.init_window_bytes:
-            raise InvalidInput("pfabric.max_window_bytes",
-                               f"must be >= init_window_bytes ({self.init_window_bytes}), got {self.max_window_bytes}")
+            raise FieldError("max_window_bytes",
+                             f"must be >= init_window_bytes ({self.init_window_bytes}), got {self.max_window_bytes}")
         frame = self.mtu_bytes + ETH_HEADER_BYTES
         if self.buffer_bytes < frame:
-            raise InvalidInput("pfabric.buffer_bytes",
-                               f"must hold one full frame (>= {frame} bytes), got {self.buffer_bytes}")
+            raise FieldError("buffer_bytes", f"must hold one full frame (>= {frame} bytes), got {self.buffer_bytes}")
+        return self
 
-    @property
+    @cached_property
     def mss_bytes(self) -> int:
-        """Payload bytes of a full packet."""
+        """Payload bytes of a full packet (computed once)."""
         return self.mtu_bytes - IPV4_HEADER_BYTES - TCP_HEADER_BYTES
 
 
-PFABRIC_FIELDS = tuple(f.name for f in dataclasses.fields(PfabricConfig) if f.name != "mtu_bytes")
+PFABRIC_FIELDS = tuple(name for name in PfabricConfig.model_fields if name != "mtu_bytes")
 
 
 def base_rtt_ns(topology: Any, mtu_bytes: int) -> int:
@@ -137,7 +135,8 @@ def base_rtt_ns(topology: Any, mtu_bytes: int) -> int:
     return worst
 
 
-def pfabric_config(topology: Any, mtu_bytes: int, overrides: Mapping[str, Any] | None = None) -> PfabricConfig:
+def pfabric_config(topology: Any, mtu_bytes: int, overrides: Mapping[str, Any] | None = None, *,
+                   prefix: str = "pfabric.") -> PfabricConfig:
     """The paper's settings for ``topology`` (Sections 4 and 5), with ``overrides`` applied.
 
     BDP = fastest host link rate x :func:`base_rtt_ns`, rounded up to whole frames (at least one).
@@ -147,10 +146,11 @@ def pfabric_config(topology: Any, mtu_bytes: int, overrides: Mapping[str, Any] |
     buffer 36 336 bytes, RTO 43.8 us (the paper's 18 KB, 36 KB and 45 us).
 
     Raises:
-        InvalidInput: unknown override key (lists the valid ones) or a value out of range.
+        InvalidInput: unknown override key (lists the valid ones) or a value out of range;
+            the field is ``prefix + key`` (``"sim.pfabric."`` from a scenario).
     """
+    check_pfabric_overrides(overrides or {}, prefix=prefix)
     raw = dict(overrides or {})
-    check_pfabric_overrides(raw)
     rtt = base_rtt_ns(topology, mtu_bytes)
     rate = max(topology.host_link_bps(h) for h in topology.hosts())
     frame = mtu_bytes + ETH_HEADER_BYTES
@@ -159,25 +159,20 @@ def pfabric_config(topology: Any, mtu_bytes: int, overrides: Mapping[str, Any] |
     init = raw.get("init_window_bytes", bdp_pkts * mss)
     values = {"init_window_bytes": init, "max_window_bytes": MAX_WINDOW_BDPS * bdp_pkts * mss, "rto_ns": RTO_RTTS * rtt,
               "probe_after_timeouts": PROBE_AFTER_TIMEOUTS, "buffer_bytes": BUFFER_BDPS * bdp_pkts * frame}
-    if isinstance(init, int) and not isinstance(init, bool):
-        values["max_window_bytes"] = max(values["max_window_bytes"], init)
+    values["max_window_bytes"] = max(values["max_window_bytes"], init)  # init checked an integer above
     values.update(raw)
-    return PfabricConfig(mtu_bytes=mtu_bytes, **values)
+    return PfabricConfig.from_mapping(values, prefix=prefix, fixed={"mtu_bytes": mtu_bytes})
 
 
-def check_pfabric_overrides(overrides: Mapping[str, Any]) -> None:
-    """Refuse unknown keys and out-of-range values of a ``pfabric:`` mapping without a topology.
+def check_pfabric_overrides(overrides: Any, *, prefix: str = "pfabric.") -> None:
+    """Refuse unknown keys and out-of-range values of a ``pfabric:`` mapping without a topology
+    (the checks across fields need the derived values: :func:`pfabric_config`).
 
     Raises:
-        InvalidInput: ``pfabric.<key>`` unknown (lists the valid ones) or out of range.
+        InvalidInput: ``<prefix><key>`` unknown (lists the valid ones) or out of range, or the
+            overrides not a mapping (field ``<prefix>`` without the dot).
     """
-    if not isinstance(overrides, Mapping):
-        raise InvalidInput("pfabric", f"must be a mapping of {', '.join(PFABRIC_FIELDS)}, got {overrides!r}")
-    for key, v in overrides.items():
-        if key not in PFABRIC_FIELDS:
-            raise InvalidInput(f"pfabric.{key}", f"unknown key; valid: {', '.join(PFABRIC_FIELDS)}")
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InvalidInput(f"pfabric.{key}", f"must be an integer >= 1, got {v!r}")
+    PfabricConfig.check_overrides(overrides, prefix=prefix, fixed=("mtu_bytes",))
 
 
 def idle_fct_ns(topology: Any, src: str, dst: str, size_bytes: int, mtu_bytes: int) -> int:

@@ -49,9 +49,12 @@ take a packet now (``send`` False: a full socket buffer) is tried again
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable
 
+from pydantic import Field, model_validator
+
+from safs.core.config import ConfigModel, FieldError
 from safs.core.errors import InvalidInput
 from safs.core.protocol import (
     EPOCH_NONE,
@@ -70,6 +73,7 @@ from safs.hosts.stats import TransportStats
 from safs.core.timebase import wrap
 
 DATA_OVERHEAD_BYTES = WIRE_OVERHEAD_BYTES  # 78: headers around a DATA payload
+MIN_MTU_BYTES = IPV4_HEADER_BYTES + UDP_HEADER_BYTES + HEADER_LEN + 1  # one payload byte per DATA
 NS_PER_S = 1_000_000_000
 # A grant whose DATA packets are more than this many poll intervals apart counts as stalled:
 # the sender polls with REQUESTs instead of waiting for an in-band push (40 µs at the default
@@ -86,9 +90,8 @@ _GRANT = int(MsgType.GRANT)
 _DONE = int(MsgType.DONE)
 
 
-@dataclass(frozen=True)
-class SafsConfig:
-    """SAFS transport settings.
+class SafsConfig(ConfigModel):
+    """SAFS transport settings (:class:`safs.core.config.ConfigModel`; errors name the bare field).
 
     Attributes:
         mtu_bytes: largest IP packet (default 9000, jumbo frames; docs/simulator.md says why).
@@ -120,49 +123,32 @@ class SafsConfig:
             ``unscheduled_bytes``, within the switch meter's burst).
 
     Raises:
-        InvalidInput: a field out of its range (checked in ``__post_init__``).
+        InvalidInput: a field out of its range (``mtu_bytes`` in MIN_MTU_BYTES..65535; rates and
+            times > 0; ``renew_fraction`` in (0, 1); ``rto_max_ns`` >= ``rto_ns``; counts >= 1;
+            byte budgets >= 0), or an unknown field.
     """
 
-    mtu_bytes: int = 9000
-    default_rate_bps: int = 10_000_000_000
-    renew_fraction: float = 0.75
-    rto_ns: int = 500_000
+    mtu_bytes: int = Field(9000, ge=MIN_MTU_BYTES, le=65535)
+    default_rate_bps: int = Field(10_000_000_000, gt=0)
+    renew_fraction: float = Field(0.75, gt=0, lt=1)
+    rto_ns: int = Field(500_000, gt=0)
     rto_max_ns: int = 64_000_000
-    nack_max_segments: int = 128
-    reorder_segments: int = 3
-    reorder_window_ns: int = 200_000
-    grant_poll_ns: int = 10_000
-    unscheduled_bytes: int = 32_768
-    burst_bytes: int = 0
+    nack_max_segments: int = Field(128, ge=1)
+    reorder_segments: int = Field(3, ge=1)
+    reorder_window_ns: int = Field(200_000, ge=0)
+    grant_poll_ns: int = Field(10_000, gt=0)
+    unscheduled_bytes: int = Field(32_768, ge=0)
+    burst_bytes: int = Field(0, ge=0)
 
-    def __post_init__(self) -> None:
-        min_mtu = IPV4_HEADER_BYTES + UDP_HEADER_BYTES + HEADER_LEN + 1
-        if type(self.mtu_bytes) is not int or not min_mtu <= self.mtu_bytes <= 65535:
-            raise InvalidInput("mtu_bytes", f"must be an integer in {min_mtu}..65535, got {self.mtu_bytes!r}")
-        if type(self.default_rate_bps) is not int or self.default_rate_bps <= 0:
-            raise InvalidInput("default_rate_bps", f"must be an integer > 0 bit/s, got {self.default_rate_bps!r}")
-        if not 0.0 < self.renew_fraction < 1.0:
-            raise InvalidInput("renew_fraction", f"must be in (0, 1), got {self.renew_fraction!r}")
-        if type(self.rto_ns) is not int or self.rto_ns <= 0:
-            raise InvalidInput("rto_ns", f"must be an integer > 0 ns, got {self.rto_ns!r}")
-        if type(self.rto_max_ns) is not int or self.rto_max_ns < self.rto_ns:
-            raise InvalidInput("rto_max_ns", f"must be an integer >= rto_ns ({self.rto_ns}), got {self.rto_max_ns!r}")
-        if type(self.nack_max_segments) is not int or self.nack_max_segments < 1:
-            raise InvalidInput("nack_max_segments", f"must be an integer >= 1, got {self.nack_max_segments!r}")
-        if type(self.reorder_window_ns) is not int or self.reorder_window_ns < 0:
-            raise InvalidInput("reorder_window_ns", f"must be an integer >= 0 ns, got {self.reorder_window_ns!r}")
-        if type(self.reorder_segments) is not int or self.reorder_segments < 1:
-            raise InvalidInput("reorder_segments", f"must be an integer >= 1, got {self.reorder_segments!r}")
-        if type(self.unscheduled_bytes) is not int or self.unscheduled_bytes < 0:
-            raise InvalidInput("unscheduled_bytes", f"must be an integer >= 0, got {self.unscheduled_bytes!r}")
-        if type(self.grant_poll_ns) is not int or self.grant_poll_ns <= 0:
-            raise InvalidInput("grant_poll_ns", f"must be an integer > 0 ns, got {self.grant_poll_ns!r}")
-        if type(self.burst_bytes) is not int or self.burst_bytes < 0:
-            raise InvalidInput("burst_bytes", f"must be an integer >= 0, got {self.burst_bytes!r}")
+    @model_validator(mode="after")
+    def _rto_max_covers_rto(self) -> "SafsConfig":
+        if self.rto_max_ns < self.rto_ns:
+            raise FieldError("rto_max_ns", f"must be an integer >= rto_ns ({self.rto_ns}), got {self.rto_max_ns!r}")
+        return self
 
-    @property
+    @cached_property
     def segment_bytes(self) -> int:
-        """Payload bytes of a full DATA packet: MTU - IPv4 - UDP - SAFS header."""
+        """Payload bytes of a full DATA packet: MTU - IPv4 - UDP - SAFS header (computed once)."""
         return self.mtu_bytes - IPV4_HEADER_BYTES - UDP_HEADER_BYTES - HEADER_LEN
 
 

@@ -23,7 +23,6 @@ are then reported unfinished (``finish_ns`` None). Run a whole run with
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable
 
 from safs.core import p4names
@@ -83,7 +82,7 @@ class Simulation(EngineWorkloadHost):
         self.stats = TransportStats()
         sched_cfg = config.scheduler_config(topology)
         if pol.scheduler_overrides:  # an ablation switches one half of SAFS off
-            sched_cfg = dataclasses.replace(sched_cfg, **pol.scheduler_overrides)
+            sched_cfg = sched_cfg.replace(**pol.scheduler_overrides)
         targets = {name: sw.pipeline for name, sw in self.network.switches.items()}
         self.scheduler = Scheduler(topology, targets, sched_cfg)
         # Fabric time = switch clock + offset; the switch clock is now - start_ns.
