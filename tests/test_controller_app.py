@@ -276,7 +276,7 @@ def test_safs_controller_derives_line_rate_and_ecn_k_from_the_topology(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, topology: str, frame_line: str, sim_mtu: int) -> None:
     """`safs controller` gets the topology's line rate and DCTCP K, as the simulator (and so the
     Mininet backend) derives them; the --scheduler-config file's other keys still apply."""
-    import safs.control.controller as controller_module
+    import safs.apps.cli as cli_module
     from safs.core.errors import SafsError
     from safs.experiments.sim.config import SimConfig
 
@@ -290,7 +290,7 @@ def test_safs_controller_derives_line_rate_and_ecn_k_from_the_topology(
             seen.append(config)
             raise Captured("config captured")
 
-    monkeypatch.setattr(controller_module, "ControllerApp", CaptureApp)
+    monkeypatch.setattr(cli_module, "ControllerApp", CaptureApp)
     sched_yaml = tmp_path / "sched.yaml"
     sched_yaml.write_text(frame_line + "admit_on_request: false\n")
     topo_path = ROOT / "topologies" / topology
