@@ -190,10 +190,10 @@ def test_run_returns_after_duration(topo_file: Path, servers: dict[str, FakeP4Ru
 
 def test_start_fails_cleanly_when_a_switch_is_unreachable(topo_file: Path,
                                                            servers: dict[str, FakeP4RuntimeServer]) -> None:
-    from safs.core.errors import TargetError
+    from safs.core.errors import TargetConnectionError
     servers["tor1"].stop()
     app = ControllerApp(config(topo_file, servers, rpc_timeout_s=2.0))
-    with pytest.raises(TargetError):
+    with pytest.raises(TargetConnectionError):
         app.start()
     assert app.hint_server is None
     assert app.links["tor0"].target._client is None  # the connection made before was closed

@@ -202,7 +202,7 @@ def _cmd_controller(args: argparse.Namespace) -> int:
     import threading
 
     from safs.control.controller import ControllerApp, config_from_args
-    from safs.core.errors import TargetError
+    from safs.core.errors import TargetConnectionError, TargetError
     from safs.targets.p4rt.p4info import P4InfoIndex
     from safs.core.topology import load_topology
 
@@ -234,12 +234,15 @@ def _cmd_controller(args: argparse.Namespace) -> int:
     try:
         try:
             app.start()
-        except TargetError as exc:  # name the switch as the user gave it
-            text = str(exc)
-            spec = next((s for s in config.switches if s.grpc_addr in text or f"{s.name}:" in text), None)
+        except (TargetConnectionError, TargetError) as exc:  # name the switch as the user gave it
+            if isinstance(exc, TargetConnectionError):
+                spec = next((s for s in config.switches if s.grpc_addr == exc.address), None)
+                code, message = exc.code, f"{exc.operation} failed: {exc.message}"
+            else:
+                spec = next((s for s in config.switches if f"{s.name}:" in str(exc)), None)
+                code, message = exc.failures[0].code, exc.failures[0].message
             if spec is None:
                 raise
-            _, code, message = exc.failures[0]
             raise InvalidInput(f"--switch {spec.name}={spec.grpc_addr}", f"switch unusable ({code}): {message}") from None
         app.run(stop)
     finally:
