@@ -126,6 +126,9 @@ def test_controller_installs_serves_hints_digests_completes_and_survives_a_resta
             tor1.inject_digest(n.REQUEST_DIGEST, [[9, *ips, 1 << 20, (app.clock() + 80 * MS) & ((1 << 48) - 1)]])
             wait_for(lambda: 9 in grants(tor1), what="flow 9's grant from its digest")
             assert tor1.wait_acks(1)
+            # the run loop counts a switch's digests after merging them (the grant is written
+            # first): wait for the count instead of racing it
+            wait_for(lambda: app.stats.digests == 1, what="the digest counted")
             assert app.stats.digests == 1 and app.stats.digests_rejected == 0
 
             # completion deletes the entry
