@@ -16,7 +16,7 @@ from safs.core import p4names as n
 from safs.apps.cli import main
 from safs.control.controller import (ControllerApp, ControllerConfig, SwitchSpec, load_scheduler_config,
                                  parse_clock_offset, parse_switch_spec)
-from safs.core.errors import InvalidInput
+from safs.core.errors import InvalidInput, TargetConnectionError
 from safs.control.hintapi.client import HintClient
 from safs.core.hints import FlowHint
 from safs.targets.p4rt.codec import decode_table_entry
@@ -193,7 +193,6 @@ def test_run_returns_after_duration(topo_file: Path, servers: dict[str, FakeP4Ru
 
 def test_start_fails_cleanly_when_a_switch_is_unreachable(topo_file: Path,
                                                            servers: dict[str, FakeP4RuntimeServer]) -> None:
-    from safs.core.errors import TargetConnectionError
     servers["tor1"].stop()
     app = ControllerApp(config(topo_file, servers, rpc_timeout_s=2.0))
     with pytest.raises(TargetConnectionError):
