@@ -186,6 +186,8 @@ def test_connect_to_a_dead_address_raises_the_connection_error_naming_it() -> No
 
 
 def test_arbitration_refused_for_a_wrong_device_id() -> None:
+    # How the client reports an arbitration the switch refuses, with the fake's refusal of a
+    # wrong device id (BMv2 1.15.5 started with --no-p4 accepts any device id at arbitration).
     with FakeP4RuntimeServer(device_id=3, p4info=p4info()) as fake:
         with pytest.raises(TargetConnectionError) as e:
             SwitchClient(fake.address, 0, (0, 1), timeout_s=2.0)

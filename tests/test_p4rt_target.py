@@ -567,6 +567,24 @@ def test_arbitration_highest_election_id_writes(switch, p4info_path, bmv2_json) 
         low.close()
 
 
+def test_session_failures_are_connection_errors_not_update_0(switch, p4info_path, bmv2_json) -> None:
+    """Reads before a pipeline push and a backup's pipeline push: the same codes from the fake
+    and BMv2, as TargetConnectionError naming the switch (never a TargetError)."""
+    _, address, _ = switch
+    with P4RuntimeTarget("tor0", address, 0, p4info_path, bmv2_json, election_id=(0, 5), timeout_s=5.0) as primary, \
+            P4RuntimeTarget("tor0b", address, 0, p4info_path, bmv2_json, election_id=(0, 2), timeout_s=5.0) as backup:
+        assert primary.is_primary and not backup.is_primary
+        with pytest.raises(TargetConnectionError) as e:
+            primary.read_counter_cells(n.FLOW_BYTES, [1, 2])
+        assert (e.value.operation, e.value.code, e.value.address, e.value.switch) == \
+            ("read", "FAILED_PRECONDITION", address, "tor0")
+        with pytest.raises(TargetConnectionError) as e:
+            backup.push_pipeline()
+        assert (e.value.operation, e.value.code, e.value.switch) == ("pipeline push", "PERMISSION_DENIED", "tor0b")
+        primary.push_pipeline()
+        assert primary.read_counter_cells(n.FLOW_BYTES, [1, 2]) == [CounterValue(0, 0)] * 2
+
+
 def test_bad_arguments_and_unreachable_switch(p4info_path, tmp_path) -> None:
     for kwargs, field in [({"grpc_addr": "nohost"}, "grpc_addr"), ({"device_id": -1}, "device_id"),
                           ({"election_id": (0, -1)}, "election_id"), ({"timeout_s": 0}, "timeout_s"),
