@@ -1,6 +1,8 @@
 """Base class of the SAFS PTF tests (modelled on fabric-tna's ptf/tests/common/base_test.py).
 
-:class:`SafsTest` owns the P4Runtime connection to the switch under test: it arbitrates
+:class:`SafsTest` owns the P4Runtime connection to the switch under test (a
+:class:`p4rt_client.P4RtClient`: the PTF tests' own encoder over the controller's session code,
+docs/p4runtime.md "The PTF tests' client"): it arbitrates
 (election id (0, 1)), pushes the pipeline (P4Info + BMv2 JSON from p4src/build/) when the switch
 does not run it yet, looks names up in the P4Info (names from ``safs.core.p4names``), and records an
 inverse for every write so ``tearDown`` undoes them in reverse order (INSERT -> DELETE; a default
@@ -72,6 +74,9 @@ class SafsTest(BaseTest):
         p = tu.test_params_get()
         self.thrift_port = int(p["thrift_port"])
         self.client = P4RtClient(p["grpc_addr"], int(p.get("device_id", 0)))
+        # Closed after tearDown, and also when setUp fails (then unittest skips tearDown): the
+        # session's stream thread (p4runtime-shell's) is not a daemon.
+        self.addCleanup(self.client.close)
         self._undo: list = []
         if not self._pipeline_installed():
             self.client.push_pipeline(p["p4info"], p["bmv2_json"], PIPELINE_COOKIE)
@@ -84,7 +89,6 @@ class SafsTest(BaseTest):
                 fn()
         finally:
             self._undo = []
-            self.client.close()
             super().tearDown()
 
     # --------------------------------------------------------------- pipeline

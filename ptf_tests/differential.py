@@ -160,6 +160,7 @@ class DifferentialTest(SafsTest):
         self.model = PipelineModel(SWITCH, lambda: self.model_local_ns)
         self.bmv2 = P4RuntimeTarget(SWITCH, p["grpc_addr"], int(p.get("device_id", 0)), p["p4info"],
                                     election_id=(0, 2), timeout_s=self.timeout)
+        self.addCleanup(self.bmv2.close)  # even if the reads below fail (its stream thread is not a daemon)
         self.sched: Scheduler | None = None
         saved = {t: self.bmv2.read_default(t) for t in SETTINGS_TABLES}
         try:
@@ -382,11 +383,8 @@ class DifferentialTest(SafsTest):
 
     def raw_write(self, updates: list[p4runtime_pb2.Update]) -> None:
         """Write protobuf updates the typed Target interface has no form for (meter reset),
-        over the BMv2 target's primary connection."""
-        client = self.bmv2.client
-        req = p4runtime_pb2.WriteRequest(device_id=self.bmv2.device_id, election_id=client.election())
-        req.updates.extend(updates)
-        client.stub.Write(req, timeout=self.timeout)
+        over the BMv2 target's primary connection (its SwitchClient; TargetError on failure)."""
+        self.bmv2.client.write(updates)
 
     def undo(self, saved: dict) -> None:
         """Delete what the scheduler installed (entries, clone sessions), restore settings,

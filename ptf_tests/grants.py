@@ -88,7 +88,7 @@ class RequestDigestTest(GrantTestBase):
 
     def next_digest(self, sent: set[int]) -> list[int]:
         while True:
-            dl = self.client.digests.get(timeout=self.timeout)
+            dl = self.client.next_digest(self.timeout)
             self.client.ack_digest(dl)
             self.assertEqual(dl.digest_id, self.digest_id)
             self.assertEqual(len(dl.data), 1)

@@ -1,24 +1,31 @@
-"""A small P4Runtime client for the PTF tests: plain ``p4.v1`` protobufs over grpc.
+"""The PTF tests' P4Runtime client: their own encoder over the controller's session code.
 
-One :class:`P4RtClient` per switch: a StreamChannel with arbitration (election id), pipeline
-push, writes, reads of counters and default actions, meter MODIFY, clone sessions and the digest
-stream (with acks). It is the PTF suite's own, so the tests do not depend on the controller's
-P4Runtime target they are meant to check the P4 program independently of.
+Shared with the controller (docs/p4runtime.md, "The PTF tests' client"): the session --
+connection, arbitration, the StreamChannel with its digest lists and acks, and the Write/Read
+RPCs with their deadlines and typed errors -- is :class:`safs.targets.p4rt.client.SwitchClient`,
+the one place in ``safs`` holding P4Runtime connection code.
+
+Deliberately independent of the controller (a codec bug must not pass both): everything that
+turns names and values into protobufs and back -- the P4Info lookup (:class:`P4InfoIndex`
+here, not ``safs.targets.p4rt.p4info``), the byte-string encoding (:func:`encode`,
+:func:`decode`), the table entry and update builders, the decoding of read answers and the
+pipeline push request (with the cookie the base test checks). Nothing here imports
+``safs.targets.p4rt.codec`` or ``safs.targets.p4rt.p4info``; tests/test_p4rt_client.py checks it.
 
 Byte strings are sent in canonical form (shortest big-endian, at least one byte), as PI wants.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
+import time
 
-import grpc
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+from p4.v1 import p4runtime_pb2
 
+from safs.core.errors import TargetConnectionError
 from safs.core.target import Lpm, Range  # the project's match values (one place for them)
+from safs.targets.p4rt.client import SwitchClient  # the shared session (connection, arbitration, RPCs)
 
 
 def encode(value: int, bits: int) -> bytes:
@@ -86,14 +93,16 @@ def load_p4info(path: str) -> p4info_pb2.P4Info:
 
 
 class P4RtClient:
-    """One switch over P4Runtime.
+    """One switch over P4Runtime, as primary.
 
     Args:
         addr: ``host:port`` of the gRPC server.  device_id: P4Runtime device id.
         election_id: (high, low); the tests use (0, 1) and are the only client.
+        timeout_s: deadline of each RPC and the longest wait for the arbitration answer.
 
     Raises:
-        RuntimeError: arbitration not answered within ``timeout_s`` or not primary.
+        TargetConnectionError: not reachable, arbitration not answered within ``timeout_s``,
+            or not primary (PERMISSION_DENIED).
     """
 
     def __init__(self, addr: str, device_id: int = 0, election_id: tuple[int, int] = (0, 1),
@@ -101,41 +110,22 @@ class P4RtClient:
         self.device_id = device_id
         self.election_id = election_id
         self.timeout_s = timeout_s
-        self.channel = grpc.insecure_channel(addr)
-        self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
-        self._requests: queue.Queue = queue.Queue()
-        self._arbitration: queue.Queue = queue.Queue()
-        self.digests: queue.Queue = queue.Queue()
-        self._stream = self.stub.StreamChannel(iter(self._requests.get, None))
-        self._reader = threading.Thread(target=self._read_stream, daemon=True)
-        self._reader.start()
-        req = p4runtime_pb2.StreamMessageRequest()
-        req.arbitration.device_id = device_id
-        req.arbitration.election_id.high, req.arbitration.election_id.low = election_id
-        self._requests.put(req)
-        try:
-            arb = self._arbitration.get(timeout=timeout_s)
-        except queue.Empty:
-            raise RuntimeError(f"no arbitration answer from {addr} in {timeout_s} s") from None
-        if arb.status.code != grpc.StatusCode.OK.value[0]:
-            raise RuntimeError(f"not primary on {addr}: {arb.status}")
+        self.session = SwitchClient(addr, device_id, election_id, timeout_s, name="ptf")
+        if not self.session.is_primary:
+            self.session.close()
+            raise TargetConnectionError(addr, "arbitration", "PERMISSION_DENIED",
+                                        f"election id {election_id} is not primary", switch="ptf")
+        self._digests: list[p4runtime_pb2.DigestList] = []
         self.index: P4InfoIndex | None = None
 
-    def _read_stream(self) -> None:
-        try:
-            for msg in self._stream:
-                kind = msg.WhichOneof("update")
-                if kind == "arbitration":
-                    self._arbitration.put(msg.arbitration)
-                elif kind == "digest":
-                    self.digests.put(msg.digest)
-        except grpc.RpcError:
-            pass  # stream closed (shutdown or switch gone)
+    @property
+    def stub(self):
+        """The session's ``p4.v1.P4Runtime`` stub (requests built here; pass ``timeout=``)."""
+        return self.session.stub
 
     def close(self) -> None:
         """End the stream and the channel."""
-        self._requests.put(None)
-        self.channel.close()
+        self.session.close()
 
     # ----------------------------------------------------------------- pipeline
 
@@ -150,7 +140,7 @@ class P4RtClient:
         with open(bmv2_json_path, "rb") as f:
             req.config.p4_device_config = f.read()
         req.config.cookie.cookie = cookie
-        self.stub.SetForwardingPipelineConfig(req, timeout=self.timeout_s * 3)
+        self.session.stub.SetForwardingPipelineConfig(req, timeout=self.timeout_s * 3)
         self.index = P4InfoIndex(info)
         return self.index
 
@@ -184,20 +174,20 @@ class P4RtClient:
     # ----------------------------------------------------------------- RPCs
 
     def write(self, updates: list[p4runtime_pb2.Update]) -> None:
-        """One WriteRequest; raises grpc.RpcError on failure."""
-        req = p4runtime_pb2.WriteRequest(device_id=self.device_id)
-        req.election_id.high, req.election_id.low = self.election_id
-        req.updates.extend(updates)
-        self.stub.Write(req, timeout=self.timeout_s)
+        """One WriteRequest of ``updates`` (built here) over the shared session.
+
+        Raises:
+            TargetError: one UpdateFailure (index, code, message) per failed update.
+        """
+        self.session.write(updates)
 
     def read(self, entity: p4runtime_pb2.Entity) -> list[p4runtime_pb2.Entity]:
-        """All entities a Read of ``entity`` returns."""
-        req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
-        req.entities.add().CopyFrom(entity)
-        out = []
-        for resp in self.stub.Read(req, timeout=self.timeout_s):
-            out.extend(resp.entities)
-        return out
+        """All entities a Read of ``entity`` returns (decoded by the caller, here).
+
+        Raises:
+            TargetConnectionError: the read failed.
+        """
+        return self.session.read([entity])
 
     def read_counter(self, name: str, index: int) -> tuple[int, int]:
         """(bytes, packets) of indirect counter ``name[index]``."""
@@ -216,12 +206,24 @@ class P4RtClient:
         got = self.read(ent)
         return got[0].table_entry
 
-    def ack_digest(self, digest_list) -> None:
+    def next_digest(self, timeout_s: float) -> p4runtime_pb2.DigestList:
+        """The oldest DigestList received and not yet returned, waiting up to ``timeout_s``.
+
+        Raises:
+            TimeoutError: none arrived in time.
+            TargetConnectionError: the stream closed.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not self._digests:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no DigestList within {timeout_s} s")
+            self._digests += self.session.digest_lists(timeout_s=left)
+        return self._digests.pop(0)
+
+    def ack_digest(self, digest_list: p4runtime_pb2.DigestList) -> None:
         """Ack one DigestList on the stream."""
-        req = p4runtime_pb2.StreamMessageRequest()
-        req.digest_ack.digest_id = digest_list.digest_id
-        req.digest_ack.list_id = digest_list.list_id
-        self._requests.put(req)
+        self.session.ack_digest_list(digest_list)
 
 
 def update(op: str, **entity) -> p4runtime_pb2.Update:

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from safs.core import p4names as n
-from safs.core.errors import InvalidInput, TargetError
+from safs.core.errors import InvalidInput, TargetError, UpdateFailure
 from safs.control.hintapi import HintClient, HintServiceError, UnknownFlow
 from safs.control.hintapi import hints_pb2 as pb
 from safs.control.hintapi import hints_pb2_grpc as pb_grpc
@@ -48,7 +48,7 @@ class FlakyTarget(PipelineModel):
 
     def write(self, updates: Sequence[Update]) -> None:
         if self.fail:
-            raise TargetError([(i, "UNAVAILABLE", "switch down") for i in range(len(updates))])
+            raise TargetError([UpdateFailure(i, "UNAVAILABLE", "switch down") for i in range(len(updates))])
         super().write(updates)
 
 

@@ -24,12 +24,13 @@ from p4.v1 import p4runtime_pb2
 
 from safs.core import p4names as n
 from safs.targets import pipeline_model as pm
-from safs.core.errors import InvalidInput, TargetError
+from safs.core.errors import InvalidInput, TargetConnectionError, TargetError
 from safs.core.hints import FlowHint
 from safs.targets.p4rt.codec import encode_update
 from safs.testing.fake_p4rt import FakeP4RuntimeServer
 from safs.targets.p4rt.p4info import P4InfoIndex, bytes_to_int, canonical_bytes, padded_bytes
-from safs.targets.p4rt.target import DigestSettings, P4RuntimeTarget, parse_write_error
+from safs.targets.p4rt.client import parse_write_error
+from safs.targets.p4rt.target import DigestSettings, P4RuntimeTarget
 from safs.targets.pipeline_model import PipelineModel
 from safs.core.scheduler import Scheduler, SchedulerConfig
 from safs.core.target import CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
@@ -239,7 +240,7 @@ def meter(index: int, cir: int) -> MeterConfig:
 
 
 def codes(err: TargetError) -> list[tuple[int, str]]:
-    return [(i, code) for i, code, _ in err.failures]
+    return [(f.index, f.code) for f in err.failures]
 
 
 def key(e: TableEntry) -> str:
@@ -361,7 +362,7 @@ def test_pi_error_codes_arrive_per_update(switch, target, case) -> None:
     with pytest.raises(TargetError) as e:
         target.write(updates)
     assert codes(e.value) == want
-    assert all(msg for _, _, msg in e.value.failures)
+    assert all(f.message for f in e.value.failures)
     # what did not fail stays applied (CONTINUE_ON_ERROR)
     failed = {i for i, _ in want}
     ok_grants = {u.entity.match[n.F_FLOW_ID] for i, u in enumerate(updates)
@@ -380,7 +381,7 @@ def test_registers_are_unimplemented(switch, target) -> None:
     req.updates.append(upd)
     with pytest.raises(grpc.RpcError) as e:
         target.client.stub.Write(req, timeout=5)
-    assert [(i, code) for i, code, _ in parse_write_error(e.value, 1)] == [(0, "UNIMPLEMENTED")]
+    assert [(f.index, f.code) for f in parse_write_error(e.value, 1)] == [(0, "UNIMPLEMENTED")]
     read = p4runtime_pb2.ReadRequest(device_id=0)
     read.entities.add().register_entry.register_id = 0x10000001
     with pytest.raises(grpc.RpcError) as e:
@@ -566,6 +567,24 @@ def test_arbitration_highest_election_id_writes(switch, p4info_path, bmv2_json) 
         low.close()
 
 
+def test_session_failures_are_connection_errors_not_update_0(switch, p4info_path, bmv2_json) -> None:
+    """Reads before a pipeline push and a backup's pipeline push: the same codes from the fake
+    and BMv2, as TargetConnectionError naming the switch (never a TargetError)."""
+    _, address, _ = switch
+    with P4RuntimeTarget("tor0", address, 0, p4info_path, bmv2_json, election_id=(0, 5), timeout_s=5.0) as primary, \
+            P4RuntimeTarget("tor0b", address, 0, p4info_path, bmv2_json, election_id=(0, 2), timeout_s=5.0) as backup:
+        assert primary.is_primary and not backup.is_primary
+        with pytest.raises(TargetConnectionError) as e:
+            primary.read_counter_cells(n.FLOW_BYTES, [1, 2])
+        assert (e.value.operation, e.value.code, e.value.address, e.value.switch) == \
+            ("read", "FAILED_PRECONDITION", address, "tor0")
+        with pytest.raises(TargetConnectionError) as e:
+            backup.push_pipeline()
+        assert (e.value.operation, e.value.code, e.value.switch) == ("pipeline push", "PERMISSION_DENIED", "tor0b")
+        primary.push_pipeline()
+        assert primary.read_counter_cells(n.FLOW_BYTES, [1, 2]) == [CounterValue(0, 0)] * 2
+
+
 def test_bad_arguments_and_unreachable_switch(p4info_path, tmp_path) -> None:
     for kwargs, field in [({"grpc_addr": "nohost"}, "grpc_addr"), ({"device_id": -1}, "device_id"),
                           ({"election_id": (0, -1)}, "election_id"), ({"timeout_s": 0}, "timeout_s"),
@@ -575,9 +594,9 @@ def test_bad_arguments_and_unreachable_switch(p4info_path, tmp_path) -> None:
             P4RuntimeTarget(**args)
         assert e.value.field == field
     started = time.monotonic()
-    with pytest.raises(TargetError) as e:
+    with pytest.raises(TargetConnectionError) as e:
         P4RuntimeTarget("s", f"127.0.0.1:{free_port()}", 0, p4info_path, timeout_s=1.0)
-    assert e.value.failures[0][1] == "UNAVAILABLE"
+    assert e.value.code == "UNAVAILABLE"
     assert time.monotonic() - started < 5
     with FakeP4RuntimeServer() as server:
         t = P4RuntimeTarget("s", server.address, 0, p4info_path)
@@ -644,11 +663,11 @@ def test_scheduler_installs_the_same_entries_as_in_the_pipeline_model(p4info_pat
 
         # switch restart: state gone; reconnect + reinstall restores the same state
         servers["tor0"].restart()
-        with pytest.raises(TargetError) as e:
+        with pytest.raises(TargetConnectionError) as e:
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:
                 targets["tor0"].poll_digests(timeout_s=0.2)
-        assert e.value.failures[0][1] == "UNAVAILABLE"
+        assert e.value.code == "UNAVAILABLE"
         assert targets["tor0"].reconnect(push_pipeline=True)
         assert targets["tor0"].read_table(n.FLOW_GRANT) == []
         sched_p4rt.reinstall("tor0", 20_000, 0, targets["tor0"])

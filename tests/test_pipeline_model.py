@@ -328,7 +328,7 @@ def test_clone_session_op_codes_and_ranges() -> None:
     ]
     with pytest.raises(TargetError) as err:
         sw.write(batch)
-    codes = {i: code for i, code, _ in err.value.failures}
+    codes = {f.index: f.code for f in err.value.failures}
     assert codes == {1: "ALREADY_EXISTS", 2: "NOT_FOUND", 3: "NOT_FOUND",
                      **{i: "INVALID_ARGUMENT" for i in range(4, 8)}}
     assert sw.clone_sessions() == [CloneSession(2, 7), CloneSession(CLONE_SESSION_ID_MAX, n.NUM_PORTS - 1)]
@@ -441,10 +441,10 @@ def test_p4runtime_error_codes_and_partial_batch() -> None:
     ]
     with pytest.raises(TargetError) as err:
         sw.write(batch)
-    codes = {i: code for i, code, _ in err.value.failures}
+    codes = {f.index: f.code for f in err.value.failures}
     assert codes == {1: "ALREADY_EXISTS", 2: "NOT_FOUND", 3: "NOT_FOUND",
                      **{i: "INVALID_ARGUMENT" for i in range(4, 16)}}
-    assert all(msg for _, _, msg in err.value.failures)
+    assert all(f.message for f in err.value.failures)
     assert sw.entries(n.FLOW_GRANT) == [grant_entry(11, 2, 2, 2, 2)]  # successes applied
     assert sw.meter_config(2) is None and sw.meter_config(1) is None
 
@@ -479,7 +479,7 @@ def test_default_actions_settings_and_clock_offset() -> None:
     with pytest.raises(TargetError) as err:  # const defaults
         sw.write([mod(default(n.RECEIVER_PORT, n.ACT_MARK_RECEIVER)),
                   mod(default(n.FLOW_GRANT, n.ACT_NO_GRANT))])
-    assert [f[1] for f in err.value.failures] == ["INVALID_ARGUMENT"] * 2
+    assert [f.code for f in err.value.failures] == ["INVALID_ARGUMENT"] * 2
 
 
 def test_read_counter_and_entries_bad_names() -> None:

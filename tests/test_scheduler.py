@@ -7,7 +7,7 @@ import yaml
 
 from safs.core import p4names as n
 from safs.core.allocator import AllocatorConfig
-from safs.core.errors import InvalidInput, TargetError
+from safs.core.errors import InvalidInput, TargetError, UpdateFailure
 from safs.core.hints import FlowClass, FlowHint
 from safs.targets.pipeline_model import PipelineModel
 from safs.core.protocol import SAFS_UDP_PORT, WIRE_OVERHEAD_BYTES, MsgType, lease_ns_to_us, rate_bps_to_kbps
@@ -210,7 +210,7 @@ def test_tick_repairs_a_target_that_refused_writes() -> None:
         def write(self, updates) -> None:
             if self.fail:
                 self.fail = False
-                raise TargetError([(i, "UNAVAILABLE", "down") for i in range(len(updates))])
+                raise TargetError([UpdateFailure(i, "UNAVAILABLE", "down") for i in range(len(updates))])
             self.inner.write(updates)
 
         def __getattr__(self, attr):

@@ -129,7 +129,7 @@ def test_fast_grant_keys_equal_table_entry_keys() -> None:
 
 def test_trusted_write_keeps_op_checks_and_public_write_still_validates() -> None:
     from safs.core import p4names as n
-    from safs.core.errors import TargetError
+    from safs.core.errors import TargetError, UpdateFailure
     from safs.targets.pipeline_model import PipelineModel
     from safs.core.target import MeterConfig, Op, TableEntry, Update
 
@@ -147,16 +147,16 @@ def test_trusted_write_keeps_op_checks_and_public_write_still_validates() -> Non
     assert trusted._grants == checked._grants == {5: (200, 1, 10, 3)}
     with pytest.raises(TargetError) as err:  # op semantics still apply on the trusted path
         trusted.write_trusted([Update(Op.INSERT, grant(5, 1)), Update(Op.DELETE, grant(6, 1))])
-    assert [code for _, code, _ in err.value.failures] == ["ALREADY_EXISTS", "NOT_FOUND"]
+    assert [f.code for f in err.value.failures] == ["ALREADY_EXISTS", "NOT_FOUND"]
     with pytest.raises(TargetError) as err:  # the public path still checks widths
         checked.write([Update(Op.MODIFY, grant(5, 1 << 32))])
-    assert err.value.failures[0][1] == "INVALID_ARGUMENT"
+    assert err.value.failures[0].code == "INVALID_ARGUMENT"
     trusted.write_trusted([Update(Op.DELETE, grant(5, 200))])
     assert trusted.entries(n.FLOW_GRANT) == [] and trusted._grants == {}
 
     class Refusing(PipelineModel):  # a subclass's own write wins over the trusted path
         def write(self, updates) -> None:
-            raise TargetError([(0, "UNAVAILABLE", "down")])
+            raise TargetError([UpdateFailure(0, "UNAVAILABLE", "down")])
 
     with pytest.raises(TargetError):
         Refusing("c", lambda: 0).write_trusted(batch)

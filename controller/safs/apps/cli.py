@@ -30,7 +30,7 @@ import threading
 from safs.apps.eval_command import add_parser as add_eval_parser
 from safs.apps.eval_command import run as run_eval
 from safs.control.controller import ControllerApp, config_from_args
-from safs.core.errors import TargetError
+from safs.core.errors import TargetConnectionError, TargetError
 from safs.core.topology import load_topology
 from safs.experiments.parallel import check_jobs, check_ray
 from safs.targets.p4rt.p4info import P4InfoIndex
@@ -231,12 +231,15 @@ def _cmd_controller(args: argparse.Namespace) -> int:
     try:
         try:
             app.start()
-        except TargetError as exc:  # name the switch as the user gave it
-            text = str(exc)
-            spec = next((s for s in config.switches if s.grpc_addr in text or f"{s.name}:" in text), None)
+        except (TargetConnectionError, TargetError) as exc:  # name the switch as the user gave it
+            if isinstance(exc, TargetConnectionError):
+                spec = next((s for s in config.switches if s.grpc_addr == exc.address), None)
+                code, message = exc.code, f"{exc.operation} failed: {exc.message}"
+            else:
+                spec = next((s for s in config.switches if f"{s.name}:" in str(exc)), None)
+                code, message = exc.failures[0].code, exc.failures[0].message
             if spec is None:
                 raise
-            _, code, message = exc.failures[0]
             raise InvalidInput(f"--switch {spec.name}={spec.grpc_addr}", f"switch unusable ({code}): {message}") from None
         app.run(stop)
     finally:

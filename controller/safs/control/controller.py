@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from safs.core.errors import InvalidInput, TargetError
+from safs.core.errors import InvalidInput, TargetConnectionError, TargetError, UpdateFailure
 from safs.core.files import load_yaml
 from safs.core.packet import ETH_HEADER_BYTES
 from safs.control.hintapi import server as hint_server
@@ -216,11 +216,12 @@ class SwitchLink:
     """One switch as the scheduler sees it (implements :class:`safs.core.target.Target`): forwards to
     the current :class:`P4RuntimeTarget`, and while the switch is marked down fails fast.
 
-    Down (``down_reason`` set) after the digest stream closed, or a write or read failed with
-    UNAVAILABLE on every update. Then writes raise TargetError UNAVAILABLE for every update
-    without any I/O (the scheduler keeps them unrecorded; ``Scheduler.reinstall`` writes all
-    again), and counter reads answer the last value read (no progress seen while down), so a
-    tick still serves the other switches. The run loop reconnects and calls :meth:`attach`.
+    Down (``down_reason`` set) after the digest stream closed (TargetConnectionError), a write
+    failed with UNAVAILABLE on every update (TargetError), or a read failed with UNAVAILABLE
+    (TargetConnectionError). Then writes raise TargetError UNAVAILABLE for every update without
+    any I/O (the scheduler keeps them unrecorded; ``Scheduler.reinstall`` writes all again), and
+    counter reads answer the last value read (no progress seen while down), so a tick still
+    serves the other switches. The run loop reconnects and calls :meth:`attach`.
     """
 
     def __init__(self, spec: SwitchSpec, target: P4RuntimeTarget) -> None:
@@ -248,16 +249,28 @@ class SwitchLink:
         self._counters.clear()
 
     def _unavailable(self, n: int) -> TargetError:
-        return TargetError([(i, "UNAVAILABLE", f"{self.name}: switch down ({self.down_reason})") for i in range(max(n, 1))])
+        return TargetError([UpdateFailure(i, "UNAVAILABLE", f"{self.name}: switch down ({self.down_reason})")
+                            for i in range(n)])
 
     def _check(self, err: TargetError) -> None:
-        if err.failures and all(code == "UNAVAILABLE" for _, code, _ in err.failures):
-            self.mark_down(err.failures[0][2])
+        if err.failures and all(f.code == "UNAVAILABLE" for f in err.failures):
+            self.mark_down(err.failures[0].message)
+
+    def _check_read(self, err: TargetConnectionError) -> None:
+        if err.code == "UNAVAILABLE":
+            self.mark_down(str(err))
 
     def write(self, updates: Sequence[Update]) -> None:
-        """``P4RuntimeTarget.write``, or UNAVAILABLE for every update while down."""
+        """``P4RuntimeTarget.write``, or UNAVAILABLE for every update while down (nothing to
+        write: nothing fails).
+
+        Raises:
+            TargetError: as ``P4RuntimeTarget.write``.
+        """
         if self.is_down:
-            raise self._unavailable(len(updates))
+            if updates:
+                raise self._unavailable(len(updates))
+            return
         try:
             self.target.write(updates)
         except TargetError as err:
@@ -265,7 +278,11 @@ class SwitchLink:
             raise
 
     def set_clock_offset(self, offset_ns: int) -> None:
-        """``P4RuntimeTarget.set_clock_offset`` (UNAVAILABLE while down)."""
+        """``P4RuntimeTarget.set_clock_offset`` (UNAVAILABLE while down).
+
+        Raises:
+            TargetError: the write was refused (one update, index 0).
+        """
         if self.is_down:
             raise self._unavailable(1)
         try:
@@ -276,13 +293,17 @@ class SwitchLink:
 
     def read_counter(self, counter: str, index: int) -> CounterValue:
         """``P4RuntimeTarget.read_counter``; while down (or when the read finds it down) the
-        last value read for that cell, zero if none."""
+        last value read for that cell, zero if none.
+
+        Raises:
+            TargetConnectionError: the read failed with a code other than UNAVAILABLE.
+        """
         key = (counter, index)
         if not self.is_down:
             try:
                 value = self.target.read_counter(counter, index)
-            except TargetError as err:
-                self._check(err)
+            except TargetConnectionError as err:
+                self._check_read(err)
                 if not self.is_down:
                     raise
             else:
@@ -292,12 +313,16 @@ class SwitchLink:
 
     def read_counter_cells(self, counter: str, indices: Sequence[int]) -> list[CounterValue]:
         """``P4RuntimeTarget.read_counter_cells`` (one Read); while down (or when the read finds
-        it down) the last value read for each cell, zero if none."""
+        it down) the last value read for each cell, zero if none.
+
+        Raises:
+            TargetConnectionError: the read failed with a code other than UNAVAILABLE.
+        """
         if not self.is_down:
             try:
                 values = self.target.read_counter_cells(counter, indices)
-            except TargetError as err:
-                self._check(err)
+            except TargetConnectionError as err:
+                self._check_read(err)
                 if not self.is_down:
                     raise
             else:
@@ -312,8 +337,8 @@ class SwitchLink:
             return []
         try:
             return self.target.poll_digests()
-        except TargetError as err:
-            self.mark_down(err.failures[0][2] if err.failures else str(err))
+        except TargetConnectionError as err:
+            self.mark_down(str(err))
             return []
 
 
@@ -327,7 +352,8 @@ class ControllerStats:
         digests: REQUEST digests received from switches.
         digests_rejected: digests the scheduler refused (bad content, no free meter slot).
         ticks: scheduler ticks run.
-        tick_failures: ticks (or digest merges) with switch writes refused (retried next tick).
+        tick_failures: ticks (or digest merges) with switch writes refused or counter reads
+            failed (retried next tick).
         reconnects: switches reconnected and re-installed.
         reconnect_failures: reconnection attempts that failed (retried with backoff).
     """
@@ -397,7 +423,9 @@ class ControllerApp:
         install the static state (``Scheduler.setup``) and start the hint API.
 
         Raises:
-            TargetError: a switch did not answer or refused the pipeline or a write.
+            TargetConnectionError: a switch did not answer, another controller is primary
+                there (PERMISSION_DENIED), or it refused the pipeline.
+            TargetError: a switch refused a write (digest config, static state).
             InvalidInput: the hint address cannot be bound (field ``address``).
             Everything opened so far is closed before the error propagates.
         """
@@ -428,14 +456,21 @@ class ControllerApp:
 
     def _open(self, spec: SwitchSpec) -> tuple[P4RuntimeTarget, int]:
         """Connect, arbitrate and push the pipeline; returns the target and the estimated clock
-        offset (fabric time just before the push, ns mod 2^48)."""
+        offset (fabric time just before the push, ns mod 2^48).
+
+        Raises:
+            TargetConnectionError: connect, arbitration (also PERMISSION_DENIED: another
+                controller is primary) or pipeline push failed.
+            TargetError: the digest configuration was refused.
+        """
         cfg = self.config
         target = P4RuntimeTarget(spec.name, spec.grpc_addr, spec.device_id, cfg.p4info_path, cfg.bmv2_json_path,
                                  election_id=cfg.election_id, timeout_s=cfg.rpc_timeout_s)
         try:
             if not target.is_primary:
-                raise TargetError([(0, "PERMISSION_DENIED", f"{spec.name}: another controller with a higher "
-                                    f"election id is primary at {spec.grpc_addr}")])
+                raise TargetConnectionError(spec.grpc_addr, "arbitration", "PERMISSION_DENIED",
+                                            "another controller with a higher election id is primary",
+                                            switch=spec.name)
             log.info("%s: connected to %s (device %d), primary", spec.name, spec.grpc_addr, spec.device_id)
             before = self.clock()
             t0 = time.monotonic_ns()
@@ -526,31 +561,32 @@ class ControllerApp:
                     except InvalidInput as err:
                         self.stats.digests_rejected += 1
                         log.warning("%s: digest of flow %d refused: %s", name, digest.flow_id, err)
-                    except TargetError as err:  # admitted; the writes are retried by tick
+                    except (TargetError, TargetConnectionError) as err:  # admitted; retried by tick
                         self.stats.tick_failures += 1
                         log.debug("%s: digest of flow %d: writes failed: %s", name, digest.flow_id, err)
         self.stats.digests += received
         return received
 
     def tick(self) -> None:
-        """One ``Scheduler.tick`` under the lock; refused writes are counted and logged (DEBUG
-        while a switch is down, else at most one WARNING per summary period), and retried by
-        the next tick."""
+        """One ``Scheduler.tick`` under the lock; refused writes (TargetError) and failed counter
+        reads (TargetConnectionError) are counted and logged (DEBUG while a switch is down, else
+        at most one WARNING per summary period), and retried by the next tick."""
         assert self.scheduler is not None
         with self.lock:
             try:
                 self.scheduler.tick(self.clock())
-            except TargetError as err:
+            except (TargetError, TargetConnectionError) as err:
                 self.stats.tick_failures += 1
                 down = any(link.is_down for link in self.links.values())
                 # At most one WARNING per summary period: a persistent refusal would otherwise
                 # log once per tick.
                 now_s = time.monotonic()
+                what = "writes refused" if isinstance(err, TargetError) else "counter read failed"
                 if down or now_s < self._next_tick_warning:
-                    log.debug("tick: writes refused: %s", err)
+                    log.debug("tick: %s: %s", what, err)
                 else:
                     self._next_tick_warning = now_s + self.config.summary_period_s
-                    log.warning("tick: writes refused (retried every tick): %s", err)
+                    log.warning("tick: %s (retried every tick): %s", what, err)
             self.stats.ticks += 1
 
     def reconnect_due(self, now_s: float | None = None) -> list[str]:
@@ -575,7 +611,7 @@ class ControllerApp:
                     link.attach(target)
                     self.clock_offsets_ns[name] = offset
                     self.scheduler.reinstall(name, self.clock(), offset, link)
-            except (TargetError, InvalidInput) as err:
+            except (TargetConnectionError, TargetError, InvalidInput) as err:
                 self.stats.reconnect_failures += 1
                 if not link.is_down:
                     link.mark_down(str(err))

@@ -51,7 +51,7 @@ from pydantic import Field
 from safs.core import p4names as n
 from safs.core.allocator import AllocFlow, Allocator, AllocatorConfig, Grant
 from safs.core.config import ConfigModel
-from safs.core.errors import InvalidInput, TargetError
+from safs.core.errors import InvalidInput, TargetError, UpdateFailure
 from safs.core.hints import FlowClass, FlowHint, HintRegistry
 from safs.core.packet import ETH_HEADER_BYTES
 from safs.core.protocol import EPOCH_MAX, WIRE_OVERHEAD_BYTES, lease_ns_to_us, rate_bps_to_kbps
@@ -429,6 +429,8 @@ class Scheduler:
             InvalidInput: bad hint (field named by :class:`HintRegistry`), or no free meter slot
                 at the receiver's ToR (field ``hint.receiver``). Nothing admitted is changed.
             TargetError: a target refused writes (the hint is admitted; retried on tick).
+            TargetConnectionError: a target's counter read failed (P4Runtime targets; the
+                scheduler passes it on unchanged).
         """
         request_mode = self.config.admit_on_request
         if (not request_mode and isinstance(hint, FlowHint) and hint.flow_id not in self.registry
@@ -548,6 +550,7 @@ class Scheduler:
 
         Raises:
             TargetError: a target refused writes.
+            TargetConnectionError: a target's counter read failed (P4Runtime targets).
         """
         now = wrap(now_ns)
         flows = self.allocator.flows()
@@ -720,14 +723,14 @@ class Scheduler:
         an INSERT refused with ALREADY_EXISTS is retried once as MODIFY, a MODIFY refused with
         NOT_FOUND as INSERT, and a DELETE refused with NOT_FOUND counts as done.
         """
-        failures: list[tuple[int, str, str]] = []
+        failures: list[UpdateFailure] = []
         for sw, plan in plans.items():
             if plan:
                 failures.extend(self._write_reconciled(sw, plan))
         if failures:
             raise TargetError(failures)
 
-    def _write_reconciled(self, sw: str, plan: list[Update]) -> list[tuple[int, str, str]]:
+    def _write_reconciled(self, sw: str, plan: list[Update]) -> list[UpdateFailure]:
         failed = self._write(sw, plan)
         retry_idx = [i for i, (code, _) in failed.items()
                      if (code == "ALREADY_EXISTS" and plan[i].op is Op.INSERT)
@@ -746,7 +749,7 @@ class Scheduler:
                 else:
                     del failed[i]
         self.stats.write_failures += len(failed)
-        return [(i, code, f"{sw}: {msg}") for i, (code, msg) in sorted(failed.items())]
+        return [UpdateFailure(i, code, f"{sw}: {msg}") for i, (code, msg) in sorted(failed.items())]
 
     def _write(self, sw: str, plan: list[Update]) -> dict[int, tuple[str, str]]:
         """One write call: counts it, records successes in the shadow, returns failures by index."""
@@ -763,7 +766,7 @@ class Scheduler:
             else:
                 target.write(plan)
         except TargetError as err:
-            failed = {i: (code, msg) for i, code, msg in err.failures}
+            failed = {f.index: (f.code, f.message) for f in err.failures}
         meters = clones = 0
         for i, upd in enumerate(plan):
             entity = upd.entity

@@ -140,8 +140,10 @@ class Target(Protocol):
     """What the controller needs from a switch (pipeline model or P4Runtime).
 
     Errors: ``write`` raises :class:`safs.core.errors.TargetError` carrying every failed update's
-    index, gRPC status name and message; the updates that succeeded stay applied (P4Runtime
-    CONTINUE_ON_ERROR semantics).
+    index, gRPC status name and message (:class:`safs.core.errors.UpdateFailure`); the updates
+    that succeeded stay applied (P4Runtime CONTINUE_ON_ERROR semantics). A switch target's
+    reads and ``poll_digests`` raise :class:`safs.core.errors.TargetConnectionError` when the
+    switch cannot be read or its stream closed.
     """
 
     name: str

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from safs.core import p4names as n
-from safs.core.errors import InvalidInput, TargetError
+from safs.core.errors import InvalidInput, TargetError, UpdateFailure
 from safs.core.protocol import (
     ECN_CE,
     ECN_ECT0,
@@ -291,8 +291,8 @@ class PipelineModel:
         by session id, with the same op codes (module docstring for their ranges).
 
         Raises:
-            TargetError: listing ``(index, code, message)`` for each failed update; the others
-                stay applied.
+            TargetError: one :class:`~safs.core.errors.UpdateFailure` (index, code, message)
+                per failed update; the others stay applied.
         """
         self._apply(updates, trusted=False)
 
@@ -319,7 +319,7 @@ class PipelineModel:
         self._apply(updates, trusted=True)
 
     def _apply(self, updates: Sequence[Update], trusted: bool) -> None:
-        failures: list[tuple[int, str, str]] = []
+        failures: list[UpdateFailure] = []
         touched: set[str] = set()
         for i, upd in enumerate(updates):
             entity = upd.entity
@@ -343,7 +343,7 @@ class PipelineModel:
                 else:
                     raise _Reject("INVALID_ARGUMENT", f"unsupported entity {type(entity).__name__}")
             except _Reject as r:
-                failures.append((i, r.code, r.message))
+                failures.append(UpdateFailure(i, r.code, r.message))
         for table in touched:
             self._rebuild(table)
         if failures:

@@ -15,7 +15,8 @@ Errors (docs/hint-api.md): :class:`safs.core.errors.InvalidInput` becomes INVALI
 details ``"<field>: <message>"`` and the field in trailing metadata ``safs-field``; Update,
 Complete or GetGrant for a flow the scheduler's registry does not hold becomes NOT_FOUND;
 :class:`safs.core.errors.TargetError` (hint accepted, switch writes refused, retried on the next
-tick) becomes UNAVAILABLE. The scheduler validates before it changes anything, so a refused
+tick) and :class:`safs.core.errors.TargetConnectionError` (a switch's counter read failed)
+become UNAVAILABLE. The scheduler validates before it changes anything, so a refused
 call leaves every admitted flow as it was.
 
 Activation at a start time: an Announce with ``start_time_ns`` asks for the flow's grant to be
@@ -40,7 +41,7 @@ from typing import Callable, NoReturn
 
 import grpc
 
-from safs.core.errors import InvalidInput, TargetError
+from safs.core.errors import InvalidInput, TargetConnectionError, TargetError
 from safs.control.hintapi import hints_pb2 as pb
 from safs.control.hintapi import hints_pb2_grpc as pb_grpc
 from safs.control.hintapi.convert import FIELD_METADATA_KEY, flow_class_from_pb, grant_to_pb
@@ -59,8 +60,8 @@ class HintServiceStats:
         activations: flows allocated because their start time came (or had passed at announce).
         activation_failures: activations the scheduler refused (e.g. no free meter slot); those
             flows are allocated at their first REQUEST digest instead.
-        write_failures: calls whose hint was accepted but whose switch writes failed
-            (TargetError; the scheduler retries on its next tick).
+        write_failures: calls whose hint was accepted but whose switch writes (TargetError) or
+            counter reads (TargetConnectionError) failed; the scheduler retries on its next tick.
     """
 
     activations: int = 0
@@ -113,7 +114,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
                 hint = FlowHint(request.flow_id, request.sender, request.receiver, request.remaining_bytes,
                                 request.no_bubble_ts_ns, request.label, flow_class_from_pb(request.flow_class))
                 self._sched.announce(hint, now)
-            except (InvalidInput, TargetError) as err:
+            except (InvalidInput, TargetError, TargetConnectionError) as err:
                 self._abort(context, err)
             if start is None:
                 return pb.AnnounceResponse()
@@ -126,7 +127,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
             self._pending.pop(request.flow_id, None)
             try:
                 activated = self._activate(request.flow_id, now)
-            except TargetError as err:
+            except (TargetError, TargetConnectionError) as err:
                 self._abort(context, err)
             return pb.AnnounceResponse(activated=activated)
 
@@ -138,7 +139,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
             self._require_known(request.flow_id, context)
             try:
                 self._update(request.flow_id, request.remaining_bytes, ts, now)
-            except (InvalidInput, TargetError) as err:
+            except (InvalidInput, TargetError, TargetConnectionError) as err:
                 self._abort(context, err)
         return pb.UpdateResponse()
 
@@ -150,7 +151,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
             self._pending.pop(request.flow_id, None)
             try:
                 self._sched.complete(request.flow_id, now)
-            except (InvalidInput, TargetError) as err:
+            except (InvalidInput, TargetError, TargetConnectionError) as err:
                 self._abort(context, err)
         return pb.CompleteResponse()
 
@@ -194,7 +195,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
             try:
                 if self._activate(fid, now_ns):
                     done.append(fid)
-            except TargetError as err:  # admitted; the scheduler retries the writes on tick
+            except (TargetError, TargetConnectionError) as err:  # admitted; retried on tick
                 self.stats.write_failures += 1
                 _log.warning("activation of flow %d: %s", fid, err)
                 done.append(fid)
@@ -237,13 +238,15 @@ class HintServicer(pb_grpc.HintServiceServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"flow_id: unknown flow {flow_id} "
                           "(never announced, or completed)")
 
-    def _abort(self, context: grpc.ServicerContext, err: InvalidInput | TargetError) -> NoReturn:
+    def _abort(self, context: grpc.ServicerContext,
+               err: InvalidInput | TargetError | TargetConnectionError) -> NoReturn:
         if isinstance(err, InvalidInput):
             context.set_trailing_metadata(((FIELD_METADATA_KEY, err.field),))
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{err.field}: {err.message}")
         self.stats.write_failures += 1
-        context.abort(grpc.StatusCode.UNAVAILABLE, f"hint accepted, but a switch refused the grant "
-                      f"writes (the controller retries on its next tick): {err}")
+        what = "refused the grant writes" if isinstance(err, TargetError) else "could not be read"
+        context.abort(grpc.StatusCode.UNAVAILABLE, f"hint accepted, but a switch {what} "
+                      f"(the controller retries on its next tick): {err}")
         raise AssertionError("unreachable")  # context.abort raises
 
 

@@ -14,8 +14,9 @@ Encoding follows the P4Runtime spec and what PI (BMv2's P4Runtime server) checks
   session id only.
 
 Errors found before sending (unknown table, action, field or parameter, a value of the wrong
-kind, a negative value) raise :class:`EncodeError` with the gRPC code name the server would
-use, so the target reports them per update like the server's own errors.
+kind, a negative value) raise :class:`EncodeError`, an :class:`~safs.core.errors.InvalidInput`
+that also carries the gRPC code name the server would use, so the target reports them per
+update (:class:`~safs.core.errors.UpdateFailure`) like the server's own errors.
 """
 
 from __future__ import annotations
@@ -31,18 +32,26 @@ UPDATE_TYPES = {Op.INSERT: p4runtime_pb2.Update.INSERT,
                 Op.DELETE: p4runtime_pb2.Update.DELETE}
 
 
-class EncodeError(Exception):
-    """An update could not be encoded: gRPC status name and message."""
+class EncodeError(InvalidInput):
+    """An update could not be encoded; raised before anything is sent.
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
+    An :class:`~safs.core.errors.InvalidInput` (so a :class:`~safs.core.errors.SafsError`):
+    ``field`` names what was wrong (``"table"``, ``"SafsIngress.flow_grant.flow_id"``, ...),
+    ``message`` what was allowed. ``code`` is the gRPC status name a P4Runtime server would
+    answer for it (``"INVALID_ARGUMENT"``, or ``"UNIMPLEMENTED"`` for a match kind the codec
+    does not support), so :meth:`P4RuntimeTarget.write
+    <safs.targets.p4rt.target.P4RuntimeTarget.write>` reports it as that update's
+    :class:`~safs.core.errors.UpdateFailure`.
+    """
+
+    def __init__(self, code: str, field: str, message: str) -> None:
+        super().__init__(field, message)
         self.code = code
-        self.message = message
 
 
 def _value(value: int, bitwidth: int, padded: bool, what: str) -> bytes:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise EncodeError("INVALID_ARGUMENT", f"{what} must be an int >= 0, got {value!r}")
+        raise EncodeError("INVALID_ARGUMENT", what, f"must be an int >= 0, got {value!r}")
     return padded_bytes(value, bitwidth) if padded else canonical_bytes(value)
 
 
@@ -54,46 +63,46 @@ def encode_table_entry(index: P4InfoIndex, entry: TableEntry, padded: bool = Fal
     """
     table = index.tables.get(entry.table)
     if table is None:
-        raise EncodeError("INVALID_ARGUMENT", f"unknown table {entry.table!r}")
+        raise EncodeError("INVALID_ARGUMENT", "table", f"unknown table {entry.table!r}")
     action = index.actions.get(entry.action)
     if action is None:
-        raise EncodeError("INVALID_ARGUMENT", f"unknown action {entry.action!r}")
+        raise EncodeError("INVALID_ARGUMENT", "action", f"unknown action {entry.action!r}")
     msg = p4runtime_pb2.TableEntry(table_id=table.id, priority=entry.priority)
     if entry.is_default:
         msg.is_default_action = True
     for name, value in entry.match.items():
         field = table.field(name)
         if field is None:
-            raise EncodeError("INVALID_ARGUMENT", f"{entry.table} has no match field {name!r}")
+            raise EncodeError("INVALID_ARGUMENT", f"{entry.table}.match", f"no match field {name!r}")
         what = f"{entry.table}.{name}"
         fm = p4runtime_pb2.FieldMatch(field_id=field.id)
         if field.kind == "exact":
             if not isinstance(value, int):
-                raise EncodeError("INVALID_ARGUMENT", f"{what} is exact: give an int, got {value!r}")
+                raise EncodeError("INVALID_ARGUMENT", what, f"is exact: give an int, got {value!r}")
             fm.exact.value = _value(value, field.bitwidth, padded, what)
         elif field.kind == "lpm":
             if not isinstance(value, Lpm):
-                raise EncodeError("INVALID_ARGUMENT", f"{what} is lpm: give an Lpm, got {value!r}")
+                raise EncodeError("INVALID_ARGUMENT", what, f"is lpm: give an Lpm, got {value!r}")
             if value.prefix_len == 0 and value.value == 0:
                 continue  # don't care: omitted (spec; PI rejects prefix_len 0)
             fm.lpm.value = _value(value.value, field.bitwidth, padded, what)
             fm.lpm.prefix_len = value.prefix_len
         elif field.kind == "range":
             if not isinstance(value, Range):
-                raise EncodeError("INVALID_ARGUMENT", f"{what} is range: give a Range, got {value!r}")
+                raise EncodeError("INVALID_ARGUMENT", what, f"is range: give a Range, got {value!r}")
             if value.low == 0 and value.high == (1 << field.bitwidth) - 1:
                 continue  # don't care: omitted (spec; PI rejects the explicit full range)
             fm.range.low = _value(value.low, field.bitwidth, padded, what)
             fm.range.high = _value(value.high, field.bitwidth, padded, what)
         else:
-            raise EncodeError("UNIMPLEMENTED", f"{what}: match kind {field.kind} is not supported")
+            raise EncodeError("UNIMPLEMENTED", what, f"match kind {field.kind} is not supported")
         msg.match.append(fm)
     act = msg.action.action
     act.action_id = action.id
     for name, value in entry.params.items():
         param = action.param(name)
         if param is None:
-            raise EncodeError("INVALID_ARGUMENT", f"{entry.action} has no parameter {name!r}")
+            raise EncodeError("INVALID_ARGUMENT", f"{entry.action}.params", f"no parameter {name!r}")
         act.params.append(p4runtime_pb2.Action.Param(
             param_id=param.id, value=_value(value, param.bitwidth, padded, f"{entry.action}.{name}")))
     return msg
@@ -149,7 +158,7 @@ def encode_meter(index: P4InfoIndex, cfg: MeterConfig) -> p4runtime_pb2.MeterEnt
     """
     meter = index.meters.get(cfg.meter)
     if meter is None:
-        raise EncodeError("INVALID_ARGUMENT", f"unknown meter {cfg.meter!r}")
+        raise EncodeError("INVALID_ARGUMENT", "meter", f"unknown meter {cfg.meter!r}")
     msg = p4runtime_pb2.MeterEntry(meter_id=meter.id)
     msg.index.index = cfg.index
     msg.config.cir, msg.config.cburst = cfg.cir, cfg.cburst
@@ -184,7 +193,7 @@ def encode_clone_session(cs: CloneSession, with_replica: bool = True) -> p4runti
     values = (("session_id", cs.session_id), ("egress_port", cs.egress_port))
     for what, v in values if with_replica else values[:1]:
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _U32_MAX:
-            raise EncodeError("INVALID_ARGUMENT", f"clone session {what} must be an int in 0..2^32-1, got {v!r}")
+            raise EncodeError("INVALID_ARGUMENT", f"clone_session.{what}", f"must be an int in 0..2^32-1, got {v!r}")
     msg = p4runtime_pb2.CloneSessionEntry(session_id=cs.session_id)
     if with_replica:
         msg.replicas.add(egress_port=cs.egress_port, instance=0)
@@ -220,7 +229,7 @@ def encode_update(index: P4InfoIndex, upd: Update, padded: bool = False) -> p4ru
         out.entity.packet_replication_engine_entry.clone_session_entry.CopyFrom(
             encode_clone_session(upd.entity, with_replica=upd.op is not Op.DELETE))
     else:
-        raise EncodeError("INVALID_ARGUMENT", f"unsupported entity {type(upd.entity).__name__}")
+        raise EncodeError("INVALID_ARGUMENT", "entity", f"unsupported entity {type(upd.entity).__name__}")
     return out
 
 

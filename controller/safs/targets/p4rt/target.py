@@ -3,25 +3,28 @@
 :class:`P4RuntimeTarget` implements :class:`safs.core.target.Target`, so the scheduler drives it
 exactly as it drives the in-process :class:`safs.targets.pipeline_model.PipelineModel`. Layers::
 
-    Scheduler --Update[]--> P4RuntimeTarget --codec + P4InfoIndex--> WriteRequest (one batch)
-                                 |                                        |
-                          _SwitchClient (p4runtime-shell P4RuntimeClient subclass, one per
-                          switch: channel, stub, StreamChannel with arbitration, digest lists)
+    Scheduler --Update[]--> P4RuntimeTarget --codec + P4InfoIndex--> p4.v1 Updates (one batch)
+                                 |
+                          SwitchClient (safs.targets.p4rt.client: one session per switch on
+                          p4runtime-shell's P4RuntimeClient: channel, stub, StreamChannel with
+                          arbitration, digest lists, typed errors)
 
-Built on ``p4runtime_sh.p4runtime.P4RuntimeClient`` (p4runtime-shell 0.0.6), not on the
-process-global ``p4runtime_sh.shell`` session. The subclass changes three things of that
-client: arbitration failures raise :class:`~safs.core.errors.TargetError` instead of calling
-``sys.exit``, the stream thread is a daemon (a forgotten ``close`` cannot hang the process at
-exit), and write errors are parsed here: p4runtime-shell 0.0.6's ``P4RuntimeErrorIterator``
-loops forever on the ``OK`` entries PI puts in the error details for the updates that
-succeeded.
+The connection, arbitration and error parsing live in :mod:`safs.targets.p4rt.client` (its
+docstring lists the p4runtime-shell 0.0.6 behaviours it works around); this module encodes,
+decodes and maps the typed :class:`~safs.core.target.Target` calls onto it.
 
-Errors: every failed update of a batch is reported in one :class:`TargetError` with its index
-in the batch, its gRPC code name and message (P4Runtime returns them as ``p4.v1.Error`` in the
-``grpc-status-details-bin`` trailer, overall code UNKNOWN). A whole-request failure (not
-primary: PERMISSION_DENIED; switch gone: UNAVAILABLE) lists every update with that code, so a
-caller never mistakes an unsent update for an applied one. Calls that are not batches
-(connect, reads) raise ``TargetError`` with a single failure at index 0.
+Errors (docs/p4runtime.md, "Errors"):
+
+* :meth:`P4RuntimeTarget.write` raises :class:`~safs.core.errors.TargetError` with one
+  :class:`~safs.core.errors.UpdateFailure` (index in the batch, gRPC code name, message) per
+  failed update; P4Runtime returns them as ``p4.v1.Error`` in the ``grpc-status-details-bin``
+  trailer, overall code UNKNOWN. A whole-request failure (not primary: PERMISSION_DENIED;
+  switch gone: UNAVAILABLE) lists every update with that code, so a caller never mistakes an
+  unsent update for an applied one. Updates the codec cannot encode are not sent and are
+  listed at their index with the code the switch would give.
+* Everything that is not a write batch -- connect, arbitration, pipeline push, reads, the
+  digest stream -- raises :class:`~safs.core.errors.TargetConnectionError` naming the switch,
+  its address, the operation and the gRPC code (no update index).
 
 Switch restart: the switch loses its tables, meters and clock offset. :meth:`reconnect`
 opens a new stream, re-arbitrates, optionally pushes the pipeline again and re-enables
@@ -33,21 +36,17 @@ first (BMv2's clock restarts at 0).
 from __future__ import annotations
 
 import logging
-import queue
-import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
-import grpc
-from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2
-from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException
 
 from safs.core import p4names as n
-from safs.core.errors import InvalidInput, TargetError
+from safs.core.errors import InvalidInput, TargetConnectionError, TargetError, UpdateFailure
+from safs.targets.p4rt.client import SwitchClient
 from safs.targets.p4rt.codec import (EncodeError, decode_clone_session, decode_meter, decode_request_digest,
-                             decode_table_entry, digest_members, encode_update)
+                                     decode_table_entry, digest_members, encode_update)
 from safs.targets.p4rt.p4info import P4InfoIndex
 from safs.core.target import CloneSession, CounterValue, MeterConfig, Op, RequestDigest, TableEntry, Update
 from safs.core.timebase import TIME_MASK
@@ -72,126 +71,6 @@ class DigestSettings:
     ack_timeout_ns: int = 50_000_000
 
 
-def code_name(code: int) -> str:
-    """google.rpc.Code number -> name (``6`` -> ``"ALREADY_EXISTS"``)."""
-    try:
-        return code_pb2.Code.Name(code)
-    except ValueError:
-        return f"CODE_{code}"
-
-
-def parse_write_error(err: grpc.RpcError, n_updates: int) -> list[tuple[int, str, str]]:
-    """Failures ``(index, code name, message)`` of a failed Write RPC of ``n_updates`` updates.
-
-    PI answers a batch with failures with code UNKNOWN and a ``google.rpc.Status`` in the
-    ``grpc-status-details-bin`` trailer whose details hold one ``p4.v1.Error`` per update
-    (``OK`` for those applied). Without such details the whole request failed: every update
-    is listed with the RPC's own code.
-    """
-    status = None
-    for key, value in err.trailing_metadata() or ():
-        if key == "grpc-status-details-bin":
-            status = status_pb2.Status()
-            status.ParseFromString(value)
-    code = err.code()
-    if code == grpc.StatusCode.UNKNOWN and status is not None and status.details:
-        failures = []
-        for i, detail in enumerate(status.details):
-            p4_error = p4runtime_pb2.Error()
-            if not detail.Unpack(p4_error):
-                failures.append((i, "UNKNOWN", f"undecodable error detail {detail.type_url}"))
-            elif p4_error.canonical_code != code_pb2.OK:
-                failures.append((i, code_name(p4_error.canonical_code), p4_error.message))
-        return failures
-    return [(i, code.name, err.details() or "") for i in range(n_updates)]
-
-
-class _SwitchClient(P4RuntimeClient):
-    """p4runtime-shell's client for one switch, with exceptions instead of ``sys.exit``, a
-    daemon stream thread and bounded waits. ``is_primary`` follows arbitration updates."""
-
-    def __init__(self, device_id: int, grpc_addr: str, election_id: tuple[int, int],
-                 timeout_s: float) -> None:
-        self._timeout_s = timeout_s
-        self._grpc_addr = grpc_addr
-        self.is_primary = False
-        self.stream_error: str | None = None
-        self.stream_recv_thread = None
-        try:
-            super().__init__(device_id, grpc_addr, election_id)
-        except BaseException:
-            self.tear_down()
-            raise
-
-    def set_up_stream(self) -> None:
-        self.stream_out_q = queue.Queue()
-        self.stream_in_q = {k: queue.Queue() for k in
-                            ("arbitration", "packet", "digest", "idle_timeout_notification", "unknown")}
-
-        def requests():
-            while True:
-                msg = self.stream_out_q.get()
-                if msg is None:
-                    return
-                yield msg
-
-        self.stream = self.stub.StreamChannel(requests())
-
-        def receive() -> None:
-            try:
-                for msg in self.stream:
-                    kind = msg.WhichOneof("update")
-                    self.stream_in_q.get(kind, self.stream_in_q["unknown"]).put(msg)
-            except grpc.RpcError as err:
-                self.stream_error = f"{err.code().name}: {err.details()}"
-            for q in self.stream_in_q.values():
-                q.put(None)  # stream closed
-
-        self.stream_recv_thread = threading.Thread(target=receive, daemon=True,
-                                                   name=f"p4rt-stream-{self._grpc_addr}")
-        self.stream_recv_thread.start()
-        self.handshake()
-
-    def handshake(self) -> None:
-        req = p4runtime_pb2.StreamMessageRequest()
-        req.arbitration.device_id = self.device_id
-        req.arbitration.election_id.high, req.arbitration.election_id.low = self.election_id
-        self.stream_out_q.put(req)
-        rep = self.get_stream_packet("arbitration", timeout=self._timeout_s)
-        if rep is None:
-            why = self.stream_error or f"no answer within {self._timeout_s} s"
-            code = why.split(":")[0] if self.stream_error else "UNAVAILABLE"
-            raise TargetError([(0, code, f"arbitration with {self._grpc_addr} failed: {why}")])
-        self.is_primary = rep.arbitration.status.code == code_pb2.OK
-
-    def poll_arbitration(self) -> bool:
-        """Apply arbitration updates received since the last call; return ``is_primary``."""
-        while True:
-            try:
-                msg = self.stream_in_q["arbitration"].get_nowait()
-            except queue.Empty:
-                return self.is_primary
-            if msg is None:
-                self.is_primary = False
-                return False
-            self.is_primary = msg.arbitration.status.code == code_pb2.OK
-
-    def tear_down(self) -> None:
-        if getattr(self, "stream_out_q", None) is not None:
-            self.stream_out_q.put(None)
-        stream = getattr(self, "stream", None)
-        if stream is not None:
-            stream.cancel()
-        if self.stream_recv_thread is not None:
-            self.stream_recv_thread.join(timeout=self._timeout_s)
-        channel = getattr(self, "channel", None)
-        if channel is not None:
-            channel.close()
-
-    def election(self) -> p4runtime_pb2.Uint128:
-        return p4runtime_pb2.Uint128(high=self.election_id[0], low=self.election_id[1])
-
-
 class P4RuntimeTarget:
     """A SAFS switch over P4Runtime (implements :class:`safs.core.target.Target`).
 
@@ -209,11 +88,13 @@ class P4RuntimeTarget:
         padded_bytes: send byte strings padded to the field width instead of canonical
             (both are valid P4Runtime; for tests of servers).
 
-    Connects and arbitrates on construction.
+    Connects and arbitrates on construction (a backup connects too: see :attr:`is_primary`).
+    Close it (:meth:`close`, or use it as a context manager).
 
     Raises:
         InvalidInput: a bad argument (field named) or an unreadable P4Info.
-        TargetError: the switch did not answer the arbitration (code UNAVAILABLE, index 0).
+        TargetConnectionError: ``"connect"`` (switch not reachable, UNAVAILABLE) or
+            ``"arbitration"`` (refused, or no answer within ``timeout_s``: UNAVAILABLE).
     """
 
     def __init__(self, name: str, grpc_addr: str, device_id: int, p4info_path: Path | str,
@@ -240,35 +121,41 @@ class P4RuntimeTarget:
         self.digest_settings = digests or DigestSettings()
         self.padded_bytes = padded_bytes
         self._digest = self.index.digest(n.REQUEST_DIGEST)
-        self._client: _SwitchClient | None = None
+        self._client: SwitchClient | None = None
         self._connect()
 
     # ------------------------------------------------------------------ connection
 
     def _connect(self) -> None:
-        self._client = _SwitchClient(self.device_id, self.grpc_addr, self.election_id, self.timeout_s)
+        self._client = SwitchClient(self.grpc_addr, self.device_id, self.election_id, self.timeout_s,
+                                    name=self.name)
+
+    def _require_client(self, operation: str) -> SwitchClient:
+        if self._client is None:
+            raise TargetConnectionError(self.grpc_addr, operation, "UNAVAILABLE", "the target is closed",
+                                        switch=self.name)
+        return self._client
 
     @property
-    def client(self) -> _SwitchClient:
-        """The p4runtime-shell client of this switch.
+    def client(self) -> SwitchClient:
+        """The P4Runtime session of this switch (:class:`safs.targets.p4rt.client.SwitchClient`;
+        for requests the typed interface has no form for).
 
         Raises:
-            TargetError: the target was closed (UNAVAILABLE).
+            TargetConnectionError: the target was closed (UNAVAILABLE).
         """
-        if self._client is None:
-            raise TargetError([(0, "UNAVAILABLE", f"{self.name}: target is closed")])
-        return self._client
+        return self._require_client("connection")
 
     @property
     def is_primary(self) -> bool:
         """True while this controller is the primary (may write), per the latest arbitration."""
-        return self._client is not None and self._client.poll_arbitration()
+        return self._client is not None and self._client.is_primary
 
     def close(self) -> None:
         """End the stream and close the channel (idempotent)."""
-        if self._client is not None:
-            self._client.tear_down()
-            self._client = None
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     def __enter__(self) -> "P4RuntimeTarget":
         return self
@@ -284,7 +171,8 @@ class P4RuntimeTarget:
         The switch's tables are not re-installed here: call ``Scheduler.reinstall``.
 
         Raises:
-            TargetError: arbitration, pipeline push or digest configuration failed.
+            TargetConnectionError: connect, arbitration or pipeline push failed.
+            TargetError: the digest configuration was refused.
         """
         self.close()
         self._connect()
@@ -299,16 +187,16 @@ class P4RuntimeTarget:
         :meth:`configure_digests`. The switch's tables and meters start empty afterwards.
 
         Raises:
-            InvalidInput: no ``bmv2_json_path`` was given (field ``bmv2_json_path``).
-            TargetError: the switch refused (e.g. PERMISSION_DENIED when not primary).
+            InvalidInput: no ``bmv2_json_path`` was given, or it cannot be read (field
+                ``bmv2_json_path``).
+            TargetConnectionError: ``"pipeline push"``: the switch refused (e.g.
+                PERMISSION_DENIED when not primary).
+            TargetError: the digest configuration was refused.
         """
         if self.bmv2_json_path is None:
             raise InvalidInput("bmv2_json_path", "is needed to push the pipeline; none was given")
         try:
-            self.client.set_fwd_pipe_config(str(self.p4info_path), str(self.bmv2_json_path))
-        except P4RuntimeException as err:
-            raise TargetError([(0, err.grpc_error.code().name,
-                                f"{self.name}: pipeline push: {err.grpc_error.details()}")]) from None
+            self._require_client("pipeline push").push_pipeline(self.p4info_path, self.bmv2_json_path)
         except OSError as err:
             raise InvalidInput("bmv2_json_path", f"cannot read {self.bmv2_json_path}: {err.strerror}") from None
         self.configure_digests()
@@ -318,7 +206,7 @@ class P4RuntimeTarget:
         switch already has it (a reconnect to a switch that kept its state).
 
         Raises:
-            TargetError: the switch refused the DigestEntry.
+            TargetError: the switch refused the DigestEntry (one update, index 0).
         """
         s = self.digest_settings
         entry = p4runtime_pb2.DigestEntry(digest_id=self._digest.id)
@@ -327,12 +215,16 @@ class P4RuntimeTarget:
         entry.config.ack_timeout_ns = s.ack_timeout_ns
         upd = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
         upd.entity.digest_entry.CopyFrom(entry)
-        failures = self._send([upd])
-        if failures and failures[0][1] == "ALREADY_EXISTS":
+        try:
+            self._send([upd])
+        except TargetError as err:
+            if err.failures[0].code != "ALREADY_EXISTS":
+                raise self._named(err, "digest config: ") from None
             upd.type = p4runtime_pb2.Update.MODIFY
-            failures = self._send([upd])
-        if failures:
-            raise TargetError([(0, code, f"{self.name}: digest config: {msg}") for _, code, msg in failures])
+            try:
+                self._send([upd])
+            except TargetError as again:
+                raise self._named(again, "digest config: ") from None
 
     # ------------------------------------------------------------------ Target: writes
 
@@ -346,9 +238,12 @@ class P4RuntimeTarget:
         INVALID_ARGUMENT.
 
         Raises:
-            TargetError: ``(index in updates, code name, message)`` for each failed update.
+            TargetError: one :class:`~safs.core.errors.UpdateFailure` per failed update, its
+                index the position in ``updates``, its message prefixed with the switch name.
+                A whole-request failure (PERMISSION_DENIED when not primary, UNAVAILABLE when
+                the switch is gone or the target closed) lists every sent update.
         """
-        failures: list[tuple[int, str, str]] = []
+        failures: list[UpdateFailure] = []
         encoded: list[p4runtime_pb2.Update] = []
         sent: list[int] = []
         for i, upd in enumerate(updates):
@@ -356,22 +251,24 @@ class P4RuntimeTarget:
                 encoded.append(encode_update(self.index, upd, self.padded_bytes))
                 sent.append(i)
             except EncodeError as err:
-                failures.append((i, err.code, f"{self.name}: {err.message}"))
-        if encoded:
-            failures += [(sent[j], code, f"{self.name}: {msg}") for j, code, msg in self._send(encoded)]
-        if failures:
-            raise TargetError(sorted(failures))
-
-    def _send(self, updates: list[p4runtime_pb2.Update]) -> list[tuple[int, str, str]]:
-        client = self.client
-        req = p4runtime_pb2.WriteRequest(device_id=self.device_id, election_id=client.election(),
-                                         atomicity=p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR)
-        req.updates.extend(updates)
+                failures.append(UpdateFailure(i, err.code, f"{self.name}: {err}"))
         try:
-            client.stub.Write(req, timeout=self.timeout_s)
-        except grpc.RpcError as err:
-            return parse_write_error(err, len(updates))
-        return []
+            self._send(encoded)
+        except TargetError as err:
+            failures += [replace(f, index=sent[f.index], message=f"{self.name}: {f.message}") for f in err.failures]
+        if failures:
+            raise TargetError(sorted(failures, key=lambda f: f.index))
+
+    def _send(self, updates: list[p4runtime_pb2.Update]) -> None:
+        """One WriteRequest of ``updates``; TargetError indexes are positions in ``updates``."""
+        if not updates:
+            return
+        if self._client is None:
+            raise TargetError([UpdateFailure(i, "UNAVAILABLE", "the target is closed") for i in range(len(updates))])
+        self._client.write(updates)
+
+    def _named(self, err: TargetError, what: str) -> TargetError:
+        return TargetError([replace(f, message=f"{self.name}: {what}{f.message}") for f in err.failures])
 
     def set_clock_offset(self, offset_ns: int) -> None:
         """Fabric time = switch clock + ``offset_ns`` (mod 2^48): MODIFY the default action of
@@ -387,19 +284,19 @@ class P4RuntimeTarget:
     # ------------------------------------------------------------------ reads
 
     def _read(self, *entities: p4runtime_pb2.Entity) -> list[p4runtime_pb2.Entity]:
-        req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
-        req.entities.extend(entities)
-        try:
-            return [e for rep in self.client.stub.Read(req, timeout=self.timeout_s) for e in rep.entities]
-        except grpc.RpcError as err:
-            raise TargetError([(0, err.code().name, f"{self.name}: read: {err.details()}")]) from None
+        return self._require_client("read").read(entities)
+
+    def _missing(self, what: str) -> TargetConnectionError:
+        return TargetConnectionError(self.grpc_addr, "read", "NOT_FOUND", f"no {what} in the answer",
+                                     switch=self.name)
 
     def read_counter(self, counter: str, index: int) -> CounterValue:
         """Bytes and packets of ``counter[index]`` (one CounterEntry read).
 
         Raises:
             InvalidInput: unknown counter, or index outside ``0..size-1``.
-            TargetError: the read failed.
+            TargetConnectionError: ``"read"``: the read failed, or the cell is missing from
+                the answer (NOT_FOUND).
         """
         info = self.index.counter(counter)
         if not isinstance(index, int) or not 0 <= index < info.size:
@@ -410,7 +307,7 @@ class P4RuntimeTarget:
         for e in self._read(entity):
             d = e.counter_entry.data
             return CounterValue(byte_count=d.byte_count, packet_count=d.packet_count)
-        raise TargetError([(0, "NOT_FOUND", f"{self.name}: no cell {counter}[{index}] in the answer")])
+        raise self._missing(f"cell {counter}[{index}]")
 
     def read_counter_cells(self, counter: str, indices: Sequence[int]) -> list[CounterValue]:
         """Bytes and packets of ``counter[i]`` for each of ``indices``, in order, in ONE
@@ -420,7 +317,8 @@ class P4RuntimeTarget:
 
         Raises:
             InvalidInput: unknown counter, or an index outside ``0..size-1``.
-            TargetError: the read failed, or a cell is missing from the answer.
+            TargetConnectionError: ``"read"``: the read failed, or a cell is missing from the
+                answer (NOT_FOUND).
         """
         info = self.index.counter(counter)
         entities = []
@@ -438,14 +336,14 @@ class P4RuntimeTarget:
                  for e in self._read(*entities)}
         missing = [i for i in indices if i not in cells]
         if missing:
-            raise TargetError([(0, "NOT_FOUND", f"{self.name}: no cells {counter}{missing} in the answer")])
+            raise self._missing(f"cells {counter}{missing}")
         return [cells[i] for i in indices]
 
     def read_counters(self, counter: str) -> list[CounterValue]:
         """Every cell of ``counter`` in one wildcard read, indexed by cell.
 
         Raises:
-            InvalidInput: unknown counter. TargetError: the read failed.
+            InvalidInput: unknown counter. TargetConnectionError: the read failed.
         """
         info = self.index.counter(counter)
         entity = p4runtime_pb2.Entity()
@@ -461,7 +359,7 @@ class P4RuntimeTarget:
         """Installed (non-default) entries of ``table``, decoded.
 
         Raises:
-            InvalidInput: unknown table. TargetError: the read failed.
+            InvalidInput: unknown table. TargetConnectionError: the read failed.
         """
         entity = p4runtime_pb2.Entity()
         entity.table_entry.table_id = self.index.table(table).id
@@ -472,7 +370,7 @@ class P4RuntimeTarget:
         """The default action of ``table`` as an ``is_default`` entry (None if not answered).
 
         Raises:
-            InvalidInput: unknown table. TargetError: the read failed.
+            InvalidInput: unknown table. TargetConnectionError: the read failed.
         """
         entity = p4runtime_pb2.Entity()
         entity.table_entry.table_id = self.index.table(table).id
@@ -485,7 +383,8 @@ class P4RuntimeTarget:
         """The config of ``meter[index]``.
 
         Raises:
-            InvalidInput: unknown meter or index out of range. TargetError: the read failed.
+            InvalidInput: unknown meter or index out of range. TargetConnectionError: the read
+                failed, or the cell is missing from the answer (NOT_FOUND).
         """
         info = self.index.meter(meter)
         if not isinstance(index, int) or not 0 <= index < info.size:
@@ -495,14 +394,14 @@ class P4RuntimeTarget:
         entity.meter_entry.index.index = index
         for e in self._read(entity):
             return decode_meter(self.index, e.meter_entry)
-        raise TargetError([(0, "NOT_FOUND", f"{self.name}: no cell {meter}[{index}] in the answer")])
+        raise self._missing(f"cell {meter}[{index}]")
 
     def read_clone_sessions(self) -> list[CloneSession]:
         """Every clone session on the switch (one wildcard read), by session id.
 
         Raises:
             InvalidInput: a session without exactly one replica (field ``clone_session_entry``).
-            TargetError: the read failed.
+            TargetConnectionError: the read failed.
         """
         entity = p4runtime_pb2.Entity()
         entity.packet_replication_engine_entry.clone_session_entry.session_id = 0  # 0: all
@@ -515,33 +414,21 @@ class P4RuntimeTarget:
     def poll_digests(self, timeout_s: float = 0.0) -> list[RequestDigest]:
         """REQUEST digests received on the stream since the last call, oldest first; each
         DigestList is acked (DigestListAck) once decoded. Waits up to ``timeout_s`` seconds for
-        the first list when none is queued (0: do not wait).
+        the first list when none is queued (0: do not wait). Undecodable samples are logged
+        and dropped.
 
         Raises:
-            TargetError: the stream is closed (UNAVAILABLE, index 0): reconnect.
+            TargetConnectionError: ``"stream"``, UNAVAILABLE: the stream is closed (the switch
+                restarted or is gone, or the target is closed): reconnect.
         """
-        client = self.client
-        q = client.stream_in_q["digest"]
+        client = self._require_client("stream")
         out: list[RequestDigest] = []
-        wait = timeout_s > 0
-        while True:
-            try:
-                msg = q.get(timeout=timeout_s) if wait else q.get_nowait()
-            except queue.Empty:
-                return out
-            wait = False
-            if msg is None:
-                q.put(None)  # keep reporting the closed stream
-                raise TargetError([(0, "UNAVAILABLE", f"{self.name}: stream closed: "
-                                    f"{client.stream_error or 'ended by the switch'}")])
-            lst = msg.digest
+        for lst in client.digest_lists(timeout_s):
             if lst.digest_id == self._digest.id:
                 for data in lst.data:
                     try:
                         out.append(decode_request_digest(digest_members(data)))
                     except InvalidInput as err:
                         log.warning("%s: undecodable digest dropped: %s", self.name, err)
-            ack = p4runtime_pb2.StreamMessageRequest()
-            ack.digest_ack.digest_id = lst.digest_id
-            ack.digest_ack.list_id = lst.list_id
-            client.stream_out_q.put(ack)
+            client.ack_digest_list(lst)
+        return out
