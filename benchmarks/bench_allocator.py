@@ -20,7 +20,7 @@ import random
 import statistics
 import time
 
-from safs.core.allocator import AllocatorConfig, AllocFlow, Allocator
+from safs.core.allocator import Allocator, AllocatorConfig, AllocFlow
 
 G = 1_000_000_000
 
@@ -67,13 +67,14 @@ def main() -> None:
     for n in args.sizes:
         alloc, flows = build(n, args.job_size, args.seed)
         alloc.upsert_many(flows, 0)
-        full = median_time(lambda i: alloc.recompute(1000 * (i + 1)), max(1, args.repeat if n <= 10_000 else 3))
+        repeat = max(1, args.repeat if n <= 10_000 else 3)
+        full = median_time(lambda i, alloc=alloc: alloc.recompute(1000 * (i + 1)), repeat)
         rows.append((f"full allocation, {n:,} flows", full, ""))
 
     n = args.update_flows
     alloc, flows = build(n, args.job_size, args.seed)
     alloc.upsert_many(flows, 0)
-    full = median_time(lambda i: alloc.recompute(1000 * (i + 1)), args.repeat)
+    full = median_time(lambda i, alloc=alloc: alloc.recompute(1000 * (i + 1)), args.repeat)
     rng = random.Random(args.seed + 1)
     picks = [rng.choice(flows) for _ in range(args.updates)]
     t0 = 1000 * (args.repeat + 1)

@@ -64,7 +64,7 @@ def one_run(name: str, doubled: bool, policy: str) -> dict[str, float]:
 
     from safs.experiments.eval.experiments import experiment
     from safs.experiments.runner import run_one_sim
-from safs.experiments.runs import expand
+    from safs.experiments.runs import expand
     from safs.experiments.scenario import load_scenario
 
     exp = experiment(name)
@@ -107,17 +107,26 @@ def main() -> None:
     for name in names:
         res = {}
         for doubled in (False, True):
-            out = subprocess.run([sys.executable, __file__, "--policy", args.policy, "--child", name, str(int(doubled))],
-                                 capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, __file__, "--policy", args.policy, "--child", name, str(int(doubled))],
+                capture_output=True,
+                text=True,
+            )
             if out.returncode:
                 sys.exit(f"{name} ({'x2' if doubled else 'default'}) failed:\n{out.stderr}")
             res[doubled] = r = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"{name:<12} {'x2' if doubled else 'default':<8} {r['wall_s']:>8.2f} {r['peak_rss_kib'] / 1024:>13.1f} "
-                  f"{r['events']:>10} {r['pipeline_flows']:>7}", flush=True)
-        print(f"{name:<12} {'ratio':<8} {res[True]['wall_s'] / res[False]['wall_s']:>8.2f} "
-              f"{res[True]['peak_rss_kib'] / res[False]['peak_rss_kib']:>13.2f} "
-              f"{res[True]['events'] / res[False]['events']:>10.2f} "
-              f"{res[True]['pipeline_flows'] / res[False]['pipeline_flows']:>7.2f}", flush=True)
+            print(
+                f"{name:<12} {'x2' if doubled else 'default':<8} {r['wall_s']:>8.2f} {r['peak_rss_kib'] / 1024:>13.1f} "
+                f"{r['events']:>10} {r['pipeline_flows']:>7}",
+                flush=True,
+            )
+        print(
+            f"{name:<12} {'ratio':<8} {res[True]['wall_s'] / res[False]['wall_s']:>8.2f} "
+            f"{res[True]['peak_rss_kib'] / res[False]['peak_rss_kib']:>13.2f} "
+            f"{res[True]['events'] / res[False]['events']:>10.2f} "
+            f"{res[True]['pipeline_flows'] / res[False]['pipeline_flows']:>7.2f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -44,20 +44,20 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import grpc
 from p4.v1 import p4runtime_pb2
 
-from safs.core import p4names as n
 from safs.control.controller import ControllerApp, ControllerConfig, SwitchSpec
 from safs.control.hintapi.client import HintClient
+from safs.core import p4names as n
 from safs.core.hints import FlowHint
-from safs.targets.p4rt.codec import encode_update
-from safs.targets.p4rt.target import P4RuntimeTarget
 from safs.core.scheduler import SchedulerConfig
 from safs.core.target import Op, TableEntry, Update
+from safs.targets.p4rt.codec import encode_update
+from safs.targets.p4rt.target import P4RuntimeTarget
 
 ROOT = Path(__file__).resolve().parents[1]
 P4INFO = ROOT / "p4src" / "build" / "safs.p4info.txtpb"

@@ -31,9 +31,9 @@ def run_sim(steps: int, policy: str, bulk: int, seed: int = 1) -> dict[str, floa
     """Simulate ``steps`` AFD decode steps; returns events, wall seconds, events/s, peak RSS."""
     import resource
 
-    from safs.experiments.sim.config import SimConfig
-    from safs.experiments.sim.backend import simulate
     from safs.core.topology import load_topology
+    from safs.experiments.sim.backend import simulate
+    from safs.experiments.sim.config import SimConfig
     from safs.experiments.workloads import build_workload
 
     topo = load_topology(TOPOLOGY)
@@ -93,8 +93,14 @@ def main() -> None:
         ("bare heapq loop events/s", f"{bare:,.0f}"),
         ("sim / bare", f"{speed['events_per_s'] / bare:.3f}"),
         ("simulated time (ms)", f"{speed['sim_ms']:.2f}"),
-        (f"peak RSS, T={args.steps} (MiB)", f"{t['peak_rss_kib'] / 1024:.1f}  ({t['events']:,} events, {t['flows']} flows)"),
-        (f"peak RSS, 4T={4 * args.steps} (MiB)", f"{t4['peak_rss_kib'] / 1024:.1f}  ({t4['events']:,} events, {t4['flows']} flows)"),
+        (
+            f"peak RSS, T={args.steps} (MiB)",
+            f"{t['peak_rss_kib'] / 1024:.1f}  ({t['events']:,} events, {t['flows']} flows)",
+        ),
+        (
+            f"peak RSS, 4T={4 * args.steps} (MiB)",
+            f"{t4['peak_rss_kib'] / 1024:.1f}  ({t4['events']:,} events, {t4['flows']} flows)",
+        ),
         ("RSS ratio 4T / T (want <= 1.10)", f"{t4['peak_rss_kib'] / t['peak_rss_kib']:.3f}"),
     ]
     width = max(len(k) for k, _ in rows)

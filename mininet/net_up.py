@@ -28,9 +28,9 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from safs.control.controller import ControllerApp, ControllerConfig, SwitchSpec
+    from safs.core.topology import load_topology
     from safs.experiments.mininet import net as emunet
     from safs.experiments.mininet.backend import BMV2_JSON, P4INFO, calibrate_clocks
-    from safs.core.topology import load_topology
 
     topology = load_topology(args.topology)
     run_dir = args.keep_logs or Path(tempfile.mkdtemp(prefix="safs-mn-"))
@@ -38,9 +38,13 @@ def main() -> int:
     stop = threading.Event()
     try:
         hint = f"unix:{run_dir / 'hints.sock'}"
-        config = ControllerConfig(topology_path=args.topology, p4info_path=P4INFO, bmv2_json_path=BMV2_JSON,
-                                  switches=tuple(SwitchSpec(sw, emu.switch(sw).grpc_addr) for sw in topology.switches()),
-                                  hint_addr=hint)
+        config = ControllerConfig(
+            topology_path=args.topology,
+            p4info_path=P4INFO,
+            bmv2_json_path=BMV2_JSON,
+            switches=tuple(SwitchSpec(sw, emu.switch(sw).grpc_addr) for sw in topology.switches()),
+            hint_addr=hint,
+        )
         with ControllerApp(config) as app:
             app.start()
             thread = threading.Thread(target=app.run, args=(stop,), daemon=True)

@@ -28,10 +28,10 @@ import time
 import ptf
 import ptf.testutils as tu
 from p4.v1 import p4runtime_pb2
+from p4rt_client import Lpm, P4InfoIndex, P4RtClient, Range, load_p4info, update  # noqa: F401 (Range re-exported)
 from ptf.base_tests import BaseTest
 from scapy.layers.l2 import Ether
 
-from p4rt_client import Lpm, P4InfoIndex, P4RtClient, Range, load_p4info, update  # noqa: F401 (Range re-exported)
 from safs.core import p4names as n
 from safs.core.protocol import SAFS_UDP_PORT
 from safs.core.timebase import slack_to_key

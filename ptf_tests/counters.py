@@ -4,11 +4,20 @@ case in malformed.py. Byte counts are whole frames as BMv2 sees them (no FCS).""
 
 from __future__ import annotations
 
+from base_test import (
+    OTHER_IP,
+    PORT_OTHER,
+    PORT_RECEIVER,
+    PORT_SENDER,
+    RECEIVER_IP,
+    SENDER_IP,
+    SENDER_MAC,
+    SWITCH_MAC,
+    SafsTest,
+)
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from base_test import (OTHER_IP, PORT_OTHER, PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, SENDER_IP,
-                       SENDER_MAC, SWITCH_MAC, SafsTest)
 from safs.core import p4names as n
 from safs.core.scapy_layer import safs_data
 
@@ -62,11 +71,12 @@ class CountersTest(SafsTest):
                 self.wait_delta(n.PORT_TX_BYTES, port, tx0, (size, len(pkts)))
                 # Every packet lands in one depth bucket of its port; the first meets an empty
                 # queue (bucket 0). Later ones may meet 1 or 2 ahead on a busy machine.
-                def hist_delta():
+                def hist_delta(port=port, hist0=hist0):
                     now = [self.read(n.QDEPTH_HIST, port * n.QDEPTH_BUCKETS + b)[1]
                            for b in range(n.QDEPTH_BUCKETS)]
                     return [a - b for a, b in zip(now, hist0)]
-                self.poll_until(lambda: sum(hist_delta()) == len(pkts), "qdepth_hist to count every packet")
+                self.poll_until(lambda: sum(hist_delta()) == len(pkts),  # noqa: B023 (polled in this iteration)
+                                "qdepth_hist to count every packet")
                 self.assertGreaterEqual(hist_delta()[0], 1, f"bucket 0 of port {port}: {hist_delta()}")
                 want_flow = (size, len(pkts)) if in_flow else (0, 0)
                 self.wait_delta(n.FLOW_BYTES, slot, flow0, want_flow)

@@ -45,25 +45,35 @@ from __future__ import annotations
 import time
 
 import ptf.testutils as tu
+from base_test import (
+    OTHER_IP,
+    PORT_OTHER,
+    PORT_RECEIVER,
+    PORT_SENDER,
+    RECEIVER_IP,
+    SENDER_IP,
+    SENDER_MAC,
+    SWITCH_MAC,
+    SafsTest,
+    ip_int,
+)
 from p4.v1 import p4runtime_pb2
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from base_test import (OTHER_IP, PORT_OTHER, PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, SENDER_IP,
-                       SENDER_MAC, SWITCH_MAC, SafsTest, ip_int)
 from safs.core import p4names as n
 from safs.core.allocator import AllocatorConfig
 from safs.core.hints import FlowHint
-from safs.targets.p4rt.target import P4RuntimeTarget
-from safs.core.scapy_layer import SAFS, safs_data, safs_done, safs_request
-from safs.targets.pipeline_model import PipelineModel
-from safs.core.protocol import NS_PER_S, Color, MsgType
-from safs.core.scheduler import Scheduler, SchedulerConfig
 from safs.core.packet import PROTO_UDP, Packet
+from safs.core.protocol import NS_PER_S, Color, MsgType
+from safs.core.scapy_layer import SAFS, safs_data, safs_done, safs_request
+from safs.core.scheduler import Scheduler, SchedulerConfig
 from safs.core.target import CounterValue, Op, RequestDigest, Update
 from safs.core.timebase import TIME_MASK, TIME_MOD
 from safs.core.topology import build_topology
+from safs.targets.p4rt.target import P4RuntimeTarget
+from safs.targets.pipeline_model import PipelineModel
 
 SWITCH = "s1"
 LINK_RATE = "8kbps"  # tiny rates: meter refill during a test is a few hundred bytes
@@ -307,7 +317,7 @@ class DifferentialTest(SafsTest):
         gc, slot_c = self.grants[FLOW_C], self.grants[FLOW_C]["meter_slot"]
         seq = 1000
         for slack, qclass in ((-10 * NS_PER_S, 6), (500 * MS, 3), (10 * NS_PER_S, 2)):
-            for attempt in range(ATTEMPTS):
+            for _attempt in range(ATTEMPTS):
                 seq += 1
                 self.probe()
                 latest = (self.fabric_estimate(time.monotonic()) + slack) & TIME_MASK

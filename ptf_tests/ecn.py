@@ -8,11 +8,10 @@ and a burst is sent; packet i of the burst sees about i packets ahead of it."""
 
 from __future__ import annotations
 
+from base_test import OTHER_IP, PORT_OTHER, PORT_SENDER, SENDER_IP, SENDER_MAC, SWITCH_MAC, SafsTest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from base_test import (PORT_OTHER, OTHER_IP, PORT_SENDER, SENDER_IP, SENDER_MAC, SWITCH_MAC,
-                       SafsTest)
 from safs.core import p4names as n
 from safs.core.protocol import ECN_CE, ECN_ECT0, ECN_ECT1, ECN_NOT_ECT, QUEUE_BEST_EFFORT
 
@@ -47,6 +46,6 @@ class EcnThresholdTest(SafsTest):
                     first = marks.index(ECN_CE)
                     self.assertEqual(marks[first:], [ECN_CE] * (BURST - first), "marked from then on")
                     new = BURST - first
-                self.poll_until(lambda: self.client.read_counter(n.ECN_MARKED, PORT_OTHER)[1] - marked0 == new,
+                self.poll_until(lambda: self.client.read_counter(n.ECN_MARKED, PORT_OTHER)[1] - marked0 == new,  # noqa: B023 (polled in this iteration)
                                 f"ecn_marked[{PORT_OTHER}] to grow by {new}")
         self.expect_nothing()

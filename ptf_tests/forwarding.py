@@ -3,11 +3,22 @@ hop MAC is written; a destination no route covers is dropped (ipv4_lpm default d
 
 from __future__ import annotations
 
+from base_test import (
+    OTHER_MAC,
+    PORT_OTHER,
+    PORT_RECEIVER,
+    PORT_SENDER,
+    RECEIVER_MAC,
+    SENDER_IP,
+    SWITCH_MAC,
+    Lpm,
+    SafsTest,
+    ip_int,
+    mac_int,
+)
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from base_test import (OTHER_MAC, PORT_OTHER, PORT_RECEIVER, PORT_SENDER, RECEIVER_MAC, SENDER_IP,
-                       SWITCH_MAC, SafsTest, Lpm, ip_int, mac_int)
 from safs.core import p4names as n
 
 

@@ -12,15 +12,25 @@
 
 from __future__ import annotations
 
+from base_test import (
+    CLONE_SESSION_BASE,
+    PORT_RECEIVER,
+    PORT_SENDER,
+    RECEIVER_IP,
+    RECEIVER_MAC,
+    SENDER_IP,
+    SENDER_MAC,
+    SWITCH_MAC,
+    SafsTest,
+    ip_int,
+)
+from p4rt_client import decode
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from base_test import (CLONE_SESSION_BASE, PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, RECEIVER_MAC,
-                       SENDER_IP, SENDER_MAC, SWITCH_MAC, SafsTest, ip_int)
-from p4rt_client import decode
 from safs.core import p4names as n
-from safs.core.scapy_layer import SAFS, safs_data, safs_request
 from safs.core.protocol import QUEUE_CONTROL, SAFS_UDP_PORT, WIRE_OVERHEAD_BYTES, Color, MsgType
+from safs.core.scapy_layer import SAFS, safs_data, safs_request
 
 DEFAULT_RATE_KBPS = 10_000
 DEFAULT_LEASE_US = 500

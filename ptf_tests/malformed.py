@@ -5,15 +5,14 @@ meter, grant or digest, and counted in ``malformed[reason]``."""
 
 from __future__ import annotations
 
+from base_test import PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, RECEIVER_MAC, SENDER_IP, SENDER_MAC, SWITCH_MAC, SafsTest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from base_test import (PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, RECEIVER_MAC, SENDER_IP,
-                       SENDER_MAC, SWITCH_MAC, SafsTest)
 from safs.core import p4names as n
-from safs.core.scapy_layer import SAFS
 from safs.core.protocol import SAFS_UDP_PORT, Malformed, MsgType
+from safs.core.scapy_layer import SAFS
 
 
 def _udp(payload: bytes, udp_len: int | None = None) -> Ether:
@@ -65,7 +64,7 @@ class MalformedTest(SafsTest):
                 want = list(before)
                 want[reason] += 1
                 after = self.poll_until(
-                    lambda: (lambda a: a if a == want else None)(
+                    lambda: (lambda a: a if a == want else None)(  # noqa: B023 (polled in this iteration)
                         [self.client.read_counter(n.MALFORMED, i)[1] for i in range(len(Malformed))]),
                     f"malformed counters {want} (before {before})")
                 self.assertEqual(after, want, name)

@@ -14,11 +14,11 @@ flow sent after the burst overtakes most of the demoted packets.
 
 from __future__ import annotations
 
-from base_test import (PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, SENDER_IP, SENDER_MAC, SWITCH_MAC,
-                       SafsTest)
+from base_test import PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, SENDER_IP, SENDER_MAC, SWITCH_MAC, SafsTest
+
 from safs.core import p4names as n
-from safs.core.scapy_layer import SAFS, safs_data
 from safs.core.protocol import QUEUE_OVER_RATE, QUEUE_SLACK_LEAST_URGENT, Color
+from safs.core.scapy_layer import SAFS, safs_data
 
 PAYLOAD = 100
 BURST = 8

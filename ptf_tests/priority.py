@@ -22,11 +22,11 @@ from __future__ import annotations
 import subprocess
 
 import ptf.testutils as tu
-
 from base_test import OTHER_IP, PORT_OTHER, PORT_SENDER, SENDER_IP, SENDER_MAC, SWITCH_MAC, SafsTest
+from slack import CLASS_EDGES, S
+
 from safs.core.scapy_layer import SAFS, safs_data
 from safs.core.timebase import TIME_MASK
-from slack import CLASS_EDGES, S
 
 BURST = 20
 PAYLOAD = 472  # 550-byte frames

@@ -11,11 +11,21 @@ machine cannot move a packet across a boundary. The clock offset is set just bel
 
 from __future__ import annotations
 
-from base_test import (OTHER_IP, PORT_OTHER, PORT_RECEIVER, PORT_SENDER, RECEIVER_IP, SENDER_IP,
-                       SENDER_MAC, SWITCH_MAC, SafsTest)
+from base_test import (
+    OTHER_IP,
+    PORT_OTHER,
+    PORT_RECEIVER,
+    PORT_SENDER,
+    RECEIVER_IP,
+    SENDER_IP,
+    SENDER_MAC,
+    SWITCH_MAC,
+    SafsTest,
+)
+
 from safs.core import p4names as n
-from safs.core.scapy_layer import SAFS, safs_data, safs_done, safs_request
 from safs.core.protocol import QUEUE_CONTROL, Color
+from safs.core.scapy_layer import SAFS, safs_data, safs_done, safs_request
 from safs.core.timebase import TIME_MASK, TIME_MOD
 
 S = 1_000_000_000  # ns

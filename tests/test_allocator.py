@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from safs.core import protocol
 from safs.core.allocator import (
+    Allocator,
     AllocatorConfig,
     AllocFlow,
-    Allocator,
     Grant,
     key_ranges,
     slack_class_table,
@@ -93,7 +93,9 @@ def assert_work_conserving(alloc: Allocator) -> None:
 
 def simple(headroom: float = 0.0, **kw: object) -> Allocator:
     """One 10 Gbit/s receiver r, senders a, b, c with 100 Gbit/s uplinks."""
-    return Allocator(AllocatorConfig(headroom=headroom, **kw), {"r": 10 * G}, {"a": 100 * G, "b": 100 * G, "c": 100 * G})
+    return Allocator(
+        AllocatorConfig(headroom=headroom, **kw), {"r": 10 * G}, {"a": 100 * G, "b": 100 * G, "c": 100 * G}
+    )
 
 
 # --------------------------------------------------------------------------- properties
@@ -297,7 +299,9 @@ def test_single_bottleneck_meets_edf(case: tuple, step: int | None) -> None:
 def test_installed_grants_in_fluid_run_stay_within_capacity(fab: tuple) -> None:
     """Integrating installed grants (with hysteresis) keeps every link within capacity."""
     alloc, flows, _ = fab
-    fluid = [FluidFlow(f.flow_id, f.sender, f.receiver, f.remaining_bytes // 50 + 1, 1_000_000, f.background) for f in flows]
+    fluid = [
+        FluidFlow(f.flow_id, f.sender, f.receiver, f.remaining_bytes // 50 + 1, 1_000_000, f.background) for f in flows
+    ]
 
     def check(now: int, remaining: dict[int, int]) -> None:
         assert_within_capacity(alloc, {f: g.rate_bps for f, g in alloc.grants().items()})
@@ -355,8 +359,14 @@ def test_equally_urgent_flows_share_in_proportion_to_remaining_bytes() -> None:
     """Deadlines within one urgency quantum: shares by remaining bytes, so they finish together."""
     alloc = simple(safety_margin=0.0)
     now = 1_000_000
-    alloc.upsert_many([AllocFlow(1, "a", "r", 3_000_000, now - 5), AllocFlow(2, "b", "r", 1_000_000, now - 2),
-                       AllocFlow(3, "c", "r", 1_000, now + 50_000_000)], now)
+    alloc.upsert_many(
+        [
+            AllocFlow(1, "a", "r", 3_000_000, now - 5),
+            AllocFlow(2, "b", "r", 1_000_000, now - 2),
+            AllocFlow(3, "c", "r", 1_000, now + 50_000_000),
+        ],
+        now,
+    )
     rates = alloc.computed_rates()
     assert rates[1] + rates[2] == 10 * G and rates[3] == 0
     assert abs(rates[1] - 3 * rates[2]) <= 3  # 3:1 by remaining bytes, up to rounding
@@ -388,11 +398,14 @@ def test_late_hint_is_most_urgent_and_demands_the_path() -> None:
 def test_sender_uplink_shared_most_urgent_first_and_spare_receiver_capacity_reused() -> None:
     """Sender a (10G) feeds r1 and r2; r1's share a cannot send goes to sender b."""
     alloc = Allocator(AllocatorConfig(headroom=0.0), {"r1": 10 * G, "r2": 10 * G}, {"a": 10 * G, "b": 10 * G})
-    alloc.upsert_many([
-        AllocFlow(1, "a", "r2", 1_000_000, 1_000_000),   # most urgent: 8.8 Gbit/s
-        AllocFlow(2, "a", "r1", 1_000_000, 2_000_000),   # wants 4.4, a has only 1.2 left
-        AllocFlow(3, "b", "r1", 1_000_000, 3_000_000),
-    ], 0)
+    alloc.upsert_many(
+        [
+            AllocFlow(1, "a", "r2", 1_000_000, 1_000_000),  # most urgent: 8.8 Gbit/s
+            AllocFlow(2, "a", "r1", 1_000_000, 2_000_000),  # wants 4.4, a has only 1.2 left
+            AllocFlow(3, "b", "r1", 1_000_000, 3_000_000),
+        ],
+        0,
+    )
     rates = alloc.computed_rates()
     assert rates[1] + rates[2] == 10 * G
     assert rates[1] >= alloc.demands()[1]
@@ -523,8 +536,11 @@ def test_unknown_flow_and_bad_time() -> None:
     with pytest.raises(InvalidInput) as err:
         alloc.remove(6, 0)
     assert err.value.field == "flow_id"
-    for call in (lambda: alloc.recompute(-1), lambda: alloc.remove(5, 1 << 48),
-                 lambda: alloc.upsert(AllocFlow(7, "a", "r", 1, 1), TIME_MASK + 1)):
+    for call in (
+        lambda: alloc.recompute(-1),
+        lambda: alloc.remove(5, 1 << 48),
+        lambda: alloc.upsert(AllocFlow(7, "a", "r", 1, 1), TIME_MASK + 1),
+    ):
         with pytest.raises(InvalidInput) as err:
             call()
         assert err.value.field == "now_ns"

@@ -32,7 +32,7 @@ from fluid import NS_PER_S, FluidFlow, edf_max_lateness, lp_min_max_lateness, ru
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safs.core.allocator import AllocatorConfig, Allocator
+from safs.core.allocator import Allocator, AllocatorConfig
 
 G = 1_000_000_000
 TOL_NS = 1_000  # rounding of the fluid run (ns per step) plus LP bisection tolerance
@@ -52,7 +52,9 @@ def multi_link(draw: st.DrawFn) -> tuple[list[FluidFlow], dict[str, int], dict[s
     return flows, receivers, senders
 
 
-def run_case(flows: list[FluidFlow], receivers: dict[str, int], senders: dict[str, int]) -> tuple[int, float, int, dict, dict]:
+def run_case(
+    flows: list[FluidFlow], receivers: dict[str, int], senders: dict[str, int]
+) -> tuple[int, float, int, dict, dict]:
     """(our max lateness, LP optimum, our schedule length, usable receivers, usable senders)."""
     config = AllocatorConfig(line_rate_bps=40 * G, urgency_quantum_ns=1)  # exact EDF order
     alloc = Allocator(config, receivers, senders)
@@ -68,8 +70,9 @@ def test_lp_oracle_agrees_with_edf_on_one_link() -> None:
     rng = random.Random(7)
     for _ in range(20):
         n = rng.randint(1, 6)
-        flows = [FluidFlow(i + 1, f"s{i}", "r", rng.randint(1_000, 2_000_000), rng.randint(1_000, 400_000))
-                 for i in range(n)]
+        flows = [
+            FluidFlow(i + 1, f"s{i}", "r", rng.randint(1_000, 2_000_000), rng.randint(1_000, 400_000)) for i in range(n)
+        ]
         usable = 9_500_000_000
         lp = lp_min_max_lateness(flows, {"r": usable}, {f.sender: 10 * usable for f in flows})
         assert abs(lp - edf_max_lateness(flows, usable)) <= 2.0
@@ -86,8 +89,9 @@ def test_multi_link_lateness_bounds(case: tuple) -> None:
     for f in flows:
         bits_r[f.receiver] = bits_r.get(f.receiver, 0) + f.size_bytes * 8 * NS_PER_S
         bits_s[f.sender] = bits_s.get(f.sender, 0) + f.size_bytes * 8 * NS_PER_S
-    per_flow = max(bits_r[f.receiver] / usable_r[f.receiver] + bits_s[f.sender] / usable_s[f.sender] - f.deadline_ns
-                   for f in flows)
+    per_flow = max(
+        bits_r[f.receiver] / usable_r[f.receiver] + bits_s[f.sender] / usable_s[f.sender] - f.deadline_ns for f in flows
+    )
     assert ours <= per_flow + TOL_NS
     d_max = max(f.deadline_ns for f in flows)
     d_min = min(f.deadline_ns for f in flows)
@@ -102,14 +106,21 @@ def test_multi_link_gap_to_lp_seeded() -> None:
     for _ in range(150):
         receivers = {f"r{i}": rng.choice([10 * G, 25 * G, 40 * G]) for i in range(rng.randint(1, 3))}
         senders = {f"s{i}": rng.choice([10 * G, 25 * G, 40 * G]) for i in range(rng.randint(1, 3))}
-        flows = [FluidFlow(i + 1, rng.choice(sorted(senders)), rng.choice(sorted(receivers)),
-                           rng.randint(1_000, 1_000_000), rng.randint(1_000, 400_000))
-                 for i in range(rng.randint(2, 6))]
+        flows = [
+            FluidFlow(
+                i + 1,
+                rng.choice(sorted(senders)),
+                rng.choice(sorted(receivers)),
+                rng.randint(1_000, 1_000_000),
+                rng.randint(1_000, 400_000),
+            )
+            for i in range(rng.randint(2, 6))
+        ]
         ours, lp, length, _, _ = run_case(flows, receivers, senders)
         if lp <= 0:
             assert ours <= TOL_NS, "the LP meets every deadline but we do not"
         exact += ours <= lp + TOL_NS
         worst_share = max(worst_share, (ours - lp) / length)
-    print(f'exact {exact}/150, worst gap {worst_share:.3f} of schedule length')
+    print(f"exact {exact}/150, worst gap {worst_share:.3f} of schedule length")
     assert exact >= 0.8 * 150
     assert worst_share < 0.40

@@ -75,8 +75,10 @@ def test_binary_trace_file_is_one_clear_error(tmp_path: Path, capsys: pytest.Cap
 
 def _tiny(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.yaml"
-    path.write_text(f"name: tiny\ntopology: {TOPO}\nworkload: {{kind: zerobubble, params: {{stages: 2, microbatches: 2, "
-                    f"iterations: 1}}}}\npolicies: [safs]\n")
+    path.write_text(
+        f"name: tiny\ntopology: {TOPO}\nworkload: {{kind: zerobubble, params: {{stages: 2, microbatches: 2, "
+        f"iterations: 1}}}}\npolicies: [safs]\n"
+    )
     return path
 
 
@@ -105,14 +107,18 @@ def test_rerun_into_the_same_out_keeps_the_earlier_results(tmp_path: Path, capsy
     assert len(list(out.glob("results.2*.json"))) == 2
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--seeds", "1,1"], "argument --seeds: duplicate 1 in '1,1'"),
-    (["--policies", "safs,dctcp,safs"], "argument --policies: duplicate safs"),
-    (["--seeds", "-1"], "argument --seeds: expected comma-separated integers >= 0"),
-    (["--jobs", "x"], "argument --jobs: invalid int value"),
-])
-def test_argparse_errors_are_one_line_with_the_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                           args: list[str], needle: str) -> None:
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--seeds", "1,1"], "argument --seeds: duplicate 1 in '1,1'"),
+        (["--policies", "safs,dctcp,safs"], "argument --policies: duplicate safs"),
+        (["--seeds", "-1"], "argument --seeds: expected comma-separated integers >= 0"),
+        (["--jobs", "x"], "argument --jobs: invalid int value"),
+    ],
+)
+def test_argparse_errors_are_one_line_with_the_subcommand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["run", *args, "--out", str(tmp_path / "out"), str(_tiny(tmp_path))])
     assert exit_.value.code == 2
@@ -121,11 +127,18 @@ def test_argparse_errors_are_one_line_with_the_subcommand(tmp_path: Path, capsys
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("argv, prog", [
-    ([], "safs"), (["run"], "safs run"), (["eval", "--seeds", "x"], "safs eval"), (["controller"], "safs controller"),
-])
-def test_every_subcommand_has_one_line_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str],
-                                                    prog: str) -> None:
+@pytest.mark.parametrize(
+    "argv, prog",
+    [
+        ([], "safs"),
+        (["run"], "safs run"),
+        (["eval", "--seeds", "x"], "safs eval"),
+        (["controller"], "safs controller"),
+    ],
+)
+def test_every_subcommand_has_one_line_usage_errors(
+    capsys: pytest.CaptureFixture[str], argv: list[str], prog: str
+) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2
@@ -133,16 +146,20 @@ def test_every_subcommand_has_one_line_usage_errors(capsys: pytest.CaptureFixtur
     assert err.startswith(f"{prog}: error: ") and err.strip().endswith(f"(see {prog} --help)")
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--ray", "bogus://x"], "--ray: expected auto, local, ray://HOST:PORT or HOST:PORT"),
-    (["--ray", "host:0"], "--ray: expected auto, local"),
-    (["--ray", "auto", "--jobs", "2"], "--ray: cannot be combined with --jobs"),
-    (["--ray", "127.0.0.1:1"], "--ray: cannot connect to Ray at '127.0.0.1:1'"),
-    (["--target", "mininet", "--jobs", "2"], "--target mininet: runs one run at a time in real time; drop --jobs"),
-    (["--target", "mininet", "--ray", "auto"], "--target mininet: runs one run at a time in real time; drop --ray"),
-])
-def test_bad_ray_and_jobs_fail_before_any_output(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                 args: list[str], needle: str) -> None:
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--ray", "bogus://x"], "--ray: expected auto, local, ray://HOST:PORT or HOST:PORT"),
+        (["--ray", "host:0"], "--ray: expected auto, local"),
+        (["--ray", "auto", "--jobs", "2"], "--ray: cannot be combined with --jobs"),
+        (["--ray", "127.0.0.1:1"], "--ray: cannot connect to Ray at '127.0.0.1:1'"),
+        (["--target", "mininet", "--jobs", "2"], "--target mininet: runs one run at a time in real time; drop --jobs"),
+        (["--target", "mininet", "--ray", "auto"], "--target mininet: runs one run at a time in real time; drop --ray"),
+    ],
+)
+def test_bad_ray_and_jobs_fail_before_any_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
     out = tmp_path / "deep" / "out"
     assert main(["run", "--quiet", *args, "--out", str(out), str(_tiny(tmp_path))]) == 2
     assert needle in _one_line_error(capsys)
@@ -157,14 +174,17 @@ def test_out_that_is_a_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFix
     assert readme.read_text() == "keep me\n"
 
 
-def test_mininet_target_names_what_is_missing_before_any_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_mininet_target_names_what_is_missing_before_any_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # A non-root user on a machine without BMv2 on PATH: both named in one line, nothing created.
     monkeypatch.setattr("safs.experiments.runner.os.geteuid", lambda: 1000)
     monkeypatch.setenv("PATH", str(tmp_path))
     out = tmp_path / "out"
-    assert main(["run", "--quiet", "--target", "mininet", "--out", str(out),
-                 str(ROOT / "scenarios" / "mininet-afd.yaml")]) == 2
+    assert (
+        main(["run", "--quiet", "--target", "mininet", "--out", str(out), str(ROOT / "scenarios" / "mininet-afd.yaml")])
+        == 2
+    )
     err = _one_line_error(capsys)
     assert "--target mininet: needs root (run as root, e.g. sudo .venv/bin/safs" in err
     assert "simple_switch_grpc" in err
@@ -185,8 +205,9 @@ def test_tables_use_one_number_format() -> None:
 # ---- safs controller: every bad option one line, naming the option -------------------------------
 P4INFO = ROOT / "p4src" / "build" / "safs.p4info.txtpb"
 BMV2_JSON = ROOT / "p4src" / "build" / "safs.json"
-needs_build = pytest.mark.skipif(not (P4INFO.is_file() and BMV2_JSON.is_file()),
-                                 reason="p4src/build not built (make -C p4src)")
+needs_build = pytest.mark.skipif(
+    not (P4INFO.is_file() and BMV2_JSON.is_file()), reason="p4src/build not built (make -C p4src)"
+)
 
 
 def test_controller_checks_topology_before_switches(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -196,12 +217,16 @@ def test_controller_checks_topology_before_switches(tmp_path: Path, capsys: pyte
 
 
 @needs_build
-@pytest.mark.parametrize("option, content, needle", [
-    ("--bmv2-json", "{not json", "--bmv2-json: "),
-    ("--p4info", "this is not a p4info {", "--p4info: "),
-])
-def test_controller_refuses_bad_compiled_files_up_front(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                        option: str, content: str, needle: str) -> None:
+@pytest.mark.parametrize(
+    "option, content, needle",
+    [
+        ("--bmv2-json", "{not json", "--bmv2-json: "),
+        ("--p4info", "this is not a p4info {", "--p4info: "),
+    ],
+)
+def test_controller_refuses_bad_compiled_files_up_front(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, content: str, needle: str
+) -> None:
     bad = tmp_path / "bad"
     bad.write_text(content)
     assert main(["controller", "--topology", str(TOPO), "--switch", "leaf0=127.0.0.1:1", option, str(bad)]) == 2
@@ -210,18 +235,34 @@ def test_controller_refuses_bad_compiled_files_up_front(tmp_path: Path, capsys: 
 
 
 @needs_build
-def test_controller_unreachable_switch_names_the_switch_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_controller_unreachable_switch_names_the_switch_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)  # the default --p4info/--bmv2-json come from the safs checkout, not the cwd
-    assert main(["controller", "--topology", str(TOPO), "--switch", "leaf0=127.0.0.1:1", "--log-level", "ERROR",
-                 "--duration-s", "1"]) == 2
+    assert (
+        main(
+            [
+                "controller",
+                "--topology",
+                str(TOPO),
+                "--switch",
+                "leaf0=127.0.0.1:1",
+                "--log-level",
+                "ERROR",
+                "--duration-s",
+                "1",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
     assert last.startswith("safs: error: --switch leaf0=127.0.0.1:1: ") and "UNAVAILABLE" in last
 
 
-def test_run_takes_shipped_scenario_names(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_takes_shipped_scenario_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`safs run NAME` finds a scenario the package ships, from any directory; an unknown name
     is one line listing the shipped ones, and nothing is created."""
     monkeypatch.chdir(tmp_path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from star import star
 
 from safs.core.allocator import AllocatorConfig
 from safs.core.errors import InvalidInput
@@ -16,7 +17,6 @@ from safs.hosts import dctcp
 from safs.hosts.homa import HomaConfig
 from safs.hosts.pfabric import check_pfabric_overrides
 from safs.hosts.safs import SafsConfig
-from star import star
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,21 +27,28 @@ def _err(fn, *args, **kwargs) -> InvalidInput:
     return err.value
 
 
-@pytest.mark.parametrize("make, field, message", [
-    (lambda: SimConfig(mtu_bytes=100), "sim.mtu_bytes", "must be an integer in 576..65535 bytes, got 100"),
-    (lambda: SimConfig(digest_poll_ns=0), "sim.digest_poll_ns", "must be an integer >= 1 ns, got 0"),
-    (lambda: SimConfig(tick_ns=0), "sim.tick_ns", "must be an integer >= 1 ns or null, got 0"),
-    (lambda: SimConfig(buffer_dt_alpha=65), "sim.buffer_dt_alpha", "must be a number in [0, 64], got 65"),
-    (lambda: SimConfig(mtu_bytes="9000"), "sim.mtu_bytes", "must be an integer in 576..65535 bytes, got '9000'"),
-    (lambda: SimConfig(mtu_bytes=True), "sim.mtu_bytes", "must be an integer in 576..65535 bytes, got True"),
-    (lambda: AllocatorConfig(headroom=1.0), "config.headroom", "must be a number in [0, 1), got 1.0"),
-    (lambda: AllocatorConfig(urgency="fifo"), "config.urgency", "must be one of 'deadline', 'latest_start', got 'fifo'"),
-    (lambda: SchedulerConfig(rate_grants=1), "config.rate_grants", "must be true or false, got 1"),
-    (lambda: SafsConfig(default_rate_bps=0), "default_rate_bps", "must be an integer > 0 bit/s, got 0"),
-    (lambda: SafsConfig(rto_ns=10, rto_max_ns=5), "rto_max_ns", "must be an integer >= rto_ns (10), got 5"),
-    (lambda: dctcp.DctcpConfig(g=0.0), "g", "must be a number in (0, 1], got 0.0"),
-    (lambda: HomaConfig(sched_priorities=8), "homa.sched_priorities", "must be an integer in 1..7 or null, got 8"),
-])
+@pytest.mark.parametrize(
+    "make, field, message",
+    [
+        (lambda: SimConfig(mtu_bytes=100), "sim.mtu_bytes", "must be an integer in 576..65535 bytes, got 100"),
+        (lambda: SimConfig(digest_poll_ns=0), "sim.digest_poll_ns", "must be an integer >= 1 ns, got 0"),
+        (lambda: SimConfig(tick_ns=0), "sim.tick_ns", "must be an integer >= 1 ns or null, got 0"),
+        (lambda: SimConfig(buffer_dt_alpha=65), "sim.buffer_dt_alpha", "must be a number in [0, 64], got 65"),
+        (lambda: SimConfig(mtu_bytes="9000"), "sim.mtu_bytes", "must be an integer in 576..65535 bytes, got '9000'"),
+        (lambda: SimConfig(mtu_bytes=True), "sim.mtu_bytes", "must be an integer in 576..65535 bytes, got True"),
+        (lambda: AllocatorConfig(headroom=1.0), "config.headroom", "must be a number in [0, 1), got 1.0"),
+        (
+            lambda: AllocatorConfig(urgency="fifo"),
+            "config.urgency",
+            "must be one of 'deadline', 'latest_start', got 'fifo'",
+        ),
+        (lambda: SchedulerConfig(rate_grants=1), "config.rate_grants", "must be true or false, got 1"),
+        (lambda: SafsConfig(default_rate_bps=0), "default_rate_bps", "must be an integer > 0 bit/s, got 0"),
+        (lambda: SafsConfig(rto_ns=10, rto_max_ns=5), "rto_max_ns", "must be an integer >= rto_ns (10), got 5"),
+        (lambda: dctcp.DctcpConfig(g=0.0), "g", "must be a number in (0, 1], got 0.0"),
+        (lambda: HomaConfig(sched_priorities=8), "homa.sched_priorities", "must be an integer in 1..7 or null, got 8"),
+    ],
+)
 def test_messages_give_the_range_and_unit_from_the_constraints(make, field: str, message: str) -> None:
     err = _err(make)
     assert (err.field, err.message) == (field, message)
@@ -50,8 +57,9 @@ def test_messages_give_the_range_and_unit_from_the_constraints(make, field: str,
 def test_unknown_keys_are_refused_listing_the_valid_ones() -> None:
     err = _err(SimConfig.from_mapping, {"dctcp": {"gain": 0.1}}, source="s.yaml")
     assert err.field == "sim.dctcp.gain" and err.source == "s.yaml"
-    assert err.message == ("unknown key; valid: dupack_threshold, g, initial_cwnd_segments, initial_rto_ns, "
-                           "max_rto_ns, min_rto_ns")  # mtu_bytes is the simulator's, not the user's
+    assert err.message == (
+        "unknown key; valid: dupack_threshold, g, initial_cwnd_segments, initial_rto_ns, max_rto_ns, min_rto_ns"
+    )  # mtu_bytes is the simulator's, not the user's
     err = _err(SimConfig.from_mapping, {"dctcp": {"mtu_bytes": 1500}})
     assert err.field == "sim.dctcp.mtu_bytes" and "unknown key" in err.message
     err = _err(SimConfig.from_mapping, {"scheduler": {}})  # its own section of a scenario

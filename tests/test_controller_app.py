@@ -7,24 +7,30 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
+from two_tors import MS, TOPO_YAML  # the shared two-ToR test topology
 
-from safs.core import p4names as n
 from safs.apps.cli import main
-from safs.control.controller import (ControllerApp, ControllerConfig, SwitchSpec, load_scheduler_config,
-                                 parse_clock_offset, parse_switch_spec)
-from safs.core.errors import InvalidInput, TargetConnectionError
+from safs.control.controller import (
+    ControllerApp,
+    ControllerConfig,
+    SwitchSpec,
+    load_scheduler_config,
+    parse_clock_offset,
+    parse_switch_spec,
+)
 from safs.control.hintapi.client import HintClient
+from safs.core import p4names as n
+from safs.core.errors import InvalidInput, TargetConnectionError
 from safs.core.hints import FlowHint
-from safs.targets.p4rt.codec import decode_table_entry
-from safs.testing.fake_p4rt import FakeP4RuntimeServer
-from safs.targets.p4rt.p4info import P4InfoIndex
 from safs.core.scheduler import SchedulerConfig
 from safs.core.topology import load_topology
-from two_tors import MS, TOPO_YAML  # the shared two-ToR test topology
+from safs.targets.p4rt.codec import decode_table_entry
+from safs.targets.p4rt.p4info import P4InfoIndex
+from safs.testing.fake_p4rt import FakeP4RuntimeServer
 
 ROOT = Path(__file__).resolve().parents[1]
 P4INFO = ROOT / "p4src" / "build" / "safs.p4info.txtpb"
@@ -153,7 +159,7 @@ def test_controller_installs_serves_hints_digests_completes_and_survives_a_resta
     finally:
         run.stop()
     # stopped cleanly: the hint API no longer answers
-    with HintClient(run.app.hint_address, timeout_s=0.5) as hints, pytest.raises(Exception):
+    with HintClient(run.app.hint_address, timeout_s=0.5) as hints, pytest.raises(Exception):  # noqa: B017 (whatever the client raises: nothing answers)
         hints.grant(1)
 
 
@@ -163,10 +169,15 @@ def test_admit_at_announce_from_scheduler_config_and_unmanaged_switch_warned(
     yaml_path = tmp_path / "sched.yaml"
     yaml_path.write_text("admit_on_request: false\nallocator: {urgency_quantum_ns: 1000}\n")
     sched_cfg = load_scheduler_config(yaml_path)
-    assert sched_cfg == SchedulerConfig(admit_on_request=False,
-                                        allocator=sched_cfg.allocator) and sched_cfg.allocator.urgency_quantum_ns == 1000
-    cfg = config(topo_file, servers, scheduler=sched_cfg,
-                 switches=(SwitchSpec("tor1", servers["tor1"].address, 3),), duration_s=30.0)
+    assert sched_cfg == SchedulerConfig(admit_on_request=False, allocator=sched_cfg.allocator)
+    assert sched_cfg.allocator.urgency_quantum_ns == 1000
+    cfg = config(
+        topo_file,
+        servers,
+        scheduler=sched_cfg,
+        switches=(SwitchSpec("tor1", servers["tor1"].address, 3),),
+        duration_s=30.0,
+    )
     with caplog.at_level(logging.INFO, logger="safs.control.controller"):
         run = Running(cfg)
     try:
@@ -191,8 +202,9 @@ def test_run_returns_after_duration(topo_file: Path, servers: dict[str, FakeP4Ru
         assert app.stats.ticks >= 10
 
 
-def test_start_fails_cleanly_when_a_switch_is_unreachable(topo_file: Path,
-                                                           servers: dict[str, FakeP4RuntimeServer]) -> None:
+def test_start_fails_cleanly_when_a_switch_is_unreachable(
+    topo_file: Path, servers: dict[str, FakeP4RuntimeServer]
+) -> None:
     servers["tor1"].stop()
     app = ControllerApp(config(topo_file, servers, rpc_timeout_s=2.0))
     with pytest.raises(TargetConnectionError):
@@ -203,16 +215,31 @@ def test_start_fails_cleanly_when_a_switch_is_unreachable(topo_file: Path,
 
 # ---------------------------------------------------------------------------- arguments
 
-@pytest.mark.parametrize("text, want", [
-    ("tor0=127.0.0.1:9559", SwitchSpec("tor0", "127.0.0.1:9559", 0)),
-    ("s-1=switch.local:50001:7", SwitchSpec("s-1", "switch.local:50001", 7)),
-])
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("tor0=127.0.0.1:9559", SwitchSpec("tor0", "127.0.0.1:9559", 0)),
+        ("s-1=switch.local:50001:7", SwitchSpec("s-1", "switch.local:50001", 7)),
+    ],
+)
 def test_switch_spec_parses(text: str, want: SwitchSpec) -> None:
     assert parse_switch_spec(text) == want
 
 
-@pytest.mark.parametrize("text", ["tor0", "=1.2.3.4:1", "tor0=1.2.3.4", "tor0=1.2.3.4:0", "tor0=1.2.3.4:x",
-                                  "tor0=1.2.3.4:1:-1", "tor0=1.2.3.4:1:2:3", f"tor0=h:1:{1 << 64}"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "tor0",
+        "=1.2.3.4:1",
+        "tor0=1.2.3.4",
+        "tor0=1.2.3.4:0",
+        "tor0=1.2.3.4:x",
+        "tor0=1.2.3.4:1:-1",
+        "tor0=1.2.3.4:1:2:3",
+        f"tor0=h:1:{1 << 64}",
+    ],
+)
 def test_switch_spec_errors_name_the_option(text: str) -> None:
     with pytest.raises(InvalidInput) as err:
         parse_switch_spec(text)
@@ -225,57 +252,92 @@ def test_clock_offset_and_config_errors(topo_file: Path, tmp_path: Path) -> None
         parse_clock_offset("tor0=abc")
     spec = (SwitchSpec("tor0", "127.0.0.1:1"),)
     base = dict(topology_path=topo_file, p4info_path=P4INFO, bmv2_json_path=BMV2_JSON)
-    for kwargs, option in [({"switches": ()}, "--switch"),
-                           ({"switches": spec * 2}, "--switch"),
-                           ({"switches": spec, "clock_offsets_ns": {"tor1": 0}}, "--clock-offset"),
-                           ({"switches": spec, "tick_ns": 10}, "--tick-ms"),
-                           ({"switches": spec, "duration_s": 0}, "--duration-s"),
-                           ({"switches": spec, "hint_addr": "nohost"}, "--hint-addr"),
-                           ({"switches": spec, "p4info_path": tmp_path / "none"}, "--p4info")]:
+    for kwargs, option in [
+        ({"switches": ()}, "--switch"),
+        ({"switches": spec * 2}, "--switch"),
+        ({"switches": spec, "clock_offsets_ns": {"tor1": 0}}, "--clock-offset"),
+        ({"switches": spec, "tick_ns": 10}, "--tick-ms"),
+        ({"switches": spec, "duration_s": 0}, "--duration-s"),
+        ({"switches": spec, "hint_addr": "nohost"}, "--hint-addr"),
+        ({"switches": spec, "p4info_path": tmp_path / "none"}, "--p4info"),
+    ]:
         with pytest.raises(InvalidInput) as err:
             ControllerConfig(**(base | kwargs))
         assert err.value.field == option
     bad = tmp_path / "bad.yaml"
-    for text, key in [("bogus: 1\n", "scheduler.bogus"), ("allocator: {nope: 1}\n", "scheduler.allocator.nope"),
-                      ("default_lease_ns: 5\n", "scheduler.default_lease_ns"),
-                      ("allocator: {headroom: 2}\n", "scheduler.allocator.headroom")]:
+    for text, key in [
+        ("bogus: 1\n", "scheduler.bogus"),
+        ("allocator: {nope: 1}\n", "scheduler.allocator.nope"),
+        ("default_lease_ns: 5\n", "scheduler.default_lease_ns"),
+        ("allocator: {headroom: 2}\n", "scheduler.allocator.headroom"),
+    ]:
         bad.write_text(text)
         with pytest.raises(InvalidInput) as err:
             load_scheduler_config(bad)
         assert err.value.field == key and err.value.source == str(bad)
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["--switch", "tor0"], "--switch: expected NAME=HOST:PORT"),
-    (["--switch", "tor9=127.0.0.1:9559"], "--switch: unknown switch 'tor9'; topology 'two-tors' has switches: tor0, tor1"),
-    (["--switch", "tor0=127.0.0.1:9559", "--tick-ms", "zero"], "--tick-ms: must be a number"),
-    (["--switch", "tor0=127.0.0.1:9559", "--clock-offset", "tor1=5"], "--clock-offset: 'tor1' is not a --switch"),
-])
-def test_cli_argument_errors_exit_2_with_one_line(topo_file: Path, capsys: pytest.CaptureFixture[str],
-                                                  extra: list[str], needle: str) -> None:
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--switch", "tor0"], "--switch: expected NAME=HOST:PORT"),
+        (
+            ["--switch", "tor9=127.0.0.1:9559"],
+            "--switch: unknown switch 'tor9'; topology 'two-tors' has switches: tor0, tor1",
+        ),
+        (["--switch", "tor0=127.0.0.1:9559", "--tick-ms", "zero"], "--tick-ms: must be a number"),
+        (["--switch", "tor0=127.0.0.1:9559", "--clock-offset", "tor1=5"], "--clock-offset: 'tor1' is not a --switch"),
+    ],
+)
+def test_cli_argument_errors_exit_2_with_one_line(
+    topo_file: Path, capsys: pytest.CaptureFixture[str], extra: list[str], needle: str
+) -> None:
     argv = ["controller", "--topology", str(topo_file), "--p4info", str(P4INFO), "--bmv2-json", str(BMV2_JSON), *extra]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_cli_runs_for_a_duration_against_fake_switches(topo_file: Path, servers: dict[str, FakeP4RuntimeServer]) -> None:
-    argv = ["controller", "--topology", str(topo_file), "--p4info", str(P4INFO), "--bmv2-json", str(BMV2_JSON),
-            "--switch", f"tor0={servers['tor0'].address}", "--switch", f"tor1={servers['tor1'].address}:3",
-            "--hint-addr", "127.0.0.1:0", "--duration-s", "0.3", "--tick-ms", "5"]
+def test_cli_runs_for_a_duration_against_fake_switches(
+    topo_file: Path, servers: dict[str, FakeP4RuntimeServer]
+) -> None:
+    argv = [
+        "controller",
+        "--topology",
+        str(topo_file),
+        "--p4info",
+        str(P4INFO),
+        "--bmv2-json",
+        str(BMV2_JSON),
+        "--switch",
+        f"tor0={servers['tor0'].address}",
+        "--switch",
+        f"tor1={servers['tor1'].address}:3",
+        "--hint-addr",
+        "127.0.0.1:0",
+        "--duration-s",
+        "0.3",
+        "--tick-ms",
+        "5",
+    ]
     assert main(argv) == 0
     assert all(len(f.table_entries(n.IPV4_LPM)) > 0 for f in servers.values())
 
 
 # ---------------------------------------------------------------------------- derived settings
 
-@pytest.mark.parametrize("topology, frame_line, sim_mtu", [
-    ("afd-16a2f.yaml", "", 1500),            # 100 Gbit/s hosts, 1 MiB buffers: K capped by the buffer
-    ("mininet-afd.yaml", "", 1500),          # 10 Mbit/s hosts, 64 KiB buffers
-    ("afd-16a2f.yaml", "max_frame_bytes: 9014\n", 9000),  # jumbo frames: the simulator's default MTU
-])
+
+@pytest.mark.parametrize(
+    "topology, frame_line, sim_mtu",
+    [
+        ("afd-16a2f.yaml", "", 1500),  # 100 Gbit/s hosts, 1 MiB buffers: K capped by the buffer
+        ("mininet-afd.yaml", "", 1500),  # 10 Mbit/s hosts, 64 KiB buffers
+        ("afd-16a2f.yaml", "max_frame_bytes: 9014\n", 9000),  # jumbo frames: the simulator's default MTU
+    ],
+)
 def test_safs_controller_derives_line_rate_and_ecn_k_from_the_topology(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, topology: str, frame_line: str, sim_mtu: int) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, topology: str, frame_line: str, sim_mtu: int
+) -> None:
     """`safs controller` gets the topology's line rate and DCTCP K, as the simulator (and so the
     Mininet backend) derives them; the --scheduler-config file's other keys still apply."""
     import safs.apps.cli as cli_module
@@ -296,8 +358,19 @@ def test_safs_controller_derives_line_rate_and_ecn_k_from_the_topology(
     sched_yaml = tmp_path / "sched.yaml"
     sched_yaml.write_text(frame_line + "admit_on_request: false\n")
     topo_path = ROOT / "topologies" / topology
-    argv = ["controller", "--topology", str(topo_path), "--p4info", str(P4INFO), "--bmv2-json", str(BMV2_JSON),
-            "--switch", "leaf0=127.0.0.1:9559", "--scheduler-config", str(sched_yaml)]
+    argv = [
+        "controller",
+        "--topology",
+        str(topo_path),
+        "--p4info",
+        str(P4INFO),
+        "--bmv2-json",
+        str(BMV2_JSON),
+        "--switch",
+        "leaf0=127.0.0.1:9559",
+        "--scheduler-config",
+        str(sched_yaml),
+    ]
     assert main(argv) == 2 and len(seen) == 1
     got = seen[0].scheduler
     topo = load_topology(topo_path)
@@ -315,8 +388,11 @@ def test_scheduler_config_file_keys_override_the_derived_ones(tmp_path: Path) ->
     path = tmp_path / "sched.yaml"
     path.write_text("ecn_threshold_pkts: 7\nallocator: {line_rate_bps: 5000000, slack_thresholds_ns: [0, 1, 2, 3]}\n")
     cfg = load_scheduler_config(path, topo)
-    assert (cfg.ecn_threshold_pkts, cfg.allocator.line_rate_bps, cfg.allocator.slack_thresholds_ns) == \
-        (7, 5_000_000, (0, 1, 2, 3))
+    assert (cfg.ecn_threshold_pkts, cfg.allocator.line_rate_bps, cfg.allocator.slack_thresholds_ns) == (
+        7,
+        5_000_000,
+        (0, 1, 2, 3),
+    )
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     assert load_scheduler_config(None, topo) == load_scheduler_config(empty, topo) != load_scheduler_config(empty)

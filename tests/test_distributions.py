@@ -10,10 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safs.core.errors import InvalidInput
 from safs.core.distributions import (
-    DATA_DIR, HOMA_MAX_DATA_BYTES_PER_PKT, W1_MAX_BYTES, load_distribution, shipped_distributions,
+    DATA_DIR,
+    HOMA_MAX_DATA_BYTES_PER_PKT,
+    W1_MAX_BYTES,
+    load_distribution,
+    shipped_distributions,
 )
+from safs.core.errors import InvalidInput
 
 SHARED = Path("/work/shared/data/flow-sizes")
 

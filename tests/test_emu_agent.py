@@ -23,14 +23,10 @@ import time
 from pathlib import Path
 
 import pytest
+from two_tors import two_tors  # the shared two-ToR test topology
 
-from safs.core.timebase import fabric_clock
-from safs.experiments.mininet.agent_control import AgentClient
-from safs.experiments.mininet.driver import RealtimeNetwork
-from safs.core.errors import InvalidInput
 from safs.control.hintapi.server import start
-from safs.core.scapy_layer import parse_safs
-from safs.targets.pipeline_model import PipelineModel
+from safs.core.errors import InvalidInput
 from safs.core.protocol import (
     HEADER_LEN,
     SAFS_UDP_PORT,
@@ -41,9 +37,13 @@ from safs.core.protocol import (
     rate_bps_to_kbps,
     unpack_header,
 )
+from safs.core.scapy_layer import parse_safs
 from safs.core.scheduler import Scheduler, SchedulerConfig
+from safs.core.timebase import fabric_clock
+from safs.experiments.mininet.agent_control import AgentClient
+from safs.experiments.mininet.driver import RealtimeNetwork
 from safs.experiments.workloads.api import FlowSpec
-from two_tors import two_tors  # the shared two-ToR test topology
+from safs.targets.pipeline_model import PipelineModel
 
 ETH_IP_UDP = 14 + 20 + 8  # wire bytes around the UDP payload (protocol.WIRE_OVERHEAD_BYTES - 36)
 MBIT = 1_000_000
@@ -99,7 +99,7 @@ class GrantResponder:
         while self.running:
             try:
                 raw, addr = self.sock.recvfrom(65536)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             now = time.monotonic()
             msg, flags, _, _, flow_id, remaining, _, _, epoch, _, _ = unpack_header(raw)
@@ -186,7 +186,8 @@ def test_pack_header_matches_scapy_parser() -> None:
     assert (h.type, h.flow_id, h.remaining_bytes, h.timestamp_ns, h.rate_kbps, h.epoch, h.lease_us, h.flags) == \
         (MsgType.GRANT, 0xDEADBEEF, (1 << 48) - 3, (1 << 47) + 5, 123456, 7, 9999, 1)
     fields = unpack_header(h.to_bytes())
-    assert fields[:2] == (int(MsgType.GRANT), 1) and fields[4:10] == (0xDEADBEEF, (1 << 48) - 3, (1 << 47) + 5, 123456, 7, 9999)
+    assert fields[:2] == (int(MsgType.GRANT), 1) and fields[4:10] == (0xDEADBEEF, (1 << 48) - 3, (1 << 47) + 5,
+    123456, 7, 9999)
 
 
 # ---- SAFS sender against the in-test responder -----------------------------------------------
@@ -214,7 +215,10 @@ def test_paces_at_grant_reuses_it_renews_lease_and_takes_inband_push(agents: Age
         t_end = sw.data[-1][0]
         rate1 = sw.rate_bps_between(t_start + 0.1, t_push)
         rate2 = sw.rate_bps_between(t_push + 0.03, t_end - 0.01)
-        print(f"granted {granted/MBIT} Mbit/s: achieved {rate1/MBIT:.2f}; pushed {pushed/MBIT}: achieved {rate2/MBIT:.2f}")
+        print(
+            f"granted {granted / MBIT} Mbit/s: achieved {rate1 / MBIT:.2f}; "
+            f"pushed {pushed / MBIT}: achieved {rate2 / MBIT:.2f}"
+        )
         assert 0.8 * granted <= rate1 <= 1.1 * granted, rate1
         assert 0.75 * pushed <= rate2 <= 1.1 * pushed, rate2
         assert sw.pushes >= 1 and any(ep == 2 for _, _, ep in sw.data), sw.pushes
@@ -253,7 +257,7 @@ def test_falls_back_to_default_rate_when_grants_stop(agents: Agents) -> None:
         time.sleep(0.45)
         rate_after = sw.rate_bps_between(t_stop + 0.08, t_stop + 0.45)
         polls = [t for t in sw.requests if t > t_stop + 0.08]
-        print(f"after the lease: {rate_after/MBIT:.2f} Mbit/s (default {default/MBIT}), {len(polls)} REQUEST polls")
+        print(f"after the lease: {rate_after / MBIT:.2f} Mbit/s (default {default / MBIT}), {len(polls)} REQUEST polls")
         assert 0.7 * default <= rate_after <= 1.2 * default
         assert len(polls) >= 20  # epoch 0: REQUEST every grant_poll_ns (2 ms)
         assert a.stats()["safs"]["lease_fallbacks"] >= 1
@@ -353,9 +357,16 @@ def test_background_generator_draws_flows_from_a_shipped_distribution(agents: Ag
     net = _subnet()
     a = agents.start("a", net + "1")
     b = agents.start("b", net + "2")
-    reply = a.background(dst_ips=[net + "2"], distribution="homa_DCTCP_MsgSizeDist.txt", load=0.5,
-                         link_rate_bps=50 * MBIT, duration_ns=300_000_000, flow_id_base=1000,
-                         max_size_bytes=200_000, seed=3)
+    reply = a.background(
+        dst_ips=[net + "2"],
+        distribution="homa_DCTCP_MsgSizeDist.txt",
+        load=0.5,
+        link_rate_bps=50 * MBIT,
+        duration_ns=300_000_000,
+        flow_id_base=1000,
+        max_size_bytes=200_000,
+        seed=3,
+    )
     assert reply["mean_gap_ns"] > 0
     time.sleep(0.35)
     started = a.stats()["background"][0]["started"]
@@ -372,19 +383,62 @@ BAD_REQUESTS = [
     ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.300", "size_bytes": 1, "transport": "safs"}, "dst_ip"),
     ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 0, "transport": "safs"}, "size_bytes"),
     ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "quic"}, "transport"),
-    ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "safs",
-      "flow_class": "urgent"}, "flow_class"),
-    ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "safs",
-      "no_bubble_ts_ns": -5}, "no_bubble_ts_ns"),
-    ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "safs",
-      "label": "x" * 129}, "label"),
+    (
+        {
+            "op": "send",
+            "flow_id": 1,
+            "dst_ip": "10.0.0.2",
+            "size_bytes": 1,
+            "transport": "safs",
+            "flow_class": "urgent",
+        },
+        "flow_class",
+    ),
+    (
+        {"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "safs", "no_bubble_ts_ns": -5},
+        "no_bubble_ts_ns",
+    ),
+    (
+        {"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "safs", "label": "x" * 129},
+        "label",
+    ),
     ({"op": "expect", "flow_id": 1, "src_ip": "10.0.0.1", "size_bytes": 1 << 48, "transport": "safs"}, "size_bytes"),
-    ({"op": "background", "dst_ips": ["10.0.0.2"], "distribution": "nope.txt", "load": 0.5,
-      "link_rate_bps": 1, "duration_ns": 1, "flow_id_base": 1}, "distribution"),
-    ({"op": "background", "dst_ips": ["10.0.0.2"], "distribution": "homa_DCTCP_MsgSizeDist.txt",
-      "load": 1.5, "link_rate_bps": 1, "duration_ns": 1, "flow_id_base": 1}, "load"),
-    ({"op": "background", "dst_ips": ["10.0.0.2", "ten"], "distribution": "homa_DCTCP_MsgSizeDist.txt",
-      "load": 0.5, "link_rate_bps": 1, "duration_ns": 1, "flow_id_base": 1}, "dst_ips"),
+    (
+        {
+            "op": "background",
+            "dst_ips": ["10.0.0.2"],
+            "distribution": "nope.txt",
+            "load": 0.5,
+            "link_rate_bps": 1,
+            "duration_ns": 1,
+            "flow_id_base": 1,
+        },
+        "distribution",
+    ),
+    (
+        {
+            "op": "background",
+            "dst_ips": ["10.0.0.2"],
+            "distribution": "homa_DCTCP_MsgSizeDist.txt",
+            "load": 1.5,
+            "link_rate_bps": 1,
+            "duration_ns": 1,
+            "flow_id_base": 1,
+        },
+        "load",
+    ),
+    (
+        {
+            "op": "background",
+            "dst_ips": ["10.0.0.2", "ten"],
+            "distribution": "homa_DCTCP_MsgSizeDist.txt",
+            "load": 0.5,
+            "link_rate_bps": 1,
+            "duration_ns": 1,
+            "flow_id_base": 1,
+        },
+        "dst_ips",
+    ),
 ]
 
 
@@ -423,9 +477,11 @@ def test_raw_protocol_errors_and_duplicate_flow(agents: Agents, tmp_path: Path) 
 
 def test_setup_errors_exit_2_with_a_message(tmp_path: Path) -> None:
     base = [sys.executable, "-m", "safs.apps.agent", "--host", "a", "--control", str(tmp_path / "a.sock")]
-    for extra, text in ((["--ip", "192.0.2.1"], "Cannot assign requested address"),  # not on this host
-                        (["--ip", "10.0.0.256"], "--ip: must be an IPv4 address"),
-                        (["--ip", "127.0.0.1", "--default-rate-bps", "0"], "--default-rate-bps: must be an integer > 0")):
+    for extra, text in (
+        (["--ip", "192.0.2.1"], "Cannot assign requested address"),  # not on this host
+        (["--ip", "10.0.0.256"], "--ip: must be an IPv4 address"),
+        (["--ip", "127.0.0.1", "--default-rate-bps", "0"], "--default-rate-bps: must be an integer > 0"),
+    ):
         proc = subprocess.run(base + extra, capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2 and text in proc.stderr, (extra, proc.stderr)
         assert not (tmp_path / "a.sock").exists()
@@ -452,20 +508,34 @@ def test_announces_and_completes_over_the_hint_api_on_a_unix_socket(agents: Agen
     server = start(sched, f"unix:{tmp_path}/hints.sock", fabric_clock)
     net = _subnet()
     try:
-        a = agents.start("a", net + "1", "--hint-addr", f"unix:{tmp_path}/hints.sock",
-                         "--default-rate-bps", str(20 * MBIT))
+        a = agents.start(
+            "a", net + "1", "--hint-addr", f"unix:{tmp_path}/hints.sock", "--default-rate-bps", str(20 * MBIT)
+        )
         b = agents.start("d", net + "2")
         deadline = fabric_clock() + 2 * 10**9
         b.expect(71, net + "1", 200_000, "safs")
-        a.send(71, net + "2", 200_000, "safs", dst_host="d", no_bubble_ts_ns=deadline, label="job/s1/mb0",
-               send_at_ns=fabric_clock() + 200_000_000)  # announced at once, data 200 ms later
+        a.send(
+            71,
+            net + "2",
+            200_000,
+            "safs",
+            dst_host="d",
+            no_bubble_ts_ns=deadline,
+            label="job/s1/mb0",
+            send_at_ns=fabric_clock() + 200_000_000,
+        )  # announced at once, data 200 ms later
         t_end = time.monotonic() + 5
         while 71 not in sched.registry and time.monotonic() < t_end:
             time.sleep(0.005)
         with server.servicer.lock:
             hint = sched.registry.get(71)
-        assert (hint.sender, hint.receiver, hint.label, hint.flow_class.value, hint.no_bubble_ts_ns) == \
-            ("a", "d", "job/s1/mb0", "pipeline", deadline % (1 << 48))
+        assert (hint.sender, hint.receiver, hint.label, hint.flow_class.value, hint.no_bubble_ts_ns) == (
+            "a",
+            "d",
+            "job/s1/mb0",
+            "pipeline",
+            deadline % (1 << 48),
+        )
         done = _by_role(wait_events([a, b], 2))
         assert done["receiver"]["bytes"] == 200_000
         assert done["sender"]["start_ns"] - deadline + 2 * 10**9 >= 150_000_000  # waited for send_at
@@ -508,9 +578,11 @@ class _ThreeFlows:
         self.finished: dict[str, int] = {}
 
     def start(self, api) -> None:  # noqa: ANN001 - safs.experiments.workloads.api.WorkloadAPI
-        for spec, at in ((FlowSpec("a", "c", 150_000, 400_000_000, "p/a->c"), 0),
-                         (FlowSpec("b", "c", 150_000, 400_000_000, "p/b->c"), 50_000_000),
-                         (FlowSpec("a", "b", 500_000, None, "bg/a->b", "background"), 0)):
+        for spec, at in (
+            (FlowSpec("a", "c", 150_000, 400_000_000, "p/a->c"), 0),
+            (FlowSpec("b", "c", 150_000, 400_000_000, "p/b->c"), 50_000_000),
+            (FlowSpec("a", "b", 500_000, None, "bg/a->b", "background"), 0),
+        ):
             api.start_flow(spec, lambda t, label=spec.label: self.finished.__setitem__(label, t), send_at_ns=at)
 
     def done(self) -> bool:
@@ -524,8 +596,9 @@ def test_driver_runs_a_workload_over_real_agents(agents: Agents, policy: str) ->
     net = _subnet()
     ips = {"a": net + "1", "b": net + "2", "c": net + "3"}
     rate = 20 * MBIT
-    clients = {h: agents.start(h, ip, "--default-rate-bps", str(rate), "--line-rate-bps", str(rate))
-               for h, ip in ips.items()}
+    clients = {
+        h: agents.start(h, ip, "--default-rate-bps", str(rate), "--line-rate-bps", str(rate)) for h, ip in ips.items()
+    }
     run = RealtimeNetwork(clients, ips, policy)
     workload = _ThreeFlows()
     run.run(workload, max_time_ns=10 * 10**9)
@@ -576,19 +649,25 @@ def test_two_namespaces_over_veth(agents: Agents) -> None:
             _ip("-n", ns, "addr", "add", addr, "dev", dev)
             _ip("-n", ns, "link", "set", dev, "up")
             _ip("-n", ns, "link", "set", "lo", "up")
-        a = agents.start("a", "10.77.0.1", "--set-tcp-ecn", "--default-rate-bps", str(20 * MBIT),
-                         prefix=("ip", "netns", "exec", ns1))
+        a = agents.start(
+            "a", "10.77.0.1", "--set-tcp-ecn", "--default-rate-bps", str(20 * MBIT), prefix=("ip", "netns", "exec", ns1)
+        )
         b = agents.start("b", "10.77.0.2", "--set-tcp-ecn", prefix=("ip", "netns", "exec", ns2))
-        capture = subprocess.Popen(["ip", "netns", "exec", ns2, sys.executable, "-c", CAPTURE_UDP_CHECKSUM],
-                                   stdout=subprocess.PIPE, text=True)
+        capture = subprocess.Popen(
+            ["ip", "netns", "exec", ns2, sys.executable, "-c", CAPTURE_UDP_CHECKSUM], stdout=subprocess.PIPE, text=True
+        )
         assert capture.stdout.readline().strip() == "listening"  # type: ignore[union-attr]
         b.expect(51, "10.77.0.1", 400_000, "safs")
         b.expect(52, "10.77.0.1", 2_000_000, "tcp")
         a.send(51, "10.77.0.2", 400_000, "safs")  # no switch: default grant rate, REQUESTs ignored
         a.send(52, "10.77.0.2", 2_000_000, "tcp")
         done = [e for e in wait_events([a, b], 4) if e["event"] == "done"]
-        assert {(e["flow_id"], e["role"]) for e in done} == {(51, "sender"), (51, "receiver"),
-                                                             (52, "sender"), (52, "receiver")}
+        assert {(e["flow_id"], e["role"]) for e in done} == {
+            (51, "sender"),
+            (51, "receiver"),
+            (52, "sender"),
+            (52, "receiver"),
+        }
         assert a.stats()["tcp"]["tcp_ecn"] == 1 and b.stats()["tcp"]["tcp_ecn"] == 1
         assert b.stats()["safs"]["data_packets_received"] >= 400_000 // 1436
         out, _ = capture.communicate(timeout=10)
@@ -609,8 +688,15 @@ def test_sender_reports_sent_one_complete_lead_before_its_last_byte() -> None:
     from safs.apps.agent.safs_socket import SafsEndpoint, emu_config
 
     loop = Loop()
-    ep = SafsEndpoint(loop, "127.0.0.1", emu_config(10 * MBIT, unscheduled_bytes=3000), 10 * MBIT,
-                      lambda *a: None, lambda *a: None, port=0)
+    ep = SafsEndpoint(
+        loop,
+        "127.0.0.1",
+        emu_config(10 * MBIT, unscheduled_bytes=3000),
+        10 * MBIT,
+        lambda *a: None,
+        lambda *a: None,
+        port=0,
+    )
     try:
         sender = ep.start_sender(9, "127.0.0.2", 100 * ep.cfg.segment_bytes, None, False, loop.now())
         sender.rate_bps = 10 * MBIT

@@ -1,7 +1,8 @@
 """The real-time driver (safs.experiments.mininet.driver) against in-process agents on a fake clock.
 
 The fake agents speak the agent control protocol (docs/mininet.md, "Host agent": expect,
-send, events) and finish every flow at its uncontended transfer time (Topology.min_transfer_ns), so a workload run through the
+send, events) and finish every flow at its uncontended transfer time (Topology.min_transfer_ns), so a workload run
+through the
 driver must give the same workload metrics as IdealNetwork, up to the poll period per
 transfer on the critical path. The fake clock starts just below a 2^48 boundary, so fabric
 times wrap during the run.
@@ -13,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from safs.experiments.mininet.agent_control import AgentError
-from safs.experiments.mininet.driver import RealtimeNetwork
 from safs.core.errors import InvalidInput
 from safs.core.timebase import TIME_MOD, wrap
 from safs.core.topology import load_topology
+from safs.experiments.mininet.agent_control import AgentError
+from safs.experiments.mininet.driver import RealtimeNetwork
 from safs.experiments.workloads.api import FlowSpec
 from safs.experiments.workloads.ideal import IdealNetwork
 from safs.experiments.workloads.zerobubble import ZeroBubbleTraining
@@ -41,8 +42,9 @@ class Fabric:
 
     def __init__(self, clock: FakeClock, topology, refuse: str | None = None) -> None:
         self.clock, self.topology, self.refuse = clock, topology, refuse
-        self.ip_to_host = {".".join(str((ip >> s) & 255) for s in (24, 16, 8, 0)): h
-                           for ip, h in topology.ip_to_host.items()}
+        self.ip_to_host = {
+            ".".join(str((ip >> s) & 255) for s in (24, 16, 8, 0)): h for ip, h in topology.ip_to_host.items()
+        }
         self.done: list[tuple[int, str, int, int]] = []  # (finish fabric-unwrapped, receiver, id, bytes)
         self.requests: list[dict] = []
         self.expected: dict[int, dict] = {}
@@ -74,8 +76,13 @@ class FakeAgent:
             mine = [d for d in f.done if d[1] == self.name and d[0] <= now]
             for d in mine:
                 f.done.remove(d)
-            return {"ok": True, "events": [{"event": "done", "flow_id": i, "role": "receiver",
-                                             "finish_ns": wrap(t), "bytes": b} for t, _, i, b in mine]}
+            return {
+                "ok": True,
+                "events": [
+                    {"event": "done", "flow_id": i, "role": "receiver", "finish_ns": wrap(t), "bytes": b}
+                    for t, _, i, b in mine
+                ],
+            }
         return {"ok": True}
 
 

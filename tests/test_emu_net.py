@@ -1,4 +1,5 @@
-"""The Mininet network of a topology (safs.experiments.mininet.net) and the mininet target (safs.experiments.mininet.backend).
+"""The Mininet network of a topology (safs.experiments.mininet.net) and the mininet target
+(safs.experiments.mininet.backend).
 
 Tiers: the traffic-control commands and argument checks run everywhere; building a network
 needs root and Mininet (marker ``mininet``), with a switch class that forwards nothing, so it
@@ -20,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from safs.experiments.mininet import net as emunet
 from safs.core.errors import InvalidInput
 from safs.core.topology import load_topology
+from safs.experiments.mininet import net as emunet
 
 ROOT = Path(__file__).resolve().parents[1]
 AFD = ROOT / "topologies" / "mininet-afd.yaml"
@@ -33,8 +34,11 @@ def test_bottleneck_commands_strict_priority_layout():
     assert cmds[0] == "tc qdisc add dev s1-eth1 root handle 1: htb default 10"
     assert "classid 1:1 htb rate 10000000bit ceil 10000000bit" in cmds[1]
     # control class first, then slack classes 6..2 in priority order, everything else last
-    prios = {c.split("classid ")[1].split()[0]: int(c.split(" prio ")[1].split()[0])
-             for c in cmds if " class add " in c and "1:1 " not in c.split("classid")[1][:5]}
+    prios = {
+        c.split("classid ")[1].split()[0]: int(c.split(" prio ")[1].split()[0])
+        for c in cmds
+        if " class add " in c and "1:1 " not in c.split("classid")[1][:5]
+    }
     assert prios == {"1:17": 0, "1:16": 1, "1:15": 2, "1:14": 3, "1:13": 4, "1:12": 5, "1:10": 7}
     filters = [c for c in cmds if " filter " in c]
     assert len(filters) == 6 and all("match ip dport 23285 0xffff" in f and "at 30" in f for f in filters)
@@ -102,8 +106,12 @@ _BUILD = textwrap.dedent("""\
 def _start_build(tmp_path: Path, mode: str) -> subprocess.Popen:
     script = tmp_path / "build.py"
     script.write_text(_BUILD)
-    proc = subprocess.Popen([sys.executable, str(script), str(AFD), str(tmp_path / "run"), mode],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(AFD), str(tmp_path / "run"), mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     if "BUILT" not in line:
         proc.kill()
@@ -168,36 +176,47 @@ def test_nothing_left_after_failure_or_kill(tmp_path, how):
 
 # ---------------------------------------------------------------------------- + BMv2
 
+
 @pytest.mark.mininet
 @pytest.mark.bmv2
 def test_urgent_class_wins_at_the_bottleneck(tmp_path):
     """Two SAFS flows into f0 through BMv2 and the bottleneck: a lax one started first and a
     late (urgent) one; the urgent one finishes first although it started second and is as big."""
+    import yaml
+
     from safs.experiments.mininet.backend import run_mininet
     from safs.experiments.runs import expand
     from safs.experiments.scenario import load_scenario
 
-    import yaml
-
     trace = tmp_path / "two.csv"
-    trace.write_text("start_ns,sender,receiver,bytes,no_bubble_ts_ns,label,class\n"
-                     "0,a0,f0,150000,5000000000,lax,pipeline\n"
-                     "50000000,a1,f0,150000,60000000,urgent,pipeline\n")
+    trace.write_text(
+        "start_ns,sender,receiver,bytes,no_bubble_ts_ns,label,class\n"
+        "0,a0,f0,150000,5000000000,lax,pipeline\n"
+        "50000000,a1,f0,150000,60000000,urgent,pipeline\n"
+    )
     raw = yaml.safe_load((ROOT / "scenarios" / "mininet-afd.yaml").read_text())
     # Both senders at line rate (no grant needed for the whole flow): 20 Mbit/s offered to f0's
     # 10 Mbit/s link, so the bottleneck's order alone decides who finishes first.
     raw["scheduler"]["unscheduled_bytes"] = 200_000
-    scenario = load_scenario(ROOT / "scenarios" / "mininet-afd.yaml",
-                             {"workload": {"kind": "trace", "params": {"path": str(trace)}},
-                              "background": {"bulk_flows": [0]}, "policies": ["safs"], "repetitions": 1,
-                              "max_time_ms": 10000, "scheduler": raw["scheduler"]})
-    (record, _), = run_mininet(scenario, list(expand(scenario)), keep_dir=tmp_path / "run")
+    scenario = load_scenario(
+        ROOT / "scenarios" / "mininet-afd.yaml",
+        {
+            "workload": {"kind": "trace", "params": {"path": str(trace)}},
+            "background": {"bulk_flows": [0]},
+            "policies": ["safs"],
+            "repetitions": 1,
+            "max_time_ms": 10000,
+            "scheduler": raw["scheduler"],
+        },
+    )
+    ((record, _),) = run_mininet(scenario, list(expand(scenario)), keep_dir=tmp_path / "run")
     (flows_file,) = (tmp_path / "run").glob("flows-*.json")
     flows = {r["label"]: r for r in json.loads(flows_file.read_text())}
     assert flows["urgent"]["finish_ns"] < flows["lax"]["finish_ns"], flows
     # FIFO would have shared the link: the urgent flow, 50 ms later, would finish last
     assert flows["urgent"]["finish_ns"] - flows["urgent"]["start_ns"] < 0.8 * (
-        flows["lax"]["finish_ns"] - flows["lax"]["start_ns"])
+        flows["lax"]["finish_ns"] - flows["lax"]["start_ns"]
+    )
     _assert_clean(load_topology(AFD))
 
 
@@ -227,9 +246,24 @@ def test_end_to_end_cli_run_and_clean(tmp_path):
     raw.update(repetitions=1, background={"bulk_flows": [1]})
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(yaml.safe_dump(raw))
-    out = subprocess.run([sys.executable, "-m", "safs.apps.cli", "run", str(scenario), "--target", "mininet",
-                          "--out", str(tmp_path / "out"), "--quiet"],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "safs.apps.cli",
+            "run",
+            str(scenario),
+            "--target",
+            "mininet",
+            "--out",
+            str(tmp_path / "out"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     records = json.loads((tmp_path / "out" / "results.json").read_text())
     assert {(r["target"], r["policy"]) for r in records} == {("mininet", "safs"), ("mininet", "dctcp")}
@@ -250,8 +284,8 @@ def test_agents_start_in_every_host_and_stop(tmp_path):
     over its control socket from its namespace, and nothing is left after stop."""
     from mininet.node import Switch
 
-    from safs.experiments.mininet.backend import start_agents, stop_agents
     from safs.core.scheduler import SchedulerConfig
+    from safs.experiments.mininet.backend import start_agents, stop_agents
     from safs.experiments.sim.config import SimConfig
 
     class NoSwitch(Switch):
@@ -261,9 +295,14 @@ def test_agents_start_in_every_host_and_stop(tmp_path):
     topo = load_topology(AFD)
     emu = emunet.build(topo, tmp_path, switch_cls=NoSwitch)
     try:
-        agents, procs = start_agents(emu, tmp_path, "t", f"unix:{tmp_path / 'no-hints.sock'}",
-                                     SchedulerConfig(default_rate_bps=2_500_000),
-                                     SimConfig(mtu_bytes=1500, safs_reorder_window_ns=7_000_000))
+        agents, procs = start_agents(
+            emu,
+            tmp_path,
+            "t",
+            f"unix:{tmp_path / 'no-hints.sock'}",
+            SchedulerConfig(default_rate_bps=2_500_000),
+            SimConfig(mtu_bytes=1500, safs_reorder_window_ns=7_000_000),
+        )
         try:
             stats = {h: a.request({"op": "stats"}) for h, a in agents.items()}
             assert set(stats) == set(topo.hosts())

@@ -11,7 +11,15 @@ from scipy import stats
 
 from safs.apps.cli import main
 from safs.core.errors import InvalidInput
-from safs.experiments.eval.experiments import CHECK_MODULES, EXPERIMENTS, check_missing, experiment, summarize, t_interval, tasks
+from safs.experiments.eval.experiments import (
+    CHECK_MODULES,
+    EXPERIMENTS,
+    check_missing,
+    experiment,
+    summarize,
+    t_interval,
+    tasks,
+)
 from safs.experiments.runner import run_one_output
 from safs.experiments.runs import expand
 from safs.experiments.workloads.jitter import jittered_ns
@@ -184,16 +192,25 @@ def test_baseline_checks_report_a_missing_module(tmp_path: Path, monkeypatch: py
     assert main(["eval", "baseline-checks", "--jobs", "1", "--out", str(tmp_path)]) == 1
     assert "safs.experiments.eval.checks.no_such_baseline is missing" in capsys.readouterr().out
     rows = json.loads((tmp_path / "baseline-checks" / "checks.json").read_text())
-    assert rows == [{"baseline": "no_such_baseline", "error": "safs.experiments.eval.checks.no_such_baseline is missing "
-                                                                "(docs/baselines.md)"}]
+    assert rows == [
+        {
+            "baseline": "no_such_baseline",
+            "error": "safs.experiments.eval.checks.no_such_baseline is missing (docs/baselines.md)",
+        }
+    ]
 
 
 def test_urgent_pass_criterion() -> None:
     exp = EXPERIMENTS["urgent"]
 
     def row(policy: str, misses: float, fct: float) -> dict:
-        return {"policy": policy, "background_flows": 2, "load": 0.2, "urgent_deadline_misses_mean": misses,
-                "urgent_fct_mean_ms_mean": fct}
+        return {
+            "policy": policy,
+            "background_flows": 2,
+            "load": 0.2,
+            "urgent_deadline_misses_mean": misses,
+            "urgent_fct_mean_ms_mean": fct,
+        }
 
     good = exp.verdict([row("safs", 0, 1.0), row("dctcp", 5, 2.0), row("pfabric", 0, 1.5)])
     assert [v["pass"] for v in good] == [True, True]
@@ -203,15 +220,19 @@ def test_urgent_pass_criterion() -> None:
 
 
 # ---- options that do not apply, re-runs and --replot -------------------------------------------
-@pytest.mark.parametrize("argv, needle", [
-    (["eval", "--list", "zerobubble"], "--list: lists every experiment and takes no NAME"),
-    (["eval", "baseline-checks", "--seeds", "1,2"], "--seeds: does not apply to baseline-checks"),
-    (["eval", "all", "--policies", "safs"], "--policies: does not apply to baseline-checks"),
-    (["eval", "zerobubbles"], "NAME: unknown experiment 'zerobubbles'"),
-    (["eval", "zerobubble", "--ray", "auto", "--jobs", "1"], "--ray: cannot be combined with --jobs"),
-])
-def test_options_that_would_be_ignored_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                   argv: list[str], needle: str) -> None:
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["eval", "--list", "zerobubble"], "--list: lists every experiment and takes no NAME"),
+        (["eval", "baseline-checks", "--seeds", "1,2"], "--seeds: does not apply to baseline-checks"),
+        (["eval", "all", "--policies", "safs"], "--policies: does not apply to baseline-checks"),
+        (["eval", "zerobubbles"], "NAME: unknown experiment 'zerobubbles'"),
+        (["eval", "zerobubble", "--ray", "auto", "--jobs", "1"], "--ray: cannot be combined with --jobs"),
+    ],
+)
+def test_options_that_would_be_ignored_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
     assert main([*argv, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
@@ -219,12 +240,25 @@ def test_options_that_would_be_ignored_are_refused(tmp_path: Path, capsys: pytes
 
 
 def test_rerun_keeps_earlier_files_merges_timing_and_replot_reports_missing(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "ev"
     out.mkdir()
     (out / "timing.json").write_text(json.dumps({"urgent": {"runs": 7}}))  # an earlier sweep's entry
-    argv = ["eval", "zerobubble", "--quick", "--policies", "dctcp", "--seeds", "1", "--jobs", "1", "--quiet",
-            "--out", str(out)]
+    argv = [
+        "eval",
+        "zerobubble",
+        "--quick",
+        "--policies",
+        "dctcp",
+        "--seeds",
+        "1",
+        "--jobs",
+        "1",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     assert "no safs in --policies: the comparison with the paper is skipped" in capsys.readouterr().out
     d = out / "zerobubble"
@@ -248,14 +282,23 @@ def test_rerun_keeps_earlier_files_merges_timing_and_replot_reports_missing(
     assert "zerobubble: mean ± 95% t-interval" in text
 
 
-def test_baseline_checks_table_shows_deviation_in_percent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_baseline_checks_table_shows_deviation_in_percent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import safs.experiments.eval.experiments as ex
 
     monkeypatch.setattr(ex, "CHECK_MODULES", ("fake",))
     monkeypatch.setattr(ex, "check_missing", lambda: [])
-    monkeypatch.setattr(ex, "run_check", lambda module, quick: {
-        "metric": "p99 slowdown", "paper_value": 2.33, "measured": 1.7709, "deviation": 1.7709 / 2.33 - 1})
+    monkeypatch.setattr(
+        ex,
+        "run_check",
+        lambda module, quick: {
+            "metric": "p99 slowdown",
+            "paper_value": 2.33,
+            "measured": 1.7709,
+            "deviation": 1.7709 / 2.33 - 1,
+        },
+    )
     assert main(["eval", "baseline-checks", "--jobs", "1", "--out", str(tmp_path)]) == 0
     row = next(ln for ln in capsys.readouterr().out.splitlines() if "p99 slowdown" in ln)
     assert "-24%" in row and "1.77" in row and "-0.24" not in row

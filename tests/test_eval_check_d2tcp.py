@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
 from safs.core.errors import InvalidInput
 from safs.experiments.eval.checks import d2tcp as check
 
@@ -56,14 +57,29 @@ def test_one_shared_deadline_per_tree() -> None:
 
     check.FanInRounds(setup).start(Api())
     assert len(starts) == 4
-    assert starts[0].no_bubble_ts_ns == starts[2].no_bubble_ts_ns and starts[1].no_bubble_ts_ns == starts[3].no_bubble_ts_ns
+    assert (
+        starts[0].no_bubble_ts_ns == starts[2].no_bubble_ts_ns
+        and starts[1].no_bubble_ts_ns == starts[3].no_bubble_ts_ns
+    )
     assert all(s.no_bubble_ts_ns > 0 for s in starts)
 
 
-@pytest.mark.parametrize("field, value", [
-    ("fan_in", 0), ("trees", 0), ("trees", 11), ("bulk_flows", -1), ("size_range", (0, 10)),
-    ("size_range", (10, 5)), ("deadline_factors", (0.0, 1.0)), ("deadline_factors", (2.0, 1.0)),
-    ("rounds", 0), ("initial_alpha", 1.5), ("round_gap_ns", -1)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("fan_in", 0),
+        ("trees", 0),
+        ("trees", 11),
+        ("bulk_flows", -1),
+        ("size_range", (0, 10)),
+        ("size_range", (10, 5)),
+        ("deadline_factors", (0.0, 1.0)),
+        ("deadline_factors", (2.0, 1.0)),
+        ("rounds", 0),
+        ("initial_alpha", 1.5),
+        ("round_gap_ns", -1),
+    ],
+)
 def test_bad_setup_names_the_field(field: str, value: object) -> None:
     with pytest.raises(InvalidInput) as err:
         dataclasses.replace(check.CHECK_SETUP, **{field: value})

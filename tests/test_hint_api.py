@@ -6,26 +6,26 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import grpc
 import pytest
+from two_tors import MS, two_tors  # the shared two-ToR test topology
 
-from safs.core import p4names as n
-from safs.core.errors import InvalidInput, TargetError, UpdateFailure
 from safs.control.hintapi import HintClient, HintServiceError, UnknownFlow
 from safs.control.hintapi import hints_pb2 as pb
 from safs.control.hintapi import hints_pb2_grpc as pb_grpc
 from safs.control.hintapi.convert import FIELD_METADATA_KEY
 from safs.control.hintapi.server import HintServicer, RunningHintServer, start
+from safs.core import p4names as n
+from safs.core.errors import InvalidInput, TargetError, UpdateFailure
 from safs.core.hints import LABEL_MAX_LEN, FlowClass, FlowHint
-from safs.targets.pipeline_model import PipelineModel
 from safs.core.protocol import lease_ns_to_us, rate_bps_to_kbps
 from safs.core.scheduler import Scheduler, SchedulerConfig, wire_epoch
 from safs.core.target import Update
 from safs.core.timebase import wrap
-from two_tors import MS, two_tors  # the shared two-ToR test topology
+from safs.targets.pipeline_model import PipelineModel
 
 AT_ANNOUNCE = SchedulerConfig(admit_on_request=False)
 ON_REQUEST = SchedulerConfig()  # the default: allocate at the first REQUEST (or activate)

@@ -21,21 +21,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
+from two_tors import MS, two_tors  # the shared two-ToR test topology
 
 from safs.core import p4names as n
-from safs.targets import pipeline_model as pm
 from safs.core.errors import InvalidInput, TargetConnectionError, TargetError
 from safs.core.hints import FlowHint
-from safs.targets.p4rt.codec import encode_update
-from safs.testing.fake_p4rt import FakeP4RuntimeServer
-from safs.targets.p4rt.p4info import P4InfoIndex, bytes_to_int, canonical_bytes, padded_bytes
-from safs.targets.p4rt.client import parse_write_error
-from safs.targets.p4rt.target import DigestSettings, P4RuntimeTarget
-from safs.targets.pipeline_model import PipelineModel
 from safs.core.scheduler import Scheduler, SchedulerConfig
 from safs.core.target import CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
 from safs.core.timebase import TIME_MASK
-from two_tors import MS, two_tors  # the shared two-ToR test topology
+from safs.targets import pipeline_model as pm
+from safs.targets.p4rt.client import parse_write_error
+from safs.targets.p4rt.codec import encode_update
+from safs.targets.p4rt.p4info import P4InfoIndex, bytes_to_int, canonical_bytes, padded_bytes
+from safs.targets.p4rt.target import DigestSettings, P4RuntimeTarget
+from safs.targets.pipeline_model import PipelineModel
+from safs.testing.fake_p4rt import FakeP4RuntimeServer
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "p4src" / "build"
@@ -168,7 +168,7 @@ class Bmv2:
             grpc.channel_ready_future(channel).result(timeout=20)
         except grpc.FutureTimeoutError:
             self.stop()
-            raise RuntimeError(f"simple_switch_grpc did not answer on {self.address}")
+            raise RuntimeError(f"simple_switch_grpc did not answer on {self.address}") from None
         finally:
             channel.close()
 

@@ -11,10 +11,16 @@ from scapy.packet import Raw
 from scapy.utils import checksum, rdpcap, wrpcap
 
 from safs.core.errors import ProtocolError
-from safs.core.scapy_layer import (
-    SAFS, SafsHeader, parse_safs, safs_data, safs_done, safs_grant, safs_request,
-)
 from safs.core.protocol import HEADER_LEN, SAFS_UDP_PORT, Color, Malformed, MsgType
+from safs.core.scapy_layer import (
+    SAFS,
+    SafsHeader,
+    parse_safs,
+    safs_data,
+    safs_done,
+    safs_grant,
+    safs_request,
+)
 
 SETTINGS = settings(max_examples=200, deadline=None)
 

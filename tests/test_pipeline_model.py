@@ -8,14 +8,23 @@ from hypothesis import strategies as st
 
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetError
-from safs.targets.pipeline_model import CLONE_SESSION_ID_MAX, CONTROL_PACKET_BYTES, PipelineModel, qdepth_bucket
-from safs.core.protocol import (
-    ECN_CE, ECN_ECT0, ECN_ECT1, ECN_NOT_ECT, QDEPTH_MAX, QUEUE_BEST_EFFORT, QUEUE_CONTROL,
-    QUEUE_OVER_RATE, SAFS_UDP_PORT, Color, MsgType,
-)
 from safs.core.packet import PROTO_TCP, PROTO_UDP, Packet
+from safs.core.protocol import (
+    ECN_CE,
+    ECN_ECT0,
+    ECN_ECT1,
+    ECN_NOT_ECT,
+    QDEPTH_MAX,
+    QUEUE_BEST_EFFORT,
+    QUEUE_CONTROL,
+    QUEUE_OVER_RATE,
+    SAFS_UDP_PORT,
+    Color,
+    MsgType,
+)
 from safs.core.target import CloneSession, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
 from safs.core.timebase import TIME_MASK, slack_to_key, wrap
+from safs.targets.pipeline_model import CLONE_SESSION_ID_MAX, CONTROL_PACKET_BYTES, PipelineModel, qdepth_bucket
 
 SENDER_IP = 0x0A000001  # 10.0.0.1, behind port 1
 RECEIVER_IP = 0x0A000102  # 10.0.1.2, directly attached on port 3 (receiver port)

@@ -11,8 +11,18 @@ from hypothesis import strategies as st
 from safs.core import p4names, protocol
 from safs.core.errors import InvalidInput
 from safs.core.protocol import (
-    EPOCH_MAX, EPOCH_NONE, HEADER_LEN, Malformed, MsgType, epoch_newer, latest_start_ns,
-    lease_ns_to_us, malformed_reason, next_epoch, rate_bps_to_kbps, rate_kbps_to_bps,
+    EPOCH_MAX,
+    EPOCH_NONE,
+    HEADER_LEN,
+    Malformed,
+    MsgType,
+    epoch_newer,
+    latest_start_ns,
+    lease_ns_to_us,
+    malformed_reason,
+    next_epoch,
+    rate_bps_to_kbps,
+    rate_kbps_to_bps,
 )
 from safs.core.timebase import TIME_MOD, diff
 

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from two_tors import MS, two_tors  # the shared two-ToR test topology
 
 from safs.core import p4names as n
 from safs.core.allocator import AllocatorConfig
 from safs.core.errors import InvalidInput, TargetError, UpdateFailure
 from safs.core.hints import FlowClass, FlowHint
-from safs.targets.pipeline_model import PipelineModel
+from safs.core.packet import PROTO_TCP, PROTO_UDP, Packet
 from safs.core.protocol import SAFS_UDP_PORT, WIRE_OVERHEAD_BYTES, MsgType, lease_ns_to_us, rate_bps_to_kbps
 from safs.core.scheduler import Scheduler, SchedulerConfig, node_mac, wire_epoch
 from safs.core.target import CloneSession, Op, RequestDigest, Update
-from safs.core.packet import PROTO_TCP, PROTO_UDP, Packet
-from safs.core.topology import build_topology
 from safs.core.timebase import wrap
-from two_tors import MS, two_tors  # the shared two-ToR test topology
-
+from safs.core.topology import build_topology
+from safs.targets.pipeline_model import PipelineModel
 
 
 class Clock:
@@ -338,7 +337,8 @@ def test_bad_config(kwargs: dict, field: str) -> None:
 
 
 def test_background_flow_gets_only_leftover() -> None:
-    topo, clock, targets, sched = make(SchedulerConfig(allocator=AllocatorConfig(safety_margin=0.0), admit_on_request=False))
+    topo, clock, targets, sched = make(SchedulerConfig(allocator=AllocatorConfig(safety_margin=0.0),
+    admit_on_request=False))
     sched.announce(hint(5, "a", "d", 1_000_000, 2 * MS, FlowClass.BACKGROUND), 0)
     sched.announce(hint(6, "b", "d", 1_000_000, 1 * MS), 0)  # 8 Gbit/s demand of 9.5 usable
     g = sched.allocator.grants()
@@ -448,7 +448,9 @@ def test_stale_epoch_data_gets_a_grant_through_the_sessions_setup_wrote() -> Non
     p.safs_version, p.safs_type, p.flow_id, p.epoch = 1, int(MsgType.DATA), 5, 0  # default-grant sender
     out = targets["tor1"].ingress(p, topo.port_of("tor1", "tor0"))
     assert [(port, q.safs_type, q.epoch) for port, q in out] == [
-        (topo.port_of("tor1", "d"), MsgType.DATA, 0), (topo.port_of("tor1", "tor0"), MsgType.GRANT, epoch)]
+        (topo.port_of("tor1", "d"), MsgType.DATA, 0),
+        (topo.port_of("tor1", "tor0"), MsgType.GRANT, epoch),
+    ]
 
 
 def test_reinstall_restores_clone_sessions() -> None:

@@ -7,20 +7,20 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from star import AllAtZero, star  # the shared one-switch test topology
 
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput
 from safs.core.protocol import QUEUE_CONTROL, QUEUE_OVER_RATE, QUEUE_SLACK_LEAST_URGENT, MsgType
 from safs.core.scheduler import SchedulerConfig
-from safs.hosts.no_grants import SafsShim
 from safs.experiments.policies import POLICIES
+from safs.experiments.sim.backend import simulate
 from safs.experiments.sim.config import SimConfig
 from safs.experiments.sim.simulation import Simulation
-from safs.experiments.sim.backend import simulate
-from safs.hosts.dctcp import DctcpSender
-from safs.hosts.safs import SafsSender
 from safs.experiments.workloads.api import FlowSpec
-from star import AllAtZero, star  # the shared one-switch test topology
+from safs.hosts.dctcp import DctcpSender
+from safs.hosts.no_grants import SafsShim
+from safs.hosts.safs import SafsSender
 
 US = 1_000
 DATA, GRANT = int(MsgType.DATA), int(MsgType.GRANT)

@@ -8,19 +8,19 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from star import AllAtZero, star  # the shared one-switch test topology
 
 from safs.core.errors import InvalidInput
+from safs.experiments.policies import POLICIES
+from safs.experiments.sim.backend import simulate
+from safs.experiments.sim.config import SimConfig
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.network import Host
-from safs.experiments.policies import POLICIES
-from safs.experiments.sim.config import SimConfig
 from safs.experiments.sim.simulation import Simulation
-from safs.experiments.sim.backend import simulate
-from safs.hosts.stats import TransportStats
+from safs.experiments.workloads.api import FlowSpec
 from safs.hosts.d2tcp import D2TCP_D_MAX, D2TCP_D_MIN, D2tcpSender, gamma_penalty, imminence_factor
 from safs.hosts.dctcp import DctcpConfig, DctcpSender
-from safs.experiments.workloads.api import FlowSpec
-from star import AllAtZero, star  # the shared one-switch test topology
+from safs.hosts.stats import TransportStats
 
 US = 1_000
 

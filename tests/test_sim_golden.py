@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
+from safs.core.topology import load_topology
 from safs.experiments.sim.config import SimConfig
 from safs.experiments.sim.simulation import Simulation
-from safs.core.topology import load_topology
 from safs.experiments.workloads import build_workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,8 +130,8 @@ def test_fast_grant_keys_equal_table_entry_keys() -> None:
 def test_trusted_write_keeps_op_checks_and_public_write_still_validates() -> None:
     from safs.core import p4names as n
     from safs.core.errors import TargetError, UpdateFailure
-    from safs.targets.pipeline_model import PipelineModel
     from safs.core.target import MeterConfig, Op, TableEntry, Update
+    from safs.targets.pipeline_model import PipelineModel
 
     def grant(fid: int, kbps: int) -> TableEntry:
         return TableEntry(n.FLOW_GRANT, {n.F_FLOW_ID: fid}, n.ACT_SET_GRANT,

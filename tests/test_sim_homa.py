@@ -3,13 +3,17 @@ overcommitment, CDF-derived priorities, loss recovery and config validation."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+from star import star as shared_star  # the shared one-switch test topology
 
+from safs.core.distributions import SizeDistribution, load_distribution
 from safs.core.errors import InvalidInput
 from safs.experiments.sim.config import SimConfig
 from safs.experiments.sim.simulation import Simulation
+from safs.experiments.workloads.api import FlowSpec
 from safs.hosts.homa import (
     HOMA_DATA,
     HOMA_GRANT,
@@ -18,9 +22,6 @@ from safs.hosts.homa import (
     _masses,
     homa_priorities,
 )
-from safs.experiments.workloads.api import FlowSpec
-from safs.core.distributions import SizeDistribution, load_distribution
-from star import star as shared_star  # the shared one-switch test topology
 
 US = 1_000
 
@@ -197,7 +198,8 @@ def test_packets_carry_the_receiver_chosen_priorities() -> None:
     unsched = {pr for f, seq, pr in seen if f == big and seq < p.rtt_bytes}
     sched = {pr for f, seq, pr in seen if f == big and seq >= p.rtt_bytes}
     assert unsched == {p.unsched_queue(200_000)}
-    assert sched and max(sched) < p.unsched_queue(200_000) and max(sched) < NUM_QUEUES - (NUM_QUEUES - p.sched_priorities)
+    assert sched and max(sched) < p.unsched_queue(200_000) and max(sched) < NUM_QUEUES - (NUM_QUEUES -
+    p.sched_priorities)
     assert p.unsched_queue(300) >= p.unsched_queue(200_000)
 
 
@@ -205,8 +207,11 @@ def test_lossy_incast_completes() -> None:
     """Twelve senders burst 40 KB each into one receiver through a 30 KB port buffer: packets
     are dropped (unscheduled and scheduled), and every message still completes."""
     topo = star(13, buffer_bytes=30_000)
-    cfg = SimConfig(mtu_bytes=1500, buffer_dt_alpha=0.0,
-                    homa={"rtt_bytes": 20_000, "resend_ns": 50 * US, "sender_timeout_ns": 200 * US})
+    cfg = SimConfig(
+        mtu_bytes=1500,
+        buffer_dt_alpha=0.0,
+        homa={"rtt_bytes": 20_000, "resend_ns": 50 * US, "sender_timeout_ns": 200 * US},
+    )
     sim = Simulation(topo, "homa", 3, cfg)
     w = Messages([(f"h{i}", "h12", 40_000, 0) for i in range(12)] + [("h0", "h12", 1_000, 5 * US)])
     res = sim.run(w)
@@ -215,15 +220,18 @@ def test_lossy_incast_completes() -> None:
     assert res.transport.timeouts > 0 and res.retransmitted_bytes > 0
 
 
-@pytest.mark.parametrize(("homa", "field"), [
-    ({"overcommit": 0}, "sim.homa.overcommit"),
-    ({"rtt_bytes": -1}, "sim.homa.rtt_bytes"),
-    ({"sched_priorities": 8}, "sim.homa.sched_priorities"),
-    ({"unsched_cutoffs_bytes": [500, 100, 2000]}, "sim.homa.unsched_cutoffs_bytes"),
-    ({"sched_priorities": 4, "unsched_cutoffs_bytes": [100]}, "sim.homa.unsched_cutoffs_bytes"),
-    ({"resend_ns": 0}, "sim.homa.resend_ns"),
-    ({"bogus": 1}, "sim.homa.bogus"),
-])
+@pytest.mark.parametrize(
+    ("homa", "field"),
+    [
+        ({"overcommit": 0}, "sim.homa.overcommit"),
+        ({"rtt_bytes": -1}, "sim.homa.rtt_bytes"),
+        ({"sched_priorities": 8}, "sim.homa.sched_priorities"),
+        ({"unsched_cutoffs_bytes": [500, 100, 2000]}, "sim.homa.unsched_cutoffs_bytes"),
+        ({"sched_priorities": 4, "unsched_cutoffs_bytes": [100]}, "sim.homa.unsched_cutoffs_bytes"),
+        ({"resend_ns": 0}, "sim.homa.resend_ns"),
+        ({"bogus": 1}, "sim.homa.bogus"),
+    ],
+)
 def test_bad_config_is_refused_naming_the_field(homa: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidInput) as err:
         SimConfig(homa=homa)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from safs.core.errors import InvalidInput
+from safs.core.packet import PROTO_UDP, Packet
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.network import Network, serialization_ns
-from safs.core.packet import PROTO_UDP, Packet
 
 
 class StandInPipeline:

@@ -8,12 +8,12 @@ from fractions import Fraction
 import pytest
 
 from safs.core.errors import InvalidInput
-from safs.experiments.sim.oracle import OracleFlow, OracleNetwork, edf_rates
-from safs.experiments.policies import POLICIES
-from safs.experiments.sim.config import SimConfig
-from safs.experiments.sim.simulation import Simulation
-from safs.experiments.sim.backend import simulate
 from safs.core.topology import build_topology
+from safs.experiments.policies import POLICIES
+from safs.experiments.sim.backend import simulate
+from safs.experiments.sim.config import SimConfig
+from safs.experiments.sim.oracle import OracleFlow, OracleNetwork, edf_rates
+from safs.experiments.sim.simulation import Simulation
 from safs.experiments.workloads.api import FlowSpec
 
 US = 1_000

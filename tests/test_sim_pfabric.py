@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 
 from safs.core.errors import InvalidInput
+from safs.core.packet import PROTO_TCP, Packet
+from safs.core.topology import build_topology
+from safs.experiments.sim.config import SimConfig
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.network import Host, Port
 from safs.experiments.sim.pfabric_port import PfabricPort
-from safs.core.packet import PROTO_TCP, Packet
-from safs.experiments.sim.config import SimConfig
 from safs.experiments.sim.simulation import Simulation
-from safs.hosts.stats import TransportStats
+from safs.experiments.workloads.api import FlowSpec
 from safs.hosts.pfabric import (
     PROBE_BYTES,
     TCP_PROBE,
@@ -23,8 +24,7 @@ from safs.hosts.pfabric import (
     idle_fct_ns,
     pfabric_config,
 )
-from safs.core.topology import build_topology
-from safs.experiments.workloads.api import FlowSpec
+from safs.hosts.stats import TransportStats
 
 US = 1_000
 MS = 1_000_000

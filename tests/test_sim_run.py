@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from safs.core.errors import InvalidInput
-from safs.experiments.policies import POLICIES
-from safs.experiments.sim.config import SimConfig
-from safs.experiments.sim.backend import simulate
 from safs.core.topology import build_topology
+from safs.experiments.policies import POLICIES
+from safs.experiments.sim.backend import simulate
+from safs.experiments.sim.config import SimConfig
 from safs.experiments.workloads.api import FlowSpec
 
 US = 1_000

@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 
 from safs.core.errors import InvalidInput
+from safs.core.packet import PROTO_UDP, Packet
 from safs.core.protocol import ECN_CE, ECN_ECT0, EPOCH_NONE, QUEUE_CONTROL, MsgType, epoch_newer
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.network import Network
-from safs.core.packet import PROTO_UDP, Packet
-from safs.hosts.stats import TransportStats
 from safs.hosts.dctcp import DctcpConfig, DctcpReceiver, DctcpSender, dctcp_k_packets
 from safs.hosts.safs import DATA_OVERHEAD_BYTES, SafsConfig, SafsReceiver, SafsSender
+from safs.hosts.stats import TransportStats
 
 G = 1_000_000_000
 

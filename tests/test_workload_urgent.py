@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from safs.core.errors import InvalidInput
+from safs.core.topology import load_topology
 from safs.experiments.metrics import MISS_TOLERANCE_NS
 from safs.experiments.runner import check, run_one_sim
 from safs.experiments.runs import expand
 from safs.experiments.scenario import load_scenario
-from safs.core.topology import load_topology
 from safs.experiments.workloads import build_workload
 from safs.experiments.workloads.ideal import IdealNetwork
 from safs.experiments.workloads.urgent import RECEIVER, UrgentIncast

@@ -11,17 +11,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from safs.core.distributions import load_distribution
 from safs.core.errors import InvalidInput
 from safs.core.topology import load_topology
 from safs.experiments.workloads import build_workload
 from safs.experiments.workloads.afd import MODEL_LAYERS, AfdDecode, load_trace
 from safs.experiments.workloads.api import FlowSpec
 from safs.experiments.workloads.background import BulkFlows, PoissonArrivals
-from safs.core.distributions import load_distribution
 from safs.experiments.workloads.ideal import IdealNetwork, transfer_ns
 from safs.experiments.workloads.trace import load_trace_file
 from safs.experiments.workloads.zerobubble import (
-    Op, ZeroBubbleTraining, makespan, op_inputs, schedule_times, zb_h1_formula_ns, zb_h1_order,
+    Op,
+    ZeroBubbleTraining,
+    makespan,
+    op_inputs,
+    schedule_times,
+    zb_h1_formula_ns,
+    zb_h1_order,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

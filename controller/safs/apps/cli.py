@@ -4,7 +4,8 @@
 scenario. ``safs controller --topology FILE --switch NAME=HOST:PORT[:DEVICE_ID]...`` runs the
 controller over P4Runtime with the hint API (docs/controller.md). ``safs eval NAME...`` runs
 the paper's experiments (docs/evaluation.md); ``run`` and ``eval`` take ``--jobs N`` (local
-processes, default one per CPU) or ``--ray ADDRESS`` (an existing Ray cluster). User errors (bad files, bad values) print one line naming the file and key and exit
+processes, default one per CPU) or ``--ray ADDRESS`` (an existing Ray cluster). User errors (bad files, bad values)
+print one line naming the file and key and exit
 with status 2; no traceback.
 """
 
@@ -12,38 +13,46 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
+import signal
 import statistics
 import sys
+import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from safs import __version__
-import logging
-import signal
-import threading
-
+from safs.apps.cliargs import OneLineParser
 from safs.apps.eval_command import add_parser as add_eval_parser
 from safs.apps.eval_command import run as run_eval
 from safs.control.controller import ControllerApp, config_from_args
-from safs.core.errors import TargetConnectionError, TargetError
-from safs.core.topology import load_topology
-from safs.experiments.parallel import check_jobs, check_ray
-from safs.targets.p4rt.p4info import P4InfoIndex
-from safs.apps.cliargs import OneLineParser
-from safs.core.errors import InvalidInput, SafsError
+from safs.core.errors import InvalidInput, SafsError, TargetConnectionError, TargetError
 from safs.core.files import BMV2_JSON_PATH, P4INFO_PATH, scenario_path
 from safs.core.numfmt import sig
-from safs.experiments.runner import (BACKENDS, RESULT_FILES, archive_previous, check, check_backend_available,
-                                     check_out_dir, missing_dirs, prepare_out_dir, remove_empty, run_scenario,
-                                     write_results)
+from safs.core.topology import load_topology
+from safs.experiments.parallel import check_jobs, check_ray
+from safs.experiments.runner import (
+    BACKENDS,
+    RESULT_FILES,
+    archive_previous,
+    check,
+    check_backend_available,
+    check_out_dir,
+    missing_dirs,
+    prepare_out_dir,
+    remove_empty,
+    run_scenario,
+    write_results,
+)
 from safs.experiments.runs import cli_overrides, expand
 from safs.experiments.scenario import load_scenario
-
+from safs.targets.p4rt.p4info import P4InfoIndex
 
 
 def _unique(values: list[Any], text: str) -> list[Any]:
@@ -76,37 +85,75 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"safs {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run scenario files and print a table per scenario")
-    run.add_argument("scenarios", nargs="+", metavar="SCENARIO",
-                     help="scenario YAML file(s) or shipped scenario names (e.g. zerobubble, afd-16a2f)")
-    run.add_argument("--out", type=Path, default=Path("results"), help="directory for results.json/csv (default: results); earlier results there are moved "
-                          "aside as results.<YYYYMMDDTHHMMSS>.json/csv")
+    run.add_argument(
+        "scenarios",
+        nargs="+",
+        metavar="SCENARIO",
+        help="scenario YAML file(s) or shipped scenario names (e.g. zerobubble, afd-16a2f)",
+    )
+    run.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results"),
+        help="directory for results.json/csv (default: results); earlier results there are moved "
+        "aside as results.<YYYYMMDDTHHMMSS>.json/csv",
+    )
     run.add_argument("--target", default="sim", choices=BACKENDS, help="where to run (default: sim)")
     run.add_argument("--seeds", type=_int_list, help="override the scenario's seeds, e.g. 1,2,3")
     run.add_argument("--policies", type=_name_list, help="override the policies, e.g. safs,dctcp")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--jobs", type=int, default=None, help="local worker processes (default: one per CPU)")
-    run.add_argument("--ray", metavar="ADDRESS", default=None,
-                     help="run on an existing Ray cluster instead: auto, local, ray://HOST:PORT or HOST:PORT "
-                          "(not with --jobs)")
+    run.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="run on an existing Ray cluster instead: auto, local, ray://HOST:PORT or HOST:PORT (not with --jobs)",
+    )
     add_eval_parser(sub, _int_list, _name_list)
-    ctl = sub.add_parser("controller", help="run the SAFS controller: switches over P4Runtime, hint API (docs/controller.md)")
+    ctl = sub.add_parser(
+        "controller", help="run the SAFS controller: switches over P4Runtime, hint API (docs/controller.md)"
+    )
     ctl.add_argument("--topology", required=True, metavar="FILE", help="topology YAML")
-    ctl.add_argument("--switch", action="append", metavar="NAME=HOST:PORT[:DEVICE_ID]",
-                     help="a topology switch's P4Runtime address (repeat per switch; device id default 0)")
-    ctl.add_argument("--hint-addr", default="127.0.0.1:50051", metavar="HOST:PORT",
-                     help="address the hint API binds (default 127.0.0.1:50051)")
-    ctl.add_argument("--p4info", default=None, metavar="FILE",
-                     help="compiled P4Info (default: the shipped v1model program's)")
-    ctl.add_argument("--bmv2-json", default=None, metavar="FILE",
-                     help="compiled BMv2 JSON (default: the shipped v1model program's)")
+    ctl.add_argument(
+        "--switch",
+        action="append",
+        metavar="NAME=HOST:PORT[:DEVICE_ID]",
+        help="a topology switch's P4Runtime address (repeat per switch; device id default 0)",
+    )
+    ctl.add_argument(
+        "--hint-addr",
+        default="127.0.0.1:50051",
+        metavar="HOST:PORT",
+        help="address the hint API binds (default 127.0.0.1:50051)",
+    )
+    ctl.add_argument(
+        "--p4info", default=None, metavar="FILE", help="compiled P4Info (default: the shipped v1model program's)"
+    )
+    ctl.add_argument(
+        "--bmv2-json", default=None, metavar="FILE", help="compiled BMv2 JSON (default: the shipped v1model program's)"
+    )
     ctl.add_argument("--tick-ms", default="1", metavar="MS", help="scheduler tick period in ms (default 1)")
-    ctl.add_argument("--duration-s", default=None, metavar="S", help="stop after S seconds (default: until SIGINT/SIGTERM)")
-    ctl.add_argument("--scheduler-config", default=None, metavar="YAML",
-                     help="SchedulerConfig fields (allocator: AllocatorConfig fields)")
-    ctl.add_argument("--clock-offset", action="append", metavar="NAME=NS",
-                     help="a switch's clock offset in ns, instead of the estimate (repeatable)")
-    ctl.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                     help="logging level (default INFO)")
+    ctl.add_argument(
+        "--duration-s", default=None, metavar="S", help="stop after S seconds (default: until SIGINT/SIGTERM)"
+    )
+    ctl.add_argument(
+        "--scheduler-config",
+        default=None,
+        metavar="YAML",
+        help="SchedulerConfig fields (allocator: AllocatorConfig fields)",
+    )
+    ctl.add_argument(
+        "--clock-offset",
+        action="append",
+        metavar="NAME=NS",
+        help="a switch's clock offset in ns, instead of the estimate (repeatable)",
+    )
+    ctl.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="logging level (default INFO)",
+    )
     return parser
 
 
@@ -148,10 +195,13 @@ def summary_table(name: str, records: list[dict[str, Any]]) -> Table:
             cells.append(f"{_fmt(_mean(rows, 'iteration_time_ms'))} ({_fmt(_mean(rows, 'iteration_time_ratio'))})")
         misses = sum(int(r["pipeline_deadline_misses"]) for r in rows)
         flows = sum(int(r["pipeline_flows"]) for r in rows)
-        cells += [f"{misses}/{flows}", _fmt(_mean(rows, "pipeline_late_p99_ms")),
-                  f"{_fmt(_mean(rows, 'pipeline_fct_mean_ms'))}/{_fmt(_mean(rows, 'pipeline_fct_p99_ms'))}",
-                  f"{_fmt(_mean(rows, 'background_fct_mean_ms'))}/{_fmt(_mean(rows, 'background_fct_p99_ms'))}",
-                  _fmt(_mean(rows, "control_bytes_per_data_byte"), 2)]
+        cells += [
+            f"{misses}/{flows}",
+            _fmt(_mean(rows, "pipeline_late_p99_ms")),
+            f"{_fmt(_mean(rows, 'pipeline_fct_mean_ms'))}/{_fmt(_mean(rows, 'pipeline_fct_p99_ms'))}",
+            f"{_fmt(_mean(rows, 'background_fct_mean_ms'))}/{_fmt(_mean(rows, 'background_fct_p99_ms'))}",
+            _fmt(_mean(rows, "control_bytes_per_data_byte"), 2),
+        ]
         table.add_row(*cells)
     return table
 
@@ -162,8 +212,10 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     # so a typo in the last file or a bad option costs nothing and leaves nothing behind.
     check_out_dir(args.out)
     if args.target == "mininet" and (args.jobs is not None or args.ray is not None):
-        raise InvalidInput("--target mininet", f"runs one run at a time in real time; drop "
-                                               f"{'--jobs' if args.jobs is not None else '--ray'}")
+        raise InvalidInput(
+            "--target mininet",
+            f"runs one run at a time in real time; drop {'--jobs' if args.jobs is not None else '--ray'}",
+        )
     check_ray(args.ray, args.jobs)
     if args.ray is None:
         check_jobs(args.jobs)
@@ -185,19 +237,33 @@ def _run_all(args: argparse.Namespace, console: Console, scenarios: list[Any]) -
         console.print(f"earlier {old.name} moved to {new}", highlight=False)
     all_records: list[dict[str, Any]] = []
     total = sum(len(list(expand(s))) for s in scenarios)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, disable=args.quiet, transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=args.quiet,
+        transient=True,
+    ) as progress:
         task = progress.add_task("simulating", total=total)
         for scenario in scenarios:
             progress.update(task, description=f"{scenario.name}")
-            records = run_scenario(scenario, args.target, progress=lambda spec: progress.advance(task),
-                                   jobs=args.jobs, ray_address=args.ray)
+            records = run_scenario(
+                scenario,
+                args.target,
+                progress=lambda spec: progress.advance(task),
+                jobs=args.jobs,
+                ray_address=args.ray,
+            )
             all_records.extend(records)
             write_results(all_records, args.out)  # after each scenario: nothing finished is lost
             progress.console.print(summary_table(scenario.name, records))
     n = len(all_records)
-    console.print(f"wrote {n} record{'s' if n != 1 else ''} to {args.out / 'results.json'} (and results.csv); "
-                  "columns: docs/results.md")
+    console.print(
+        f"wrote {n} record{'s' if n != 1 else ''} to {args.out / 'results.json'} (and results.csv); "
+        "columns: docs/results.md"
+    )
     return 0
 
 
@@ -208,8 +274,9 @@ def _cmd_controller(args: argparse.Namespace) -> int:
     for option, attr, path in (("--p4info", "p4info", P4INFO_PATH), ("--bmv2-json", "bmv2_json", BMV2_JSON_PATH)):
         if getattr(args, attr) is None:
             if not path.is_file():
-                raise InvalidInput(option, f"default {path} does not exist (build it: docs/controller.md, "
-                                           f"or pass {option} FILE)")
+                raise InvalidInput(
+                    option, f"default {path} does not exist (build it: docs/controller.md, or pass {option} FILE)"
+                )
             setattr(args, attr, str(path))
     try:
         P4InfoIndex.from_file(args.p4info)
@@ -223,11 +290,11 @@ def _cmd_controller(args: argparse.Namespace) -> int:
         raise InvalidInput("--bmv2-json", f"{args.bmv2_json} is not a BMv2 JSON file: {exc}") from None
     config = config_from_args(args)
     app = ControllerApp(config)  # checks the switch names against the topology
-    logging.basicConfig(level=getattr(logging, args.log_level),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set())
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
             app.start()
@@ -240,7 +307,9 @@ def _cmd_controller(args: argparse.Namespace) -> int:
                 code, message = exc.failures[0].code, exc.failures[0].message
             if spec is None:
                 raise
-            raise InvalidInput(f"--switch {spec.name}={spec.grpc_addr}", f"switch unusable ({code}): {message}") from None
+            raise InvalidInput(
+                f"--switch {spec.name}={spec.grpc_addr}", f"switch unusable ({code}): {message}"
+            ) from None
         app.run(stop)
     finally:
         app.stop()

@@ -10,6 +10,7 @@ results, summaries with confidence intervals, and plots (docs/evaluation.md).
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import time
@@ -20,16 +21,21 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-import csv
-
+from safs.core.errors import InvalidInput
+from safs.core.numfmt import percent, sig
 from safs.experiments.eval import experiments as ex
 from safs.experiments.eval.experiments import CHECKS_NAME, EXPERIMENTS, write_outputs
 from safs.experiments.parallel import check_jobs, check_ray, map_ordered
-from safs.experiments.runner import (RunOutput, archive_previous, check_out_dir, missing_dirs, prepare_out_dir,
-                                     remove_empty, run_one_output)
+from safs.experiments.runner import (
+    RunOutput,
+    archive_previous,
+    check_out_dir,
+    missing_dirs,
+    prepare_out_dir,
+    remove_empty,
+    run_one_output,
+)
 from safs.experiments.runs import cli_overrides
-from safs.core.errors import InvalidInput
-from safs.core.numfmt import percent, sig
 
 # An experiment directory's data files: moved aside (results.<time>.json), never overwritten.
 EXPERIMENT_FILES = ("results.json", "results.csv", "samples.jsonl", "summary.json", "summary.csv")
@@ -41,18 +47,29 @@ def add_parser(sub: Any, int_list: Any, name_list: Any) -> None:
     ev = sub.add_parser("eval", help="run the paper's experiments: results, CIs over seeds, plots (docs/evaluation.md)")
     ev.add_argument("names", nargs="*", metavar="NAME", help="experiment(s), 'baseline-checks' or 'all' (see --list)")
     ev.add_argument("--list", action="store_true", help="list the experiments and exit")
-    ev.add_argument("--out", type=Path, default=Path("results/eval"), help="output directory (default results/eval); earlier files of an experiment "
-                         "are moved aside as NAME.<YYYYMMDDTHHMMSS>.EXT, timing.json is merged per experiment")
+    ev.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/eval"),
+        help="output directory (default results/eval); earlier files of an experiment "
+        "are moved aside as NAME.<YYYYMMDDTHHMMSS>.EXT, timing.json is merged per experiment",
+    )
     ev.add_argument("--seeds", type=int_list, help="override the seeds, e.g. 1,2,3")
     ev.add_argument("--policies", type=name_list, help="override the policies, e.g. safs,dctcp")
     ev.add_argument("--jobs", type=int, default=None, help="local worker processes (default: one per CPU)")
-    ev.add_argument("--ray", metavar="ADDRESS", default=None,
-                    help="run on an existing Ray cluster instead: auto, local, ray://HOST:PORT or HOST:PORT "
-                         "(not with --jobs)")
+    ev.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="run on an existing Ray cluster instead: auto, local, ray://HOST:PORT or HOST:PORT (not with --jobs)",
+    )
     ev.add_argument("--quick", action="store_true", help="smoke-size runs (fewer steps, seeds and levels)")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
-    ev.add_argument("--replot", action="store_true",
-                    help="no runs: redo summaries and plots from OUT/NAME/results.json and samples.jsonl")
+    ev.add_argument(
+        "--replot",
+        action="store_true",
+        help="no runs: redo summaries and plots from OUT/NAME/results.json and samples.jsonl",
+    )
 
 
 def _fmt(mean: float, half: float) -> str:
@@ -67,8 +84,12 @@ def _summary_table(exp: Any, rows: list[dict[str, Any]]) -> Table:
     for col in ("policy", "bg", "runs", *exp.metrics):
         table.add_column(col, justify="left" if col == "policy" else "right")
     for r in rows:
-        table.add_row(r["policy"], str(r["background_flows"]), str(r["runs"]),
-                      *[_fmt(r[f"{m}_mean"], r[f"{m}_ci95"]) for m in exp.metrics])
+        table.add_row(
+            r["policy"],
+            str(r["background_flows"]),
+            str(r["runs"]),
+            *[_fmt(r[f"{m}_mean"], r[f"{m}_ci95"]) for m in exp.metrics],
+        )
     return table
 
 
@@ -82,13 +103,18 @@ def _verdict_table(name: str, verdict: list[dict[str, Any]]) -> Table:
 
 
 def _ablation_table(name: str, rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"{name}: share of SAFS's gain over {rows[0]['reference']} kept by each ablation "
-                        f"({rows[0]['metric']})")
+    table = Table(
+        title=f"{name}: share of SAFS's gain over {rows[0]['reference']} kept by each ablation ({rows[0]['metric']})"
+    )
     for col in ("bg", "gain", "without grants", "without classes"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(str(r["background_flows"]), sig(r["gain"]), f"{r['kept_without_grants']:.0%}",
-                      f"{r['kept_without_classes']:.0%}")
+        table.add_row(
+            str(r["background_flows"]),
+            sig(r["gain"]),
+            f"{r['kept_without_grants']:.0%}",
+            f"{r['kept_without_classes']:.0%}",
+        )
     return table
 
 
@@ -99,8 +125,11 @@ def _list(console: Console) -> int:
     table.add_column("scenario")
     for e in EXPERIMENTS.values():
         table.add_row(e.name, e.what, f"scenarios/{e.scenario}")
-    table.add_row(CHECKS_NAME, "the baselines' own-paper checks (Homa, pFabric, D2TCP; docs/baselines.md)",
-                  "safs/experiments/eval/checks/")
+    table.add_row(
+        CHECKS_NAME,
+        "the baselines' own-paper checks (Homa, pFabric, D2TCP; docs/baselines.md)",
+        "safs/experiments/eval/checks/",
+    )
     table.add_row("all", "the three experiments and the baseline checks", "")
     console.print(table)
     return 0
@@ -118,7 +147,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise InvalidInput("--list", f"lists every experiment and takes no NAME; got {' '.join(args.names)}")
         return _list(console)
     if not args.names:
-        raise InvalidInput("NAME", f"give experiment name(s); valid: {', '.join([*ex.EXPERIMENTS, ex.CHECKS_NAME, 'all'])}")
+        raise InvalidInput(
+            "NAME", f"give experiment name(s); valid: {', '.join([*ex.EXPERIMENTS, ex.CHECKS_NAME, 'all'])}"
+        )
     names: list[str] = []
     for n in args.names:
         names += [*ex.EXPERIMENTS, ex.CHECKS_NAME] if n == "all" else [n]
@@ -133,8 +164,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     run_checks = ex.CHECKS_NAME in names
     for option, value in (("--seeds", args.seeds), ("--policies", args.policies)):
         if value and run_checks:
-            raise InvalidInput(option, f"does not apply to {ex.CHECKS_NAME} (each check uses its paper's setup); "
-                                       f"name the experiments instead: {', '.join(ex.EXPERIMENTS)}")
+            raise InvalidInput(
+                option,
+                f"does not apply to {ex.CHECKS_NAME} (each check uses its paper's setup); "
+                f"name the experiments instead: {', '.join(ex.EXPERIMENTS)}",
+            )
     check_out_dir(args.out)
     check_ray(args.ray, args.jobs)
     if args.ray is None:
@@ -163,8 +197,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise
 
 
-def _run_all(args: argparse.Namespace, console: Console, ex: Any, exps: list[Any], task_lists: list[list[tuple]],
-             run_checks: bool) -> int:
+def _run_all(
+    args: argparse.Namespace,
+    console: Console,
+    ex: Any,
+    exps: list[Any],
+    task_lists: list[list[tuple]],
+    run_checks: bool,
+) -> int:
     """The runs, output files and tables of :func:`run` once everything is checked."""
     prepare_out_dir(args.out)
     for e in exps:
@@ -172,8 +212,15 @@ def _run_all(args: argparse.Namespace, console: Console, ex: Any, exps: list[Any
         _moved(console, archive_previous(args.out / e.name, EXPERIMENT_FILES))
     flat = [t for ts in task_lists for t in ts]
     started = time.perf_counter()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, disable=args.quiet, transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=args.quiet,
+        transient=True,
+    ) as progress:
         bar = progress.add_task("simulating", total=len(flat))
         outputs = map_ordered(run_one_output, flat, args.jobs, args.ray, lambda i: progress.advance(bar))
     status = 0
@@ -181,26 +228,36 @@ def _run_all(args: argparse.Namespace, console: Console, ex: Any, exps: list[Any
     timings: dict[str, dict[str, Any]] = {}
     pos = 0
     for e, ts in zip(exps, task_lists):
-        mine = outputs[pos:pos + len(ts)]
+        mine = outputs[pos : pos + len(ts)]
         pos += len(ts)
-        timings[e.name] = {"runs": len(mine), "quick": bool(args.quick),
-                           "run_cpu_s": sum(o.record["wall_time_s"] for o in mine)}
+        timings[e.name] = {
+            "runs": len(mine),
+            "quick": bool(args.quick),
+            "run_cpu_s": sum(o.record["wall_time_s"] for o in mine),
+        }
         result = ex.write_outputs(e, mine, args.out / e.name)
         console.print(_summary_table(e, result["summary"]))
         if result["verdict"]:
             console.print(_verdict_table(e.name, result["verdict"]))
         if result["ablation"]:
             console.print(_ablation_table(e.name, result["ablation"]))
-        console.print(f"{e.name}: {len(mine)} runs -> {args.out / e.name} (results.json/csv, samples.jsonl, "
-                      f"summary.csv/json, {len(result['plots'])} plot files)")
+        console.print(
+            f"{e.name}: {len(mine)} runs -> {args.out / e.name} (results.json/csv, samples.jsonl, "
+            f"summary.csv/json, {len(result['plots'])} plot files)"
+        )
     if run_checks:
         status = _checks(args, console, ex, map_ordered)
     if not flat:
         return status
     executor = f"Ray {args.ray}" if args.ray else f"{check_jobs(args.jobs)} local worker(s)"
-    sweep = {"sweep": [e.name for e in exps], "sweep_runs": len(flat), "sweep_simulation_wall_s": simulation_wall_s,
-             "sweep_total_wall_s": time.perf_counter() - started, "executor": executor,
-             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    sweep = {
+        "sweep": [e.name for e in exps],
+        "sweep_runs": len(flat),
+        "sweep_simulation_wall_s": simulation_wall_s,
+        "sweep_total_wall_s": time.perf_counter() - started,
+        "executor": executor,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     _merge_timing(console, args.out / "timing.json", {name: {**t, **sweep} for name, t in timings.items()})
     console.print(f"simulated {len(flat)} runs in {simulation_wall_s:.0f} s ({executor})")
     return status
@@ -239,8 +296,11 @@ def _replot(args: argparse.Namespace, console: Console, exps: list[Any]) -> int:
         except (OSError, ValueError) as exc:
             missing += 1
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            console.print(f"[yellow]{e.name}: no earlier results to replot in {d} ({why}); "
-                          f"run: safs eval {e.name} --out {args.out}[/yellow]", highlight=False)
+            console.print(
+                f"[yellow]{e.name}: no earlier results to replot in {d} ({why}); "
+                f"run: safs eval {e.name} --out {args.out}[/yellow]",
+                highlight=False,
+            )
             continue
         records = [{k: (float("nan") if v is None else v) for k, v in r.items()} for r in records]
         samples = [{k: v for k, v in x.items() if isinstance(v, list)} for x in lines]
@@ -259,7 +319,9 @@ def _checks(args: argparse.Namespace, console: Console, ex: Any, map_ordered: An
     present = [m for m in ex.CHECK_MODULES if m not in missing]
     results = map_ordered(ex.run_check, [(m, True) for m in present], args.jobs, args.ray)
     rows = [{"baseline": m, **r} for m, r in zip(present, results)]
-    rows += [{"baseline": m, "error": f"safs.experiments.eval.checks.{m} is missing (docs/baselines.md)"} for m in missing]
+    rows += [
+        {"baseline": m, "error": f"safs.experiments.eval.checks.{m} is missing (docs/baselines.md)"} for m in missing
+    ]
     keys = list(dict.fromkeys(k for r in rows for k in r))
     out = args.out / ex.CHECKS_NAME
     out.mkdir(parents=True, exist_ok=True)
@@ -275,15 +337,27 @@ def _checks(args: argparse.Namespace, console: Console, ex: Any, map_ordered: An
     for k in main:
         table.add_column(k, justify="left" if k in ("baseline", "metric", "error") else "right")
     for r in rows:
-        table.add_row(*[percent(r[k]) if k == "deviation" and isinstance(r.get(k), float)
-                        else sig(r[k]) if isinstance(r.get(k), float) else str(r.get(k, "")) for k in main])
+        table.add_row(
+            *[
+                percent(r[k])
+                if k == "deviation" and isinstance(r.get(k), float)
+                else sig(r[k])
+                if isinstance(r.get(k), float)
+                else str(r.get(k, ""))
+                for k in main
+            ]
+        )
     console.print(table)
     for r in rows:
         for k, v in r.items():
             if k not in main:
-                console.print(f"  {r['baseline']} {k}: {v:.4g}" if isinstance(v, float) else f"  {r['baseline']} {k}: {v}",
-                              highlight=False)
+                console.print(
+                    f"  {r['baseline']} {k}: {v:.4g}" if isinstance(v, float) else f"  {r['baseline']} {k}: {v}",
+                    highlight=False,
+                )
     console.print(f"-> {out / 'checks.json'} (and checks.csv)")
     for m in missing:
-        console.print(f"[red]safs eval: error: safs.experiments.eval.checks.{m} is missing: the {m} check did not run[/red]")
+        console.print(
+            f"[red]safs eval: error: safs.experiments.eval.checks.{m} is missing: the {m} check did not run[/red]"
+        )
     return 1 if missing else 0

@@ -26,19 +26,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
+from safs.control.hintapi import server as hint_server
 from safs.core.errors import InvalidInput, TargetConnectionError, TargetError, UpdateFailure
 from safs.core.files import load_yaml
 from safs.core.packet import ETH_HEADER_BYTES
-from safs.control.hintapi import server as hint_server
-from safs.targets.p4rt.target import P4RuntimeTarget
 from safs.core.scheduler import Scheduler, SchedulerConfig, scheduler_config_for
 from safs.core.target import CounterValue, RequestDigest, Update
 from safs.core.timebase import TIME_MASK, fabric_clock
 from safs.core.topology import Topology, load_topology
+from safs.targets.p4rt.target import P4RuntimeTarget
 
 log = logging.getLogger(__name__)
 
@@ -195,14 +196,19 @@ class ControllerConfig:
         host, sep, port = self.hint_addr.rpartition(":")
         if self.hint_addr.startswith("unix:"):  # a Unix socket (reachable from other network namespaces)
             if not self.hint_addr.startswith("unix:/"):
-                raise InvalidInput("--hint-addr", f"a Unix socket address must be absolute, unix:/PATH; got {self.hint_addr!r}")
+                raise InvalidInput("--hint-addr",
+                                   f"a Unix socket address must be absolute, unix:/PATH; got {self.hint_addr!r}")
         elif not sep or not host or not port.isdigit() or int(port) > 65535:
-            raise InvalidInput("--hint-addr", f"must be HOST:PORT with port 0..65535, or unix:/PATH, got {self.hint_addr!r}")
+            raise InvalidInput(
+                "--hint-addr", f"must be HOST:PORT with port 0..65535, or unix:/PATH, got {self.hint_addr!r}"
+            )
         if not self.rpc_timeout_s > 0:
             raise InvalidInput("rpc_timeout_s", f"must be > 0 seconds, got {self.rpc_timeout_s!r}")
         if not 0 < self.reconnect_min_s <= self.reconnect_max_s:
-            raise InvalidInput("reconnect_min_s", "need 0 < reconnect_min_s <= reconnect_max_s, got "
-                               f"{self.reconnect_min_s!r}, {self.reconnect_max_s!r}")
+            raise InvalidInput(
+                "reconnect_min_s",
+                f"need 0 < reconnect_min_s <= reconnect_max_s, got {self.reconnect_min_s!r}, {self.reconnect_max_s!r}",
+            )
         if not self.summary_period_s > 0:
             raise InvalidInput("summary_period_s", f"must be > 0 seconds, got {self.summary_period_s!r}")
         for what, path in (("--p4info", self.p4info_path), ("--bmv2-json", self.bmv2_json_path)):
@@ -211,6 +217,7 @@ class ControllerConfig:
 
 
 # ---------------------------------------------------------------------------- one switch
+
 
 class SwitchLink:
     """One switch as the scheduler sees it (implements :class:`safs.core.target.Target`): forwards to
@@ -249,8 +256,9 @@ class SwitchLink:
         self._counters.clear()
 
     def _unavailable(self, n: int) -> TargetError:
-        return TargetError([UpdateFailure(i, "UNAVAILABLE", f"{self.name}: switch down ({self.down_reason})")
-                            for i in range(n)])
+        return TargetError(
+            [UpdateFailure(i, "UNAVAILABLE", f"{self.name}: switch down ({self.down_reason})") for i in range(n)]
+        )
 
     def _check(self, err: TargetError) -> None:
         if err.failures and all(f.code == "UNAVAILABLE" for f in err.failures):
@@ -344,6 +352,7 @@ class SwitchLink:
 
 # ---------------------------------------------------------------------------- the program
 
+
 @dataclass
 class ControllerStats:
     """Counters of a :class:`ControllerApp` run.
@@ -395,8 +404,11 @@ class ControllerApp:
         switches = self.topology.switches()
         for spec in config.switches:
             if spec.name not in switches:
-                raise InvalidInput("--switch", f"unknown switch {spec.name!r}; topology "
-                                   f"{self.topology.name!r} has switches: {', '.join(switches)}")
+                raise InvalidInput(
+                    "--switch",
+                    f"unknown switch {spec.name!r}; topology "
+                    f"{self.topology.name!r} has switches: {', '.join(switches)}",
+                )
         self.lock = threading.Lock()
         self.stats = ControllerStats()
         self.links: dict[str, SwitchLink] = {}
@@ -432,23 +444,28 @@ class ControllerApp:
         cfg = self.config
         missing = [sw for sw in self.topology.switches() if sw not in {s.name for s in cfg.switches}]
         if missing:
-            log.warning("no --switch for %s: the controller will not write to %s (their flows are "
-                        "still allocated)", ", ".join(missing), "it" if len(missing) == 1 else "them")
+            log.warning(
+                "no --switch for %s: the controller will not write to %s (their flows are still allocated)",
+                ", ".join(missing),
+                "it" if len(missing) == 1 else "them",
+            )
         try:
             for spec in cfg.switches:
                 target, estimate = self._open(spec)
                 offset = cfg.clock_offsets_ns.get(spec.name, estimate)
                 if spec.name in cfg.clock_offsets_ns:
-                    log.info("%s: clock offset %d ns (from --clock-offset; estimate was %d ns)",
-                             spec.name, offset, estimate)
+                    log.info(
+                        "%s: clock offset %d ns (from --clock-offset; estimate was %d ns)", spec.name, offset, estimate
+                    )
                 self.links[spec.name] = SwitchLink(spec, target)
                 self.clock_offsets_ns[spec.name] = offset
             self.scheduler = Scheduler(self.topology, self.links, cfg.scheduler)
             with self.lock:
                 self.scheduler.setup(self.clock(), self.clock_offsets_ns)
             log.info("installed routes, slack classes and defaults on %s", ", ".join(self.links))
-            self.hint_server = hint_server.start(self.scheduler, cfg.hint_addr, self.clock, lock=self.lock,
-                                                 activation_lead_ns=cfg.activation_lead_ns)
+            self.hint_server = hint_server.start(
+                self.scheduler, cfg.hint_addr, self.clock, lock=self.lock, activation_lead_ns=cfg.activation_lead_ns
+            )
             log.info("hint API listening on %s", self.hint_address)
         except BaseException:
             self.stop()
@@ -464,13 +481,24 @@ class ControllerApp:
             TargetError: the digest configuration was refused.
         """
         cfg = self.config
-        target = P4RuntimeTarget(spec.name, spec.grpc_addr, spec.device_id, cfg.p4info_path, cfg.bmv2_json_path,
-                                 election_id=cfg.election_id, timeout_s=cfg.rpc_timeout_s)
+        target = P4RuntimeTarget(
+            spec.name,
+            spec.grpc_addr,
+            spec.device_id,
+            cfg.p4info_path,
+            cfg.bmv2_json_path,
+            election_id=cfg.election_id,
+            timeout_s=cfg.rpc_timeout_s,
+        )
         try:
             if not target.is_primary:
-                raise TargetConnectionError(spec.grpc_addr, "arbitration", "PERMISSION_DENIED",
-                                            "another controller with a higher election id is primary",
-                                            switch=spec.name)
+                raise TargetConnectionError(
+                    spec.grpc_addr,
+                    "arbitration",
+                    "PERMISSION_DENIED",
+                    "another controller with a higher election id is primary",
+                    switch=spec.name,
+                )
             log.info("%s: connected to %s (device %d), primary", spec.name, spec.grpc_addr, spec.device_id)
             before = self.clock()
             t0 = time.monotonic_ns()
@@ -480,9 +508,13 @@ class ControllerApp:
             target.close()
             raise
         offset = before & TIME_MASK
-        log.info("%s: pipeline pushed and digests enabled in %.1f ms; clock offset estimate %d ns "
-                 "(error below the push time if the switch clock starts at the push)",
-                 spec.name, push_ns / NS_PER_MS, offset)
+        log.info(
+            "%s: pipeline pushed and digests enabled in %.1f ms; clock offset estimate %d ns "
+            "(error below the push time if the switch clock starts at the push)",
+            spec.name,
+            push_ns / NS_PER_MS,
+            offset,
+        )
         return target, offset
 
     def stop(self) -> None:
@@ -496,7 +528,7 @@ class ControllerApp:
             link.target.close()
         log.info("controller stopped")
 
-    def __enter__(self) -> "ControllerApp":
+    def __enter__(self) -> ControllerApp:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -625,14 +657,22 @@ class ControllerApp:
             log.info("%s: reconnected and re-installed", name)
         return done
 
-    def _summary(self, last: "_Snapshot") -> "_Snapshot":
+    def _summary(self, last: _Snapshot) -> _Snapshot:
         now = _Snapshot.of(self)
         down = [name for name, link in self.links.items() if link.is_down]
-        log.info("flows %d (granted %d); last %.3g s: grant changes %d, digests %d, table/meter updates %d, "
-                 "ticks %d (%d with refused writes)%s", now.flows, now.granted, self.config.summary_period_s,
-                 now.grant_changes - last.grant_changes, now.digests - last.digests, now.updates - last.updates,
-                 now.ticks - last.ticks, now.tick_failures - last.tick_failures,
-                 f"; down: {', '.join(down)}" if down else "")
+        log.info(
+            "flows %d (granted %d); last %.3g s: grant changes %d, digests %d, table/meter updates %d, "
+            "ticks %d (%d with refused writes)%s",
+            now.flows,
+            now.granted,
+            self.config.summary_period_s,
+            now.grant_changes - last.grant_changes,
+            now.digests - last.digests,
+            now.updates - last.updates,
+            now.ticks - last.ticks,
+            now.tick_failures - last.tick_failures,
+            f"; down: {', '.join(down)}" if down else "",
+        )
         return now
 
 
@@ -647,13 +687,20 @@ class _Snapshot:
     tick_failures: int
 
     @classmethod
-    def of(cls, app: ControllerApp) -> "_Snapshot":
+    def of(cls, app: ControllerApp) -> _Snapshot:
         sched = app.scheduler
         assert sched is not None
         with app.lock:
             s = sched.stats
-            return cls(len(sched.registry), len(sched.allocator.grants()), s.grant_changes, app.stats.digests,
-                       s.table_updates + s.meter_updates, app.stats.ticks, app.stats.tick_failures)
+            return cls(
+                len(sched.registry),
+                len(sched.allocator.grants()),
+                s.grant_changes,
+                app.stats.digests,
+                s.table_updates + s.meter_updates,
+                app.stats.ticks,
+                app.stats.tick_failures,
+            )
 
 
 def config_from_args(args: Any) -> ControllerConfig:
@@ -674,9 +721,17 @@ def config_from_args(args: Any) -> ControllerConfig:
     # Line rate and ECN K from the topology, as the simulator and Mininet derive them; the
     # --scheduler-config file's keys override.
     scheduler = load_scheduler_config(args.scheduler_config, load_topology(Path(args.topology)))
-    return ControllerConfig(topology_path=Path(args.topology), switches=switches, p4info_path=Path(args.p4info),
-                            bmv2_json_path=Path(args.bmv2_json), hint_addr=args.hint_addr, tick_ns=int(tick_ns),
-                            duration_s=duration, scheduler=scheduler, clock_offsets_ns=offsets)
+    return ControllerConfig(
+        topology_path=Path(args.topology),
+        switches=switches,
+        p4info_path=Path(args.p4info),
+        bmv2_json_path=Path(args.bmv2_json),
+        hint_addr=args.hint_addr,
+        tick_ns=int(tick_ns),
+        duration_s=duration,
+        scheduler=scheduler,
+        clock_offsets_ns=offsets,
+    )
 
 
 def _number(option: str, text: str, scale: int) -> float:

@@ -179,7 +179,8 @@ class AllocatorConfig(ConfigModel):
             control loop, which needs a hint-to-grant round per hand-over). Default 100 µs: the
             simulator's control loop (20 µs hint latency, 10 µs digest and grant polls, 100 µs
             re-allocation tick) cannot hand capacity over faster than that; on 16A2F decode a
-            10 µs quantum gave a 30% higher TPOT than 100 µs (docs/simulator.md). The EDF invariants hold exactly at quantum 1; at quantum q maximum
+            10 µs quantum gave a 30% higher TPOT than 100 µs (docs/simulator.md). The EDF invariants hold exactly at
+            quantum 1; at quantum q maximum
             lateness is within q of EDF's.
     """
 
@@ -287,10 +288,7 @@ def slack_class_table(thresholds_ns: tuple[int, ...]) -> list[SlackClassRange]:
         ``safs.core.protocol.SLACK_QUEUES``).
     """
     bounds = [SLACK_MIN_NS, *thresholds_ns, SLACK_MAX_NS + 1]
-    return [
-        SlackClassRange(bounds[i], bounds[i + 1] - 1, qclass)
-        for i, qclass in enumerate(protocol.SLACK_QUEUES)
-    ]
+    return [SlackClassRange(bounds[i], bounds[i + 1] - 1, qclass) for i, qclass in enumerate(protocol.SLACK_QUEUES)]
 
 
 def key_ranges(table: list[SlackClassRange]) -> list[SlackKeyRange]:
@@ -537,16 +535,24 @@ class Allocator:
         peers = self._peers_of_sender[flow.sender]
         peers[flow.receiver] = peers.get(flow.receiver, 0) + 1
         tx_ns = -(-flow.remaining_bytes * 8 * NS_PER_S // self._cfg.line_rate_bps)
-        self._consts[fid] = (flow.deadline_ns, tx_ns, flow.remaining_bytes * self._margin_scale,
-                             flow.receiver, flow.sender, flow.background)
+        self._consts[fid] = (
+            flow.deadline_ns,
+            tx_ns,
+            flow.remaining_bytes * self._margin_scale,
+            flow.receiver,
+            flow.sender,
+            flow.background,
+        )
 
     def _unindex(self, flow: AllocFlow) -> None:
         fid = flow.flow_id
         del self._flows[fid], self._consts[fid]
         self._by_receiver[flow.receiver].discard(fid)
         self._by_sender[flow.sender].discard(fid)
-        for peers, other in ((self._peers_of_receiver[flow.receiver], flow.sender),
-                             (self._peers_of_sender[flow.sender], flow.receiver)):
+        for peers, other in (
+            (self._peers_of_receiver[flow.receiver], flow.sender),
+            (self._peers_of_sender[flow.sender], flow.receiver),
+        ):
             if peers[other] == 1:
                 del peers[other]
             else:
@@ -658,8 +664,11 @@ class Allocator:
             # (c) compares with the no-bubble rate itself (demand without the safety margin):
             # the margin is the hysteresis that keeps a slowly rising demand from re-sending
             # a grant at every recomputation.
-            if old is None or (abs(new - old) * PPM > resend_ppm * old) or (
-                    new > old and old * margin_ppm < demand[fid] * PPM):
+            if (
+                old is None
+                or (abs(new - old) * PPM > resend_ppm * old)
+                or (new > old and old * margin_ppm < demand[fid] * PPM)
+            ):
                 old = new
             target[fid] = old
             c = consts[fid]
@@ -667,8 +676,10 @@ class Allocator:
             sum_s[c[4]] += old
         # (d) a decrease needed to stay within capacity. Lowering only ever reduces sums, so
         # one pass over receivers, then senders, leaves every resource within usable capacity.
-        for sums, usable, index in ((sum_r, self._recv_usable, self._by_receiver),
-                                    (sum_s, self._send_usable, self._by_sender)):
+        for sums, usable, index in (
+            (sum_r, self._recv_usable, self._by_receiver),
+            (sum_s, self._send_usable, self._by_sender),
+        ):
             for name, total in sums.items():
                 if total > usable[name]:
                     for fid in index[name]:

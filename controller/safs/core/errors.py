@@ -17,8 +17,8 @@ This module never imports gRPC: codes travel as their names (``"ALREADY_EXISTS"`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 class SafsError(Exception):

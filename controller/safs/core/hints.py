@@ -20,8 +20,8 @@ from __future__ import annotations
 import enum
 import ipaddress
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Iterator, Mapping
 
 from safs.core.errors import InvalidInput
 from safs.core.protocol import FLOW_ID_MAX, FLOW_ID_MIN, REMAINING_BYTES_MAX

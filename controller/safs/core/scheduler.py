@@ -43,20 +43,31 @@ batches, and an estimate of their encoded size in bytes (``*_UPDATE_BYTES`` belo
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from safs.core import p4names as n
-from safs.core.allocator import AllocFlow, Allocator, AllocatorConfig, Grant
+from safs.core.allocator import Allocator, AllocatorConfig, AllocFlow, Grant
 from safs.core.config import ConfigModel
 from safs.core.errors import InvalidInput, TargetError, UpdateFailure
 from safs.core.hints import FlowClass, FlowHint, HintRegistry
 from safs.core.packet import ETH_HEADER_BYTES
 from safs.core.protocol import EPOCH_MAX, WIRE_OVERHEAD_BYTES, lease_ns_to_us, rate_bps_to_kbps
-from safs.core.target import (CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry,
-                         Target, Update)
+from safs.core.target import (
+    CloneSession,
+    CounterValue,
+    Lpm,
+    MeterConfig,
+    Op,
+    Range,
+    RequestDigest,
+    TableEntry,
+    Target,
+    Update,
+)
 from safs.core.timebase import TIME_MASK, wrap
 
 NS_PER_S = 1_000_000_000
@@ -695,7 +706,7 @@ class Scheduler:
         for fid, grant in grants.items():
             self._plan_grant(fid, grant, plans)
         for sw, shadow in self._shadow.items():
-            for key, entry in list(shadow.items()):
+            for entry in list(shadow.values()):
                 if entry.table == n.FLOW_GRANT and not entry.is_default \
                         and entry.match[n.F_FLOW_ID] not in grants:
                     plans.setdefault(sw, []).append(Update(Op.DELETE, entry))

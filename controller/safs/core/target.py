@@ -9,8 +9,9 @@ counter read), with names from :mod:`safs.core.p4names`. The allocator never see
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, Sequence
+from typing import Protocol
 
 from safs.core.p4names import CLONE_SESSION_BASE
 
@@ -97,7 +98,7 @@ class CloneSession:
     egress_port: int
 
     @classmethod
-    def for_port(cls, port: int) -> "CloneSession":
+    def for_port(cls, port: int) -> CloneSession:
         """The session the P4 program clones to for a GRANT leaving on ``port``."""
         return cls(session_id=port + CLONE_SESSION_BASE, egress_port=port)
 

@@ -199,8 +199,8 @@ class Topology:
         for sw in self.switches():
             if sw not in dist:
                 continue
-            best = min((self.graph.edges[sw, nb]["ports"][sw] for nb in transit.neighbors(sw)
-                        if dist.get(nb, -2) == dist[sw] - 1))
+            best = min(self.graph.edges[sw, nb]["ports"][sw] for nb in transit.neighbors(sw)
+                        if dist.get(nb, -2) == dist[sw] - 1)
             table[sw] = best
         self._next_hop[dst_host] = table
         return table

@@ -6,8 +6,8 @@ is reported together with its sample count so p99 of a handful of samples is not
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 

@@ -28,9 +28,10 @@ import os
 import re
 import socket
 import warnings
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from safs.core.errors import InvalidInput
 
@@ -73,7 +74,9 @@ def check_ray(address: str | None, jobs: int | None = None, timeout_s: float = 5
     if address is None:
         return
     if jobs is not None:
-        raise InvalidInput("--ray", "cannot be combined with --jobs (Ray runs one task per cluster CPU); give one of them")
+        raise InvalidInput(
+            "--ray", "cannot be combined with --jobs (Ray runs one task per cluster CPU); give one of them"
+        )
     match = re.fullmatch(f"(?:ray://)?{_HOST_PORT}", address)
     if address not in ("auto", "local") and not (match and 1 <= int(match.group(1)) <= 65535):
         raise InvalidInput("--ray", f"expected {RAY_FORMS} (port 1..65535), got {address!r}")
@@ -108,8 +111,13 @@ def _unwrap(value: Any) -> Any:
     return value
 
 
-def map_ordered(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int | None = None,
-                ray_address: str | None = None, on_done: Callable[[int], None] | None = None) -> list[Any]:
+def map_ordered(
+    fn: Callable[..., Any],
+    tasks: Sequence[tuple],
+    jobs: int | None = None,
+    ray_address: str | None = None,
+    on_done: Callable[[int], None] | None = None,
+) -> list[Any]:
     """``[fn(*t) for t in tasks]``, computed serially, in a process pool or on Ray.
 
     Args:
@@ -157,8 +165,9 @@ def map_ordered(fn: Callable[..., Any], tasks: Sequence[tuple], jobs: int | None
     return out
 
 
-def _map_ray(fn: Callable[..., Any], tasks: list[tuple], address: str,
-             on_done: Callable[[int], None] | None) -> list[Any]:
+def _map_ray(
+    fn: Callable[..., Any], tasks: list[tuple], address: str, on_done: Callable[[int], None] | None
+) -> list[Any]:
     try:
         import ray  # noqa: PLC0415 (optional dependency: pip install 'safs[ray]')
     except ImportError:
@@ -169,8 +178,7 @@ def _map_ray(fn: Callable[..., Any], tasks: list[tuple], address: str,
         try:
             with warnings.catch_warnings():  # Ray warns (UserWarning) before it fails
                 warnings.simplefilter("ignore")
-                ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False)
+                ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
         except Exception as exc:  # noqa: BLE001  Ray raises ConnectionError, RuntimeError, ValueError...
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise InvalidInput("--ray", f"cannot connect to Ray at {address!r}: {first}") from None

@@ -11,8 +11,9 @@ Baseline definitions and their parameters: docs/baselines.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from safs.core.errors import InvalidInput
 from safs.experiments.sim.bindings import D2tcpFlows, DctcpFlows, HomaFlows, NoGrantsFlows, PfabricFlows, SafsFlows

@@ -18,9 +18,10 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from safs.core.errors import InvalidInput
 from safs.experiments.metrics import flow_metrics
@@ -90,7 +91,9 @@ def run_one_sim(scenario: Scenario, spec: RunSpec, samples: dict[str, list[float
     record.update(result.workload_metrics)
     record.update(flow_metrics(result.flows, miss_tolerance_ns(scenario)))
     record["miss_tolerance_ms"] = scenario.miss_tolerance_us / 1000
-    record["control_bytes_per_data_byte"] = result.control_bytes / result.data_bytes if result.data_bytes else float("nan")
+    record["control_bytes_per_data_byte"] = (
+        result.control_bytes / result.data_bytes if result.data_bytes else float("nan")
+    )
     record["control_bytes"] = result.control_bytes
     record["data_bytes"] = result.data_bytes
     record["drops"] = result.drops
@@ -102,9 +105,13 @@ def run_one_sim(scenario: Scenario, spec: RunSpec, samples: dict[str, list[float
     return record
 
 
-def run_scenario(scenario: Scenario, backend: str = "sim",
-                 progress: Callable[[RunSpec], None] | None = None, jobs: int | None = 1,
-                 ray_address: str | None = None) -> list[dict[str, Any]]:
+def run_scenario(
+    scenario: Scenario,
+    backend: str = "sim",
+    progress: Callable[[RunSpec], None] | None = None,
+    jobs: int | None = 1,
+    ray_address: str | None = None,
+) -> list[dict[str, Any]]:
     """Run every combination of a scenario on ``backend`` (``sim``, or ``mininet``: serial, as
     root with Mininet and BMv2, docs/mininet.md).
 
@@ -118,9 +125,13 @@ def run_scenario(scenario: Scenario, backend: str = "sim",
     return [out.record for out in run_scenario_outputs(scenario, backend, progress, jobs, ray_address)]
 
 
-def run_scenario_outputs(scenario: Scenario, backend: str = "sim",
-                         progress: Callable[[RunSpec], None] | None = None, jobs: int | None = 1,
-                         ray_address: str | None = None) -> list[RunOutput]:
+def run_scenario_outputs(
+    scenario: Scenario,
+    backend: str = "sim",
+    progress: Callable[[RunSpec], None] | None = None,
+    jobs: int | None = 1,
+    ray_address: str | None = None,
+) -> list[RunOutput]:
     """As :func:`run_scenario`, with each run's samples (:class:`RunOutput`)."""
     check(scenario, backend)
     specs = list(expand(scenario))

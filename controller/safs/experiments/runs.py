@@ -5,8 +5,9 @@ order of a scenario's runs (:func:`expand`) and what every backend builds from t
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from safs.core.errors import InvalidInput
 from safs.core.topology import Topology, load_topology

@@ -28,13 +28,12 @@ only the sender.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from safs.core.errors import InvalidInput
-from safs.hosts.env import Clock
-from safs.hosts.env import HostPort
-from safs.hosts.stats import TransportStats
 from safs.hosts.dctcp import DctcpConfig, DctcpSender
+from safs.hosts.env import Clock, HostPort
+from safs.hosts.stats import TransportStats
 
 D2TCP_D_MIN = 0.5  # D2TCP paper, Section 3.1: lower bound of the imminence factor d
 D2TCP_D_MAX = 2.0  # ... and its upper bound

@@ -25,16 +25,13 @@ topology, :func:`safs.core.scheduler.scheduler_config_for`). Persistent flows
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
-from typing import Callable
 
 from pydantic import Field, model_validator
 
 from safs.core.config import ConfigModel, FieldError
 from safs.core.errors import InvalidInput
-from safs.core.protocol import ECN_CE, ECN_ECT0
-from safs.hosts.env import Clock
-from safs.hosts.env import HostPort
 from safs.core.packet import (
     ETH_HEADER_BYTES,
     IPV4_HEADER_BYTES,
@@ -44,7 +41,9 @@ from safs.core.packet import (
     TCP_HEADER_BYTES,
     Packet,
 )
+from safs.core.protocol import ECN_CE, ECN_ECT0
 from safs.core.scheduler import dctcp_k_packets  # noqa: F401  (K for a link: re-exported, it lived here)
+from safs.hosts.env import Clock, HostPort
 from safs.hosts.stats import TransportStats
 
 TCP_OVERHEAD_BYTES = ETH_HEADER_BYTES + IPV4_HEADER_BYTES + TCP_HEADER_BYTES  # 54
@@ -79,7 +78,7 @@ class DctcpConfig(ConfigModel):
     dupack_threshold: int = Field(3, ge=1)
 
     @model_validator(mode="after")
-    def _max_rto_covers_min(self) -> "DctcpConfig":
+    def _max_rto_covers_min(self) -> DctcpConfig:
         if self.max_rto_ns < self.min_rto_ns:
             raise FieldError("max_rto_ns", f"must be >= min_rto_ns ({self.min_rto_ns}), got {self.max_rto_ns}")
         return self

@@ -8,7 +8,8 @@ and :class:`safs.experiments.sim.network.Host`) and in the Mininet host agent
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from safs.core.packet import Packet
 

@@ -64,20 +64,20 @@ are 64 bytes. ``Packet.flags`` holds the Homa type (codes of the Linux module's 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Annotated, Any, Callable, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
 from safs.core.config import LIST_AS_TUPLE, ConfigModel, FieldError
-from safs.core.errors import InvalidInput
-from safs.core.protocol import NUM_QUEUES
-from safs.hosts.env import Clock
-from safs.hosts.env import HostPort
-from safs.core.packet import ETH_HEADER_BYTES, IPV4_HEADER_BYTES, PROTO_HOMA, Packet
-from safs.hosts.stats import TransportStats
 from safs.core.distributions import SizeDistribution, load_distribution
+from safs.core.errors import InvalidInput
+from safs.core.packet import ETH_HEADER_BYTES, IPV4_HEADER_BYTES, PROTO_HOMA, Packet
+from safs.core.protocol import NUM_QUEUES
+from safs.hosts.env import Clock, HostPort
+from safs.hosts.stats import TransportStats
 
 HOMA_HEADER_BYTES = 38  # UDP 8 + ~30-byte Homa data header, as the HomaSimulation counts it
 HOMA_IP_OVERHEAD_BYTES = IPV4_HEADER_BYTES + HOMA_HEADER_BYTES  # inside the MTU
@@ -139,7 +139,7 @@ class HomaConfig(ConfigModel):
         return cut
 
     @model_validator(mode="after")
-    def _cutoffs_fit_levels(self) -> "HomaConfig":
+    def _cutoffs_fit_levels(self) -> HomaConfig:
         cut, sched = self.unsched_cutoffs_bytes, self.sched_priorities
         if cut is not None and sched is not None and len(cut) != NUM_QUEUES - sched - 1:
             raise FieldError("unsched_cutoffs_bytes", f"needs {NUM_QUEUES - sched - 1} cutoffs for "

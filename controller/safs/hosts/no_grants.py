@@ -23,14 +23,13 @@ own receiver feedback, so the ablation does not also starve its ACKs behind clas
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from safs.core.protocol import HEADER_LEN, SAFS_VERSION, MsgType, latest_start_ns
-from safs.hosts.env import Clock
-from safs.hosts.env import HostPort, Nic
 from safs.core.packet import Packet
-from safs.hosts.stats import TransportStats
+from safs.core.protocol import HEADER_LEN, SAFS_VERSION, MsgType, latest_start_ns
 from safs.hosts.dctcp import ACK_BYTES, TCP_OVERHEAD_BYTES, DctcpConfig, DctcpReceiver, DctcpSender
+from safs.hosts.env import Clock, HostPort, Nic
+from safs.hosts.stats import TransportStats
 
 _DATA = int(MsgType.DATA)
 _DONE = int(MsgType.DONE)

@@ -7,7 +7,8 @@ pFabric decouples flow scheduling from rate control (paper Section 3):
   acknowledged, selectively or cumulatively); smaller is more urgent (Section 4.1, the
   SRPT approximation). ACKs carry priority 0, the highest (as the YAPS pFabric model,
   NetSys/simulator coresim/packet.cpp, does; the paper only prioritises data).
-- Switch port (:class:`safs.experiments.sim.pfabric_port.PfabricPort`, Section 4.1): a small buffer (about 2 x BDP; the paper's
+- Switch port (:class:`safs.experiments.sim.pfabric_port.PfabricPort`, Section 4.1): a small buffer (about 2 x BDP;
+the paper's
   evaluation uses 36 KB per 10 Gbit/s port, Section 5) in arrival order.
   *Priority scheduling with starvation prevention*: when the port is free it sends the
   **earliest** buffered packet of the flow that holds the highest-priority buffered packet
@@ -33,24 +34,25 @@ BDP); hosts serve their NIC queue with the same priority discipline, without a b
 priority-dropped packet has already passed the pipeline's egress hook (counted in
 ``port_tx_bytes``), as a packet admitted and later evicted would be on hardware.
 
-Under the simulator's ``"pfabric"`` policy every switch port is a :class:`safs.experiments.sim.pfabric_port.PfabricPort` and
+Under the simulator's ``"pfabric"`` policy every switch port is a
+:class:`safs.experiments.sim.pfabric_port.PfabricPort` and
 every flow (pipeline and background) uses this transport: pFabric needs the whole fabric.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from functools import cached_property
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
 from safs.core.config import ConfigModel, FieldError
 from safs.core.errors import InvalidInput
-from safs.hosts.env import Clock
-from safs.hosts.env import HostPort
 from safs.core.packet import ETH_HEADER_BYTES, IPV4_HEADER_BYTES, PROTO_TCP, TCP_ACK, TCP_HEADER_BYTES, Packet
-from safs.hosts.stats import TransportStats
 from safs.hosts.dctcp import ACK_BYTES, DctcpReceiver
+from safs.hosts.env import Clock, HostPort
+from safs.hosts.stats import TransportStats
 
 PFABRIC_OVERHEAD_BYTES = ETH_HEADER_BYTES + IPV4_HEADER_BYTES + TCP_HEADER_BYTES  # 54 per packet
 PROBE_BYTES = 64  # a probe: headers plus one payload byte, padded to the minimum frame
@@ -91,13 +93,16 @@ class PfabricConfig(ConfigModel):
     buffer_bytes: int = Field(ge=1)
 
     @model_validator(mode="after")
-    def _windows_and_buffer(self) -> "PfabricConfig":
+    def _windows_and_buffer(self) -> PfabricConfig:
         if self.init_window_bytes < self.mss_bytes:
-            raise FieldError("init_window_bytes",
-                             f"must be >= one MSS ({self.mss_bytes} bytes), got {self.init_window_bytes}")
+            raise FieldError(
+                "init_window_bytes", f"must be >= one MSS ({self.mss_bytes} bytes), got {self.init_window_bytes}"
+            )
         if self.max_window_bytes < self.init_window_bytes:
-            raise FieldError("max_window_bytes",
-                             f"must be >= init_window_bytes ({self.init_window_bytes}), got {self.max_window_bytes}")
+            raise FieldError(
+                "max_window_bytes",
+                f"must be >= init_window_bytes ({self.init_window_bytes}), got {self.max_window_bytes}",
+            )
         frame = self.mtu_bytes + ETH_HEADER_BYTES
         if self.buffer_bytes < frame:
             raise FieldError("buffer_bytes", f"must hold one full frame (>= {frame} bytes), got {self.buffer_bytes}")
@@ -135,8 +140,9 @@ def base_rtt_ns(topology: Any, mtu_bytes: int) -> int:
     return worst
 
 
-def pfabric_config(topology: Any, mtu_bytes: int, overrides: Mapping[str, Any] | None = None, *,
-                   prefix: str = "pfabric.") -> PfabricConfig:
+def pfabric_config(
+    topology: Any, mtu_bytes: int, overrides: Mapping[str, Any] | None = None, *, prefix: str = "pfabric."
+) -> PfabricConfig:
     """The paper's settings for ``topology`` (Sections 4 and 5), with ``overrides`` applied.
 
     BDP = fastest host link rate x :func:`base_rtt_ns`, rounded up to whole frames (at least one).
@@ -157,8 +163,13 @@ def pfabric_config(topology: Any, mtu_bytes: int, overrides: Mapping[str, Any] |
     bdp_pkts = max(1, -(-rate * rtt // (8 * 10**9 * frame)))
     mss = mtu_bytes - IPV4_HEADER_BYTES - TCP_HEADER_BYTES
     init = raw.get("init_window_bytes", bdp_pkts * mss)
-    values = {"init_window_bytes": init, "max_window_bytes": MAX_WINDOW_BDPS * bdp_pkts * mss, "rto_ns": RTO_RTTS * rtt,
-              "probe_after_timeouts": PROBE_AFTER_TIMEOUTS, "buffer_bytes": BUFFER_BDPS * bdp_pkts * frame}
+    values = {
+        "init_window_bytes": init,
+        "max_window_bytes": MAX_WINDOW_BDPS * bdp_pkts * mss,
+        "rto_ns": RTO_RTTS * rtt,
+        "probe_after_timeouts": PROBE_AFTER_TIMEOUTS,
+        "buffer_bytes": BUFFER_BDPS * bdp_pkts * frame,
+    }
     values["max_window_bytes"] = max(values["max_window_bytes"], init)  # init checked an integer above
     values.update(raw)
     return PfabricConfig.from_mapping(values, prefix=prefix, fixed={"mtu_bytes": mtu_bytes})
@@ -225,14 +236,47 @@ class PfabricSender:
         InvalidInput: ``size_bytes`` not an integer >= 1 or None.
     """
 
-    __slots__ = ("engine", "nic", "src", "dst", "flow_id", "size", "mss", "cfg", "stats", "on_closed", "sport",
-                 "cwnd", "ssthresh", "snd_una", "snd_nxt", "high_sent", "sacked", "sacked_bytes",
-                 "rto_deadline", "rto_event_at", "timeouts_in_row", "probing", "probes", "closed")
+    __slots__ = (
+        "engine",
+        "nic",
+        "src",
+        "dst",
+        "flow_id",
+        "size",
+        "mss",
+        "cfg",
+        "stats",
+        "on_closed",
+        "sport",
+        "cwnd",
+        "ssthresh",
+        "snd_una",
+        "snd_nxt",
+        "high_sent",
+        "sacked",
+        "sacked_bytes",
+        "rto_deadline",
+        "rto_event_at",
+        "timeouts_in_row",
+        "probing",
+        "probes",
+        "closed",
+    )
 
-    def __init__(self, engine: Clock, host: HostPort, dst_ip: int, flow_id: int, size_bytes: int | None,
-                 config: PfabricConfig, stats: TransportStats, on_closed: Callable[[int], None]) -> None:
-        if size_bytes is not None and (isinstance(size_bytes, bool) or not isinstance(size_bytes, int)
-                                       or size_bytes < 1):
+    def __init__(
+        self,
+        engine: Clock,
+        host: HostPort,
+        dst_ip: int,
+        flow_id: int,
+        size_bytes: int | None,
+        config: PfabricConfig,
+        stats: TransportStats,
+        on_closed: Callable[[int], None],
+    ) -> None:
+        if size_bytes is not None and (
+            isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 1
+        ):
             raise InvalidInput("size_bytes", f"must be an integer >= 1 or None, got {size_bytes!r}")
         self.engine = engine
         self.nic = host.nic

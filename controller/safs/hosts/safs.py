@@ -49,13 +49,14 @@ take a packet now (``send`` False: a full socket buffer) is tried again
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
-from typing import Callable
 
 from pydantic import Field, model_validator
 
 from safs.core.config import ConfigModel, FieldError
 from safs.core.errors import InvalidInput
+from safs.core.packet import IPV4_HEADER_BYTES, PROTO_UDP, UDP_HEADER_BYTES, Packet
 from safs.core.protocol import (
     EPOCH_NONE,
     FLAG_BACKGROUND,
@@ -67,10 +68,9 @@ from safs.core.protocol import (
     epoch_newer,
     latest_start_ns,
 )
-from safs.hosts.env import Clock, HostPort
-from safs.core.packet import IPV4_HEADER_BYTES, PROTO_UDP, UDP_HEADER_BYTES, Packet
-from safs.hosts.stats import TransportStats
 from safs.core.timebase import wrap
+from safs.hosts.env import Clock, HostPort
+from safs.hosts.stats import TransportStats
 
 DATA_OVERHEAD_BYTES = WIRE_OVERHEAD_BYTES  # 78: headers around a DATA payload
 MIN_MTU_BYTES = IPV4_HEADER_BYTES + UDP_HEADER_BYTES + HEADER_LEN + 1  # one payload byte per DATA
@@ -141,7 +141,7 @@ class SafsConfig(ConfigModel):
     burst_bytes: int = Field(0, ge=0)
 
     @model_validator(mode="after")
-    def _rto_max_covers_rto(self) -> "SafsConfig":
+    def _rto_max_covers_rto(self) -> SafsConfig:
         if self.rto_max_ns < self.rto_ns:
             raise FieldError("rto_max_ns", f"must be an integer >= rto_ns ({self.rto_ns}), got {self.rto_max_ns!r}")
         return self

@@ -53,21 +53,22 @@ Counters: ``flow_bytes`` and ``port_tx_bytes`` count bytes and packets; ``malfor
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetError, UpdateFailure
+from safs.core.packet import PROTO_UDP, Packet
 from safs.core.protocol import (
     ECN_CE,
     ECN_ECT0,
     ECN_ECT1,
+    NS_PER_S,
     QDEPTH_MAX,
     QUEUE_BEST_EFFORT,
     QUEUE_CONTROL,
     QUEUE_OVER_RATE,
     QUEUE_SLACK_LEAST_URGENT,
-    NS_PER_S,
     SAFS_UDP_PORT,
     SAFS_VERSION,
     WIRE_OVERHEAD_BYTES,
@@ -76,9 +77,7 @@ from safs.core.protocol import (
     MsgType,
     epoch_newer,
 )
-from safs.core.packet import PROTO_UDP, Packet
-from safs.core.target import (CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry,
-                          Update)
+from safs.core.target import CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
 from safs.core.timebase import HALF, TIME_MASK
 
 # Wire size of a GRANT the switch generates (the P4 clone is truncated to the same length).
@@ -376,7 +375,8 @@ class PipelineModel:
             return
         port = cs.egress_port
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < n.NUM_PORTS:
-            raise _Reject("INVALID_ARGUMENT", f"clone session egress_port must be in 0..{n.NUM_PORTS - 1}, got {port!r}")
+            raise _Reject("INVALID_ARGUMENT",
+                          f"clone session egress_port must be in 0..{n.NUM_PORTS - 1}, got {port!r}")
         if op is Op.INSERT:
             if sid in self._clone_sessions:
                 raise _Reject("ALREADY_EXISTS", f"clone session {sid} already exists")
@@ -443,20 +443,17 @@ class PipelineModel:
     def _check_params(e: TableEntry, spec: tuple[tuple[str, int], ...], want: frozenset[str]) -> None:
         params = e.params
         if params.keys() != want:
-            raise _Reject("INVALID_ARGUMENT",
-                          f"{e.action} params must be {sorted(want)}, got {sorted(params)}")
+            raise _Reject("INVALID_ARGUMENT", f"{e.action} params must be {sorted(want)}, got {sorted(params)}")
         for pname, bits in spec:
             v = params[pname]
             if not isinstance(v, int) or not 0 <= v < (1 << bits):
-                raise _Reject("INVALID_ARGUMENT",
-                              f"{e.action}.{pname} must be in 0..2^{bits}-1, got {v!r}")
+                raise _Reject("INVALID_ARGUMENT", f"{e.action}.{pname} must be in 0..2^{bits}-1, got {v!r}")
 
     @staticmethod
     def _check_match(e: TableEntry, schema: _TableSchema) -> None:
         want = schema.key_names
         if e.match.keys() != want:
-            raise _Reject("INVALID_ARGUMENT",
-                          f"{e.table} match fields must be {sorted(want)}, got {sorted(e.match)}")
+            raise _Reject("INVALID_ARGUMENT", f"{e.table} match fields must be {sorted(want)}, got {sorted(e.match)}")
         has_range = False
         for fname, kind, bits in schema.keys:
             v = e.match[fname]
@@ -472,10 +469,8 @@ class PipelineModel:
                     raise _Reject("INVALID_ARGUMENT", f"{fname} has bits set beyond /{v.prefix_len}: {v!r}")
             else:  # range
                 has_range = True
-                if (not isinstance(v, Range) or not 0 <= v.low < limit or not 0 <= v.high < limit
-                        or v.low > v.high):
-                    raise _Reject("INVALID_ARGUMENT",
-                                  f"{fname} must be Range low<=high within {bits} bits, got {v!r}")
+                if not isinstance(v, Range) or not 0 <= v.low < limit or not 0 <= v.high < limit or v.low > v.high:
+                    raise _Reject("INVALID_ARGUMENT", f"{fname} must be Range low<=high within {bits} bits, got {v!r}")
         if has_range and e.priority <= 0:
             raise _Reject("INVALID_ARGUMENT", f"{e.table} needs priority > 0, got {e.priority}")
         if not has_range and e.priority != 0:
@@ -496,8 +491,12 @@ class PipelineModel:
             self._receiver_ports = frozenset(e.match[n.F_EGRESS_PORT] for e in entries)
         elif table == n.SLACK_CLASS:
             self._slack_bounds, self._slack_classes = _range_partition(
-                [(e.priority, e.match[n.F_SLACK_KEY].low, e.match[n.F_SLACK_KEY].high, e.params["qclass"])
-                 for e in entries], default.params["qclass"])
+                [
+                    (e.priority, e.match[n.F_SLACK_KEY].low, e.match[n.F_SLACK_KEY].high, e.params["qclass"])
+                    for e in entries
+                ],
+                default.params["qclass"],
+            )
         elif table == n.FLOW_GRANT:
             self._grants = {e.match[n.F_FLOW_ID]: _grant_tuple(e) for e in entries}
         elif table == n.CLOCK_OFFSET:
@@ -525,8 +524,9 @@ class PipelineModel:
             InvalidInput: unknown table, or one whose default is const.
         """
         if table not in self._defaults:
-            raise InvalidInput("table", f"must be one of {sorted(self._defaults)} "
-                               f"(others have const defaults), got {table!r}")
+            raise InvalidInput(
+                "table", f"must be one of {sorted(self._defaults)} (others have const defaults), got {table!r}"
+            )
         return self._defaults[table]
 
     def clone_sessions(self) -> list[CloneSession]:
@@ -560,9 +560,20 @@ class PipelineModel:
 
         Writes the ``clock_offset`` table's default action, as the P4Runtime target does.
         """
-        self.write([Update(Op.MODIFY, TableEntry(
-            table=n.CLOCK_OFFSET, match={}, action=n.ACT_SET_CLOCK_OFFSET,
-            params={"offset_ns": offset_ns & TIME_MASK}, is_default=True))])
+        self.write(
+            [
+                Update(
+                    Op.MODIFY,
+                    TableEntry(
+                        table=n.CLOCK_OFFSET,
+                        match={},
+                        action=n.ACT_SET_CLOCK_OFFSET,
+                        params={"offset_ns": offset_ns & TIME_MASK},
+                        is_default=True,
+                    ),
+                )
+            ]
+        )
 
     def poll_digests(self) -> list[RequestDigest]:
         """Return and clear the queued REQUEST digests (oldest first)."""
@@ -677,8 +688,12 @@ class PipelineModel:
         if (ecn == ECN_ECT0 or ecn == ECN_ECT1) and enq_qdepth > self._ecn_threshold:
             pkt.ecn = ECN_CE
             self._ecn_marked[1][egress_port] += 1
-        if (pkt.safs_type != 0 and pkt.safs_version == SAFS_VERSION and not pkt.safs_truncated
-                and pkt.safs_type in _KNOWN_TYPES):
+        if (
+            pkt.safs_type != 0
+            and pkt.safs_version == SAFS_VERSION
+            and not pkt.safs_truncated
+            and pkt.safs_type in _KNOWN_TYPES
+        ):
             pkt.qdepth = enq_qdepth if enq_qdepth < QDEPTH_MAX else QDEPTH_MAX
         tx = self._port_tx
         tx[0][egress_port] += pkt.size
@@ -720,8 +735,7 @@ def _lpm_index(entries, field: str) -> list[tuple[int, dict[int, int]]]:
         m = e.match[field]
         port = e.params["port"] if "port" in e.params else -1
         by_len.setdefault(m.prefix_len, {})[m.value] = port
-    return [(((1 << 32) - 1) ^ ((1 << (32 - plen)) - 1), by_len[plen])
-            for plen in sorted(by_len, reverse=True)]
+    return [(((1 << 32) - 1) ^ ((1 << (32 - plen)) - 1), by_len[plen]) for plen in sorted(by_len, reverse=True)]
 
 
 def _lpm_lookup(index: list[tuple[int, dict[int, int]]], addr: int, miss: int) -> int:

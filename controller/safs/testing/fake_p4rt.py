@@ -127,7 +127,7 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             self._server.stop(grace=None).wait()
             self._server = None
 
-    def __enter__(self) -> "FakeP4RuntimeServer":
+    def __enter__(self) -> FakeP4RuntimeServer:
         self.start()
         return self
 
@@ -208,7 +208,7 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 if len(info.members) == 1 and info.members[0][0] == info.name:
                     data.bitstring = canonical_bytes(sample[0])
                 else:
-                    struct = getattr(data, "struct")
+                    struct = data.struct
                     for value in sample:
                         struct.members.add().bitstring = canonical_bytes(value)
             primary = self._primary_stream()

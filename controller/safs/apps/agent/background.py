@@ -13,11 +13,11 @@ simulator, where background flows are non-SAFS DCTCP under every policy.
 from __future__ import annotations
 
 import random
-from typing import Callable
+from collections.abc import Callable
 
-from safs.experiments.mininet.agent_control import Background
 from safs.apps.agent.loop import Loop
 from safs.core.distributions import DATA_DIR, load_distribution
+from safs.experiments.mininet.agent_control import Background
 
 NS_PER_S = 1_000_000_000
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from safs.apps.agent.loop import Loop
 from safs.core.errors import InvalidInput

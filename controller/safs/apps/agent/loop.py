@@ -11,7 +11,8 @@ import heapq
 import selectors
 import socket
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 MAX_WAIT_S = 0.05  # wake at least this often, so a stop request is seen promptly
 

@@ -32,20 +32,19 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from safs.apps.cliargs import OneLineParser
-from safs.control.hintapi.client import HintClient
-from safs.core.timebase import fabric_clock
 from safs.apps.agent.background import BackgroundGenerator
 from safs.apps.agent.control_server import ControlServer
-from safs.experiments.mininet.agent_control import Background, Expect, Send
 from safs.apps.agent.loop import Loop
 from safs.apps.agent.safs_socket import GRANT_POLL_NS, REORDER_WINDOW_NS, RTO_NS, SafsEndpoint, emu_config
 from safs.apps.agent.tcp import TcpEndpoint
+from safs.apps.cliargs import OneLineParser
+from safs.control.hintapi.client import HintClient
 from safs.core.errors import InvalidInput, SafsError
 from safs.core.hints import FlowClass, FlowHint
 from safs.core.scheduler import SchedulerConfig
+from safs.core.timebase import diff, fabric_clock, wrap
+from safs.experiments.mininet.agent_control import Background, Expect, Send
 from safs.hosts.safs import NO_DEADLINE_NS
-from safs.core.timebase import diff, wrap
 
 COMPLETE_LEAD_MAX_NS = 20_000_000  # cap of the sender's early Complete (SafsEndpoint.complete_lead_ns)
 HINT_CONNECT_TIMEOUT_S = 5.0  # the warm-up connect of the hint channel (calls retry afterwards)
@@ -167,7 +166,8 @@ class Agent:
 
     def _send(self, req: Send) -> dict[str, Any]:
         if req.flow_id in self.safs.senders or req.flow_id in self.tcp_sending:
-            raise InvalidInput("flow_id", f"flow {req.flow_id} is already being sent from {self.host}; ids must be unique")
+            raise InvalidInput("flow_id",
+                               f"flow {req.flow_id} is already being sent from {self.host}; ids must be unique")
         if req.dst_ip == self.args.ip:
             raise InvalidInput("dst_ip", f"must be another host's address, got this host's {req.dst_ip}")
         start_at = self._start_at(req.send_at_ns)
@@ -176,21 +176,32 @@ class Agent:
             self.tcp.start_sender(req.flow_id, req.dst_ip, req.port or self.args.tcp_port, req.size_bytes, start_at)
             return {}
         if self.hints is not None and not req.dst_host:
-            raise InvalidInput("dst_host", "required for safs flows when the agent has --hint-addr: "
-                                           "the receiver's host name in the topology")
+            raise InvalidInput(
+                "dst_host",
+                "required for safs flows when the agent has --hint-addr: the receiver's host name in the topology",
+            )
         no_bubble = req.no_bubble_ts_ns
         if no_bubble is None:
             no_bubble = fabric_clock() + NO_DEADLINE_NS  # no deadline: least urgent
         no_bubble = wrap(no_bubble)
         if self.hints is not None:
-            hint = FlowHint(req.flow_id, self.host, req.dst_host, req.size_bytes, no_bubble,
-                            req.label or f"flow{req.flow_id}", FlowClass(req.flow_class))
+            hint = FlowHint(
+                req.flow_id,
+                self.host,
+                req.dst_host,
+                req.size_bytes,
+                no_bubble,
+                req.label or f"flow{req.flow_id}",
+                FlowClass(req.flow_class),
+            )
             start_fabric = wrap(req.send_at_ns) if req.send_at_ns else fabric_clock()
             self.hints_submitted += 1
             self.announced[req.flow_id] = self.hint_pool.submit(  # type: ignore[union-attr]
-                self._announce, hint, start_fabric)
-        self.safs.start_sender(req.flow_id, req.dst_ip, req.size_bytes, no_bubble,
-                               req.flow_class == "background", start_at)
+                self._announce, hint, start_fabric
+            )
+        self.safs.start_sender(
+            req.flow_id, req.dst_ip, req.size_bytes, no_bubble, req.flow_class == "background", start_at
+        )
         return {}
 
     def _background(self, req: Background) -> dict[str, Any]:
@@ -199,6 +210,7 @@ class Agent:
                 return
             self.tcp_sending.add(flow_id)
             self.tcp.start_sender(flow_id, dst_ip, port or self.args.tcp_port, size, self.loop.now())
+
         gen = BackgroundGenerator(self.loop, req, start)
         self.generators.append(gen)
         return {"mean_bytes": round(gen.mean_bytes, 1), "mean_gap_ns": round(gen.mean_gap_ns)}
@@ -229,8 +241,11 @@ class Agent:
     def _connect_hints(self) -> None:
         self.hints_ready = self.hints.wait_ready(HINT_CONNECT_TIMEOUT_S)  # type: ignore[union-attr]
         if not self.hints_ready:
-            _log.warning("hint API at %s not reachable after %.0f s; calls will retry",
-                         self.args.hint_addr, HINT_CONNECT_TIMEOUT_S)
+            _log.warning(
+                "hint API at %s not reachable after %.0f s; calls will retry",
+                self.args.hint_addr,
+                HINT_CONNECT_TIMEOUT_S,
+            )
 
     def _count(self, key: str) -> None:
         with self.hint_counts_lock:
@@ -251,10 +266,10 @@ class Agent:
 
     def _sender_done(self, transport: str):
         def done(flow_id: int, info: dict) -> None:
-            self._emit({"event": "done", "flow_id": flow_id, "role": "sender",
-                        "transport": transport, **info})
+            self._emit({"event": "done", "flow_id": flow_id, "role": "sender", "transport": transport, **info})
             if transport == "tcp":
                 self.tcp_sending.discard(flow_id)
+
         return done
 
     def _sender_sent(self, flow_id: int) -> None:
@@ -266,32 +281,54 @@ class Agent:
 
     def _receiver_done(self, transport: str):
         def done(flow_id: int, finish_ns: int, size: int) -> None:
-            self._emit({"event": "done", "flow_id": flow_id, "role": "receiver",
-                        "transport": transport, "finish_ns": finish_ns, "bytes": size})
+            self._emit(
+                {
+                    "event": "done",
+                    "flow_id": flow_id,
+                    "role": "receiver",
+                    "transport": transport,
+                    "finish_ns": finish_ns,
+                    "bytes": size,
+                }
+            )
+
         return done
 
     def _tcp_error(self, flow_id: int, message: str) -> None:
         self.tcp_sending.discard(flow_id)
-        self._emit({"event": "error", "flow_id": flow_id, "role": "sender", "transport": "tcp",
-                    "message": message})
+        self._emit({"event": "error", "flow_id": flow_id, "role": "sender", "transport": "tcp", "message": message})
 
     def stats(self) -> dict[str, Any]:
         """Counters and settings (``safs``, ``tcp``, ``hints``, ``config``)."""
         return {
-            "host": self.host, "ip": self.args.ip,
+            "host": self.host,
+            "ip": self.args.ip,
             "safs": self.safs.stats_dict(),
             "tcp": {**self.tcp.stats.as_dict(), **self.tcp.info},
-            "hints": {**self.hint_counts, "last_error": self.last_hint_error, "ready": self.hints_ready,
-                      "pending": self.hints_submitted - sum(self.hint_counts.values())},
+            "hints": {
+                **self.hint_counts,
+                "last_error": self.last_hint_error,
+                "ready": self.hints_ready,
+                "pending": self.hints_submitted - sum(self.hint_counts.values()),
+            },
             "background": [g.summary() for g in self.generators],
-            "active": {"safs_senders": len(self.safs.senders), "tcp_senders": len(self.tcp_sending),
-                       "safs_receivers_incomplete": sum(1 for r in self.safs.receivers.values() if r.got is not None)},
-            "config": {"default_rate_bps": self.cfg.default_rate_bps, "line_rate_bps": self.args.line_rate_bps,
-                       "mtu_bytes": self.cfg.mtu_bytes, "segment_bytes": self.cfg.segment_bytes,
-                       "unscheduled_bytes": self.cfg.unscheduled_bytes, "pace_burst_bytes": self.safs.burst_bytes,
-                       "grant_poll_ns": self.cfg.grant_poll_ns,
-                       "renew_fraction": self.cfg.renew_fraction, "rto_ns": self.cfg.rto_ns,
-                       "reorder_window_ns": self.cfg.reorder_window_ns},
+            "active": {
+                "safs_senders": len(self.safs.senders),
+                "tcp_senders": len(self.tcp_sending),
+                "safs_receivers_incomplete": sum(1 for r in self.safs.receivers.values() if r.got is not None),
+            },
+            "config": {
+                "default_rate_bps": self.cfg.default_rate_bps,
+                "line_rate_bps": self.args.line_rate_bps,
+                "mtu_bytes": self.cfg.mtu_bytes,
+                "segment_bytes": self.cfg.segment_bytes,
+                "unscheduled_bytes": self.cfg.unscheduled_bytes,
+                "pace_burst_bytes": self.safs.burst_bytes,
+                "grant_poll_ns": self.cfg.grant_poll_ns,
+                "renew_fraction": self.cfg.renew_fraction,
+                "rto_ns": self.cfg.rto_ns,
+                "reorder_window_ns": self.cfg.reorder_window_ns,
+            },
         }
 
 
@@ -336,25 +373,54 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ip", required=True, type=_ipv4, help="this host's address (SAFS and TCP sockets bind it)")
     p.add_argument("--control", required=True, help="unix socket path the agent listens on")
     p.add_argument("--hint-addr", default=None, help="hint API address, e.g. unix:/tmp/run/hints.sock")
-    p.add_argument("--default-rate-bps", type=_positive, default=SchedulerConfig().default_rate_bps,
-                   help="rate before the first grant and after a lease expires, bit/s (the switch's default grant)")
-    p.add_argument("--line-rate-bps", type=_positive, default=DEFAULT_LINE_RATE_BPS,
-                   help="this host's link rate, bit/s: unscheduled bytes go at it; latest start uses it")
+    p.add_argument(
+        "--default-rate-bps",
+        type=_positive,
+        default=SchedulerConfig().default_rate_bps,
+        help="rate before the first grant and after a lease expires, bit/s (the switch's default grant)",
+    )
+    p.add_argument(
+        "--line-rate-bps",
+        type=_positive,
+        default=DEFAULT_LINE_RATE_BPS,
+        help="this host's link rate, bit/s: unscheduled bytes go at it; latest start uses it",
+    )
     p.add_argument("--mtu-bytes", type=_positive, default=1500)
-    p.add_argument("--unscheduled-bytes", type=int, default=SchedulerConfig().unscheduled_bytes,
-                   help="first bytes of a flow sent at line rate before any grant (match the scheduler's)")
-    p.add_argument("--grant-poll-ns", type=_positive, default=GRANT_POLL_NS,
-                   help="REQUEST period while a SAFS sender holds no usable grant, ns")
-    p.add_argument("--reorder-window-ns", type=_positive, default=REORDER_WINDOW_NS,
-                   help="how long a SAFS receiver waits for a missing segment before a NACK, ns")
-    p.add_argument("--rto-ns", type=_positive, default=RTO_NS,
-                   help="SAFS probe timeout without DONE after the last segment, ns (doubles up to 500 ms)")
-    p.add_argument("--pace-burst-bytes", type=_positive, default=None,
-                   help="token-bucket depth of SAFS pacing, wire bytes (default: half of --unscheduled-bytes; "
-                        "keep it within the switch meter's burst so catch-up bursts stay green)")
+    p.add_argument(
+        "--unscheduled-bytes",
+        type=int,
+        default=SchedulerConfig().unscheduled_bytes,
+        help="first bytes of a flow sent at line rate before any grant (match the scheduler's)",
+    )
+    p.add_argument(
+        "--grant-poll-ns",
+        type=_positive,
+        default=GRANT_POLL_NS,
+        help="REQUEST period while a SAFS sender holds no usable grant, ns",
+    )
+    p.add_argument(
+        "--reorder-window-ns",
+        type=_positive,
+        default=REORDER_WINDOW_NS,
+        help="how long a SAFS receiver waits for a missing segment before a NACK, ns",
+    )
+    p.add_argument(
+        "--rto-ns",
+        type=_positive,
+        default=RTO_NS,
+        help="SAFS probe timeout without DONE after the last segment, ns (doubles up to 500 ms)",
+    )
+    p.add_argument(
+        "--pace-burst-bytes",
+        type=_positive,
+        default=None,
+        help="token-bucket depth of SAFS pacing, wire bytes (default: half of --unscheduled-bytes; "
+        "keep it within the switch meter's burst so catch-up bursts stay green)",
+    )
     p.add_argument("--tcp-port", type=_port, default=DEFAULT_TCP_PORT, help="TCP listening port (baseline), 1..65535")
-    p.add_argument("--set-tcp-ecn", action="store_true",
-                   help="write net.ipv4.tcp_ecn=1 in this network namespace at start")
+    p.add_argument(
+        "--set-tcp-ecn", action="store_true", help="write net.ipv4.tcp_ecn=1 in this network namespace at start"
+    )
     p.add_argument("--log", default=None, help="log file (default: warnings to stderr)")
     return p.parse_args(argv)
 
@@ -364,8 +430,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         with _naming(f"--log {args.log}"):
-            logging.basicConfig(filename=args.log, level=logging.INFO if args.log else logging.WARNING,
-                                format="%(asctime)s %(name)s %(levelname)s %(message)s")
+            logging.basicConfig(
+                filename=args.log,
+                level=logging.INFO if args.log else logging.WARNING,
+                format="%(asctime)s %(name)s %(levelname)s %(message)s",
+            )
         agent = Agent(args)
     except (InvalidInput, OSError) as err:
         print(f"safs.apps.agent: {err}", file=sys.stderr)
@@ -376,4 +445,3 @@ def main(argv: list[str] | None = None) -> int:
     _log.info("agent %s on %s ready (tcp cc %s, ecn %s)", args.host, args.ip, agent.tcp.cc, agent.tcp.info["tcp_ecn"])
     agent.run()
     return 0
-

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 from safs.apps.agent.loop import Loop
 from safs.core.packet import PROTO_UDP, Packet

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
-from safs.core.timebase import fabric_clock
 from safs.apps.agent.loop import Loop
+from safs.core.timebase import fabric_clock
 
 PREAMBLE = struct.Struct("!IQ")  # flow_id, size_bytes
 CHUNK_BYTES = 64 * 1024

@@ -10,7 +10,7 @@ Needs ``grpcio`` and ``protobuf`` (the scheduler itself never imports gRPC).
 """
 
 from safs.control.hintapi.client import AnnounceResult, HintClient, HintServiceError, UnknownFlow
-from safs.control.hintapi.server import HintServiceStats, HintServicer, RunningHintServer, serve, start
+from safs.control.hintapi.server import HintServicer, HintServiceStats, RunningHintServer, serve, start
 
 __all__ = ["AnnounceResult", "HintClient", "HintServiceError", "UnknownFlow", "HintServiceStats",
            "HintServicer", "RunningHintServer", "serve", "start"]

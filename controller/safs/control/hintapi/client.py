@@ -18,16 +18,17 @@ wider than the field) raise InvalidInput before anything is sent.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import grpc
 
-from safs.core.allocator import Grant
-from safs.core.errors import InvalidInput, SafsError
 from safs.control.hintapi import hints_pb2 as pb
 from safs.control.hintapi import hints_pb2_grpc as pb_grpc
 from safs.control.hintapi.convert import FIELD_METADATA_KEY, flow_class_to_pb, grant_from_pb
+from safs.core.allocator import Grant
+from safs.core.errors import InvalidInput, SafsError
 from safs.core.hints import FlowHint
 
 _T = TypeVar("_T")
@@ -97,7 +98,7 @@ class HintClient:
         self._channel = grpc.insecure_channel(address)
         self._stub = pb_grpc.HintServiceStub(self._channel)
 
-    def __enter__(self) -> "HintClient":
+    def __enter__(self) -> HintClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -3,9 +3,9 @@ the server and the client (one place for the enum mapping and the error metadata
 
 from __future__ import annotations
 
+from safs.control.hintapi import hints_pb2 as pb
 from safs.core.allocator import Grant
 from safs.core.errors import InvalidInput
-from safs.control.hintapi import hints_pb2 as pb
 from safs.core.hints import FlowClass
 
 # Trailing-metadata key of an INVALID_ARGUMENT status: the name of the offending field.

@@ -35,16 +35,17 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Callable, NoReturn
+from typing import NoReturn
 
 import grpc
 
-from safs.core.errors import InvalidInput, TargetConnectionError, TargetError
 from safs.control.hintapi import hints_pb2 as pb
 from safs.control.hintapi import hints_pb2_grpc as pb_grpc
 from safs.control.hintapi.convert import FIELD_METADATA_KEY, flow_class_from_pb, grant_to_pb
+from safs.core.errors import InvalidInput, TargetConnectionError, TargetError
 from safs.core.hints import FlowHint
 from safs.core.scheduler import Scheduler
 from safs.core.timebase import diff, wrap
@@ -272,7 +273,7 @@ class RunningHintServer:
         self.server.stop(grace_s).wait()
         self.servicer.close()
 
-    def __enter__(self) -> "RunningHintServer":
+    def __enter__(self) -> RunningHintServer:
         return self
 
     def __exit__(self, *exc: object) -> None:

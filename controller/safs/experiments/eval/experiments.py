@@ -20,15 +20,16 @@ import importlib.util
 import json
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from scipy.stats import t as student_t
 
 from safs.core.errors import InvalidInput
-from safs.experiments.eval.plots import plot_experiment
 from safs.core.files import data_path
+from safs.experiments.eval.plots import plot_experiment
 from safs.experiments.policies import POLICIES
 from safs.experiments.runner import RunOutput, check, write_results
 from safs.experiments.runs import RunSpec, expand
@@ -203,28 +204,56 @@ class Experiment:
 
 ALL_POLICIES = list(POLICIES)  # every registered policy, in registry order
 
-EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
-    Experiment(
-        "zerobubble", "ZeroBubble ZB-H1 training under 0-5 background flows: mean iteration time (/ no contention)",
-        "eval/zerobubble.yaml", ("iteration_time_ms", "iteration_time_ratio", "pipeline_deadline_misses"),
-        _verdict_zerobubble, lines=True, ablation_metric="iteration_time_ms",
-        quick={"seeds": [1, 2], "background": {"bulk_flows": [0, 2]},
-               "workload": {"kind": "zerobubble", "params": {"stages": 4, "microbatches": 4, "iterations": 1,
-                                                             "compute_jitter": 0.05}}}),
-    Experiment(
-        "afd-16a2f", "16A2F attention-FFN disaggregated decode: TPOT p50/p99 (paper: SAFS p99 -38.7% vs D2TCP, -66.2% vs Homa)",
-        "eval/afd-16a2f.yaml", ("tpot_p50_ms", "tpot_p99_ms", "pipeline_deadline_misses"), _verdict_afd,
-        cdf="tpot_ms", ablation_metric="tpot_p99_ms",
-        quick={"seeds": [1, 2], "background": {"bulk_flows": [0, 2]},
-               "workload": {"kind": "afd", "params": {"layers_simulated": 1, "decode_steps": 4,
-                                                      "compute_jitter": 0.05}}}),
-    Experiment(
-        "urgent", "urgent-flow microbenchmark: urgent deadline misses and mean urgent FCT (paper: 0 misses, 14.3 ms)",
-        "urgent.yaml", ("urgent_deadline_misses", "urgent_fct_mean_ms", "urgent_fct_p99_ms"), _verdict_urgent,
-        overrides={"policies": ALL_POLICIES, "seeds": [1, 2, 3]}, cdf="urgent_fct_ms",
-        ablation_metric="urgent_deadline_misses",
-        quick={"seeds": [1, 2], "max_time_ms": 50}),
-)}
+EXPERIMENTS: dict[str, Experiment] = {
+    e.name: e
+    for e in (
+        Experiment(
+            "zerobubble",
+            "ZeroBubble ZB-H1 training under 0-5 background flows: mean iteration time (/ no contention)",
+            "eval/zerobubble.yaml",
+            ("iteration_time_ms", "iteration_time_ratio", "pipeline_deadline_misses"),
+            _verdict_zerobubble,
+            lines=True,
+            ablation_metric="iteration_time_ms",
+            quick={
+                "seeds": [1, 2],
+                "background": {"bulk_flows": [0, 2]},
+                "workload": {
+                    "kind": "zerobubble",
+                    "params": {"stages": 4, "microbatches": 4, "iterations": 1, "compute_jitter": 0.05},
+                },
+            },
+        ),
+        Experiment(
+            "afd-16a2f",
+            "16A2F attention-FFN disaggregated decode: TPOT p50/p99 (paper: SAFS p99 -38.7% vs D2TCP, -66.2% vs Homa)",
+            "eval/afd-16a2f.yaml",
+            ("tpot_p50_ms", "tpot_p99_ms", "pipeline_deadline_misses"),
+            _verdict_afd,
+            cdf="tpot_ms",
+            ablation_metric="tpot_p99_ms",
+            quick={
+                "seeds": [1, 2],
+                "background": {"bulk_flows": [0, 2]},
+                "workload": {
+                    "kind": "afd",
+                    "params": {"layers_simulated": 1, "decode_steps": 4, "compute_jitter": 0.05},
+                },
+            },
+        ),
+        Experiment(
+            "urgent",
+            "urgent-flow microbenchmark: urgent deadline misses and mean urgent FCT (paper: 0 misses, 14.3 ms)",
+            "urgent.yaml",
+            ("urgent_deadline_misses", "urgent_fct_mean_ms", "urgent_fct_p99_ms"),
+            _verdict_urgent,
+            overrides={"policies": ALL_POLICIES, "seeds": [1, 2, 3]},
+            cdf="urgent_fct_ms",
+            ablation_metric="urgent_deadline_misses",
+            quick={"seeds": [1, 2], "max_time_ms": 50},
+        ),
+    )
+}
 
 
 def experiment(name: str) -> Experiment:
@@ -277,10 +306,20 @@ def write_outputs(exp: Experiment, outputs: list[RunOutput], out_dir: Path) -> d
     verdict = exp.verdict(rows)
     ablations = ablation(rows, exp.ablation_metric) if exp.ablation_metric else []
     clean = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
-    (out_dir / "summary.json").write_text(json.dumps({"experiment": exp.name, "confidence": CONFIDENCE,
-                                                      "interval": "Student-t over seeds x repetitions",
-                                                      "rows": clean, "paper": verdict,
-                                                      "ablation": ablations}, indent=1) + "\n")
+    (out_dir / "summary.json").write_text(
+        json.dumps(
+            {
+                "experiment": exp.name,
+                "confidence": CONFIDENCE,
+                "interval": "Student-t over seeds x repetitions",
+                "rows": clean,
+                "paper": verdict,
+                "ablation": ablations,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     with (out_dir / "summary.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(clean[0]) if clean else ["policy"])
         writer.writeheader()
@@ -301,8 +340,11 @@ def run_check(module: str, quick: bool) -> dict[str, Any]:
     except ModuleNotFoundError as exc:
         if exc.name != f"safs.experiments.eval.checks.{module}":
             raise
-        raise InvalidInput(CHECKS_NAME, f"safs.experiments.eval.checks.{module} is missing (the {module} baseline's "
-                                        "own-paper check, docs/baselines.md)") from None
+        raise InvalidInput(
+            CHECKS_NAME,
+            f"safs.experiments.eval.checks.{module} is missing (the {module} baseline's "
+            "own-paper check, docs/baselines.md)",
+        ) from None
     fn = getattr(mod, "run_check", None)
     if fn is None:
         raise InvalidInput(CHECKS_NAME, f"safs.experiments.eval.checks.{module} has no run_check(quick=True) -> dict")

@@ -95,18 +95,29 @@ def plot_experiment(exp: Any, records: list[dict[str, Any]], samples: list[dict[
         fig, ax = plt.subplots(figsize=(7, 3.6))
         width = 0.8 / max(1, len(policies))
         for i, policy in enumerate(policies):
-            pts = [next((r for r in rows if r["policy"] == policy and r["background_flows"] == b), None) for b in levels]
+            pts = [
+                next((r for r in rows if r["policy"] == policy and r["background_flows"] == b), None) for b in levels
+            ]
             mean = np.array([p[f"{metric}_mean"] if p else np.nan for p in pts], dtype=float)
             half = np.array([p[f"{metric}_ci95"] if p else np.nan for p in pts], dtype=float)
             err = clipped_error(mean, half)
             offset = (i - (len(policies) - 1) / 2) * (LINE_DODGE if exp.lines else width)
             if exp.lines:
-                ax.errorbar(np.array(levels, dtype=float) + offset, mean, yerr=err, label=policy,
-                            capsize=3, **style[policy])
+                ax.errorbar(
+                    np.array(levels, dtype=float) + offset, mean, yerr=err, label=policy, capsize=3, **style[policy]
+                )
             else:
-                ax.bar(np.arange(len(levels)) + offset, mean, width, yerr=err, label=policy,
-                       color=style[policy]["color"], hatch=HATCHES[i % len(HATCHES)], capsize=2,
-                       zorder=style[policy]["zorder"])
+                ax.bar(
+                    np.arange(len(levels)) + offset,
+                    mean,
+                    width,
+                    yerr=err,
+                    label=policy,
+                    color=style[policy]["color"],
+                    hatch=HATCHES[i % len(HATCHES)],
+                    capsize=2,
+                    zorder=style[policy]["zorder"],
+                )
         if exp.lines:
             ax.set_xticks(levels, [str(b) for b in levels])
         else:
@@ -124,8 +135,14 @@ def plot_experiment(exp: Any, records: list[dict[str, Any]], samples: list[dict[
         fig, axes = plt.subplots(1, len(levels), figsize=(3.6 * len(levels) + 1.4, 3.2), squeeze=False, sharey=True)
         for ax, bulk in zip(axes[0], levels):
             for policy in policies:
-                vals = np.sort([v for r, s in zip(records, samples)
-                                if r["policy"] == policy and r["background_flows"] == bulk for v in s.get(exp.cdf, [])])
+                vals = np.sort(
+                    [
+                        v
+                        for r, s in zip(records, samples)
+                        if r["policy"] == policy and r["background_flows"] == bulk
+                        for v in s.get(exp.cdf, [])
+                    ]
+                )
                 if len(vals):
                     # From (first sample, 0) up to (last sample, 1): the curve starts on the x axis.
                     ys = np.arange(0, len(vals) + 1) / len(vals)
@@ -142,8 +159,7 @@ def plot_experiment(exp: Any, records: list[dict[str, Any]], samples: list[dict[
                 if n not in names:
                     handles.append(h)
                     names.append(n)
-        axes[0][-1].legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                           borderaxespad=0)
+        axes[0][-1].legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
         written += _save(fig, out_dir / f"{exp.cdf}_cdf")
         plt.close(fig)
     return written

@@ -193,7 +193,7 @@ class AgentClient:
         self.rfile = self.sock.makefile("rb")
 
     @classmethod
-    def connect(cls, path: str | Path, timeout_s: float = 10.0, poll_s: float = 0.01) -> "AgentClient":
+    def connect(cls, path: str | Path, timeout_s: float = 10.0, poll_s: float = 0.01) -> AgentClient:
         """Connect once the agent listens at ``path``, polling (no fixed sleep).
 
         Raises:
@@ -213,7 +213,7 @@ class AgentClient:
         self.rfile.close()
         self.sock.close()
 
-    def __enter__(self) -> "AgentClient":
+    def __enter__(self) -> AgentClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -272,7 +272,7 @@ class AgentClient:
         """Events since the last call (each ``{"event": "done"|"error", "flow_id", "role", ...}``)."""
         return self.request({"op": "events"})["events"]
 
-    def watch(self) -> "EventStream":
+    def watch(self) -> EventStream:
         """Open a second connection on which the agent pushes every event as it happens (the
         agent then keeps none for :meth:`events`). Raises AgentError: the agent went away."""
         stream = AgentClient(self.path, self.sock.gettimeout() or 10.0)

@@ -38,22 +38,23 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from safs.core.errors import InvalidInput
 from safs.control.controller import ControllerApp, ControllerConfig, SwitchSpec
+from safs.core.errors import InvalidInput
+from safs.core.files import BMV2_JSON_PATH, P4INFO_PATH
 from safs.core.protocol import WIRE_OVERHEAD_BYTES
+from safs.core.timebase import diff, wrap
 from safs.core.topology import load_topology
+from safs.experiments.metrics import FlowRecord, flow_metrics
 from safs.experiments.mininet import net as emunet
 from safs.experiments.mininet.agent_control import AgentClient, AgentError
 from safs.experiments.mininet.driver import RealtimeNetwork
 from safs.experiments.mininet.net import PROBE_FLOW_ID, EmuError, die_with_parent, stop_process
-from safs.core.files import BMV2_JSON_PATH, P4INFO_PATH
-from safs.experiments.metrics import FlowRecord, flow_metrics
 from safs.experiments.policies import mininet_policies
 from safs.experiments.runs import build_run, miss_tolerance_ns
-from safs.core.timebase import diff, wrap
 
 log = logging.getLogger(__name__)
 
@@ -166,10 +167,16 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
     hint_sock = run_dir / f"hints-{tag}.sock"
     config = ControllerConfig(
         topology_path=scenario.topology_path(),
-        switches=tuple(SwitchSpec(sw, emu.switch(sw).grpc_addr, emu.switch(sw).device_id) for sw in topology.switches()),
-        p4info_path=P4INFO_PATH, bmv2_json_path=BMV2_JSON_PATH, hint_addr=f"unix:{hint_sock}",
-        tick_ns=max(MIN_TICK_NS, sim_config.tick_ns or sched.tick_ns), scheduler=sched,
-        activation_lead_ns=sim_config.activation_lead_ns)  # the scenario's, as on the simulator
+        switches=tuple(
+            SwitchSpec(sw, emu.switch(sw).grpc_addr, emu.switch(sw).device_id) for sw in topology.switches()
+        ),
+        p4info_path=P4INFO_PATH,
+        bmv2_json_path=BMV2_JSON_PATH,
+        hint_addr=f"unix:{hint_sock}",
+        tick_ns=max(MIN_TICK_NS, sim_config.tick_ns or sched.tick_ns),
+        scheduler=sched,
+        activation_lead_ns=sim_config.activation_lead_ns,
+    )  # the scenario's, as on the simulator
     app = ControllerApp(config)
     stop = threading.Event()
     agents: dict[str, Any] = {}
@@ -199,8 +206,11 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
         app.stop()
         hint_sock.unlink(missing_ok=True)
     wall = time.perf_counter() - started
-    (run_dir / f"flows-{tag}.json").write_text(json.dumps(
-        [{**dataclasses.asdict(f), "sender_event": driver.sender_events.get(f.flow_id)} for f in flows], indent=0))
+    (run_dir / f"flows-{tag}.json").write_text(
+        json.dumps(
+            [{**dataclasses.asdict(f), "sender_event": driver.sender_events.get(f.flow_id)} for f in flows], indent=0
+        )
+    )
     record = spec.record_head(scenario, "mininet")
     record.update(workload.metrics())
     record.update(flow_metrics(flows, miss_tolerance_ns(scenario)))
@@ -259,8 +269,9 @@ def _control_data_bytes(stats: dict[str, dict], flows: list[FlowRecord]) -> tupl
     for s in stats.values():
         safs = s.get("safs") if isinstance(s, dict) else None
         if isinstance(safs, dict):
-            messages = (messages or 0) + sum(int(safs.get(k, 0)) for k in ("requests_sent", "dones_sent",
-                                                                            "grants_received"))
+            messages = (messages or 0) + sum(
+                int(safs.get(k, 0)) for k in ("requests_sent", "dones_sent", "grants_received")
+            )
     return (None if messages is None else messages * WIRE_OVERHEAD_BYTES), data
 
 
@@ -283,9 +294,21 @@ def calibrate_clocks(emu: Any, app: Any) -> dict[str, int]:
         receiver = attached[0]
         sender = next((h for h in attached[1:]), None) or next(h for h in topo.hosts() if h != receiver)
         flow_id = PROBE_FLOW_ID + i
-        proc = emu.host(sender).popen(die_with_parent([sys.executable, "-m", "safs.experiments.mininet.net", "probe",
-                                                       _ip(topo.host_ip(receiver)), str(flow_id)]),
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = emu.host(sender).popen(
+            die_with_parent(
+                [
+                    sys.executable,
+                    "-m",
+                    "safs.experiments.mininet.net",
+                    "probe",
+                    _ip(topo.host_ip(receiver)),
+                    str(flow_id),
+                ]
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         out, err = proc.communicate(timeout=60)
         if proc.returncode != 0:
             raise EmuError(f"clock probe {sender} -> {receiver} ({sw}) failed: {err.strip()[-500:]}")
@@ -306,8 +329,7 @@ def calibrate_clocks(emu: Any, app: Any) -> dict[str, int]:
         new = wrap(app.clock_offsets_ns[ref] + start_gap)
         corrections[sw] = diff(new, app.clock_offsets_ns[sw])
         _set_offset(app, sw, new)
-    log.info("clock offset corrections (ms): %s",
-             ", ".join(f"{sw} {c / 1e6:+.3f}" for sw, c in corrections.items()))
+    log.info("clock offset corrections (ms): %s", ", ".join(f"{sw} {c / 1e6:+.3f}" for sw, c in corrections.items()))
     return corrections
 
 
@@ -329,8 +351,9 @@ def _forget_probe(app: Any, flow_id: int, timeout_s: float = 2.0) -> None:
         time.sleep(0.01)
 
 
-def start_agents(emu: Any, run_dir: Path, tag: str, hint_addr: str, sched: Any,
-                 sim_config: Any) -> tuple[dict[str, Any], list[subprocess.Popen]]:
+def start_agents(
+    emu: Any, run_dir: Path, tag: str, hint_addr: str, sched: Any, sim_config: Any
+) -> tuple[dict[str, Any], list[subprocess.Popen]]:
     """Start ``python -m safs.apps.agent`` in every host's namespace and connect to each, with
     the scheduler's default rate and unscheduled bytes and the scenario's SAFS timers and MTU
     (``sim_config``: :class:`safs.experiments.sim.simulation.SimConfig`, as the simulator uses them).
@@ -345,13 +368,35 @@ def start_agents(emu: Any, run_dir: Path, tag: str, hint_addr: str, sched: Any,
         for h in topo.hosts():
             control = run_dir / f"agent-{h}-{tag}.sock"
             logf = run_dir / f"agent-{h}-{tag}.log"
-            cmd = [sys.executable, "-m", "safs.apps.agent", "--host", h, "--ip", _ip(topo.host_ip(h)),
-                   "--control", str(control), "--hint-addr", hint_addr,
-                   "--default-rate-bps", str(sched.default_rate_bps), "--line-rate-bps", str(topo.host_link_bps(h)),
-                   "--mtu-bytes", str(sim_config.mtu_bytes), "--unscheduled-bytes", str(sched.unscheduled_bytes),
-                   "--grant-poll-ns", str(sim_config.safs_grant_poll_ns),
-                   "--reorder-window-ns", str(sim_config.safs_reorder_window_ns),
-                   "--rto-ns", str(sim_config.safs_rto_ns), "--log", str(logf)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "safs.apps.agent",
+                "--host",
+                h,
+                "--ip",
+                _ip(topo.host_ip(h)),
+                "--control",
+                str(control),
+                "--hint-addr",
+                hint_addr,
+                "--default-rate-bps",
+                str(sched.default_rate_bps),
+                "--line-rate-bps",
+                str(topo.host_link_bps(h)),
+                "--mtu-bytes",
+                str(sim_config.mtu_bytes),
+                "--unscheduled-bytes",
+                str(sched.unscheduled_bytes),
+                "--grant-poll-ns",
+                str(sim_config.safs_grant_poll_ns),
+                "--reorder-window-ns",
+                str(sim_config.safs_reorder_window_ns),
+                "--rto-ns",
+                str(sim_config.safs_rto_ns),
+                "--log",
+                str(logf),
+            ]
             with open(logf, "ab") as err:
                 procs.append(emu.host(h).popen(die_with_parent(cmd), stdout=subprocess.DEVNULL, stderr=err))
         for h, proc in zip(topo.hosts(), procs):
@@ -359,8 +404,9 @@ def start_agents(emu: Any, run_dir: Path, tag: str, hint_addr: str, sched: Any,
             try:
                 agents[h] = AgentClient.connect(control, timeout_s=AGENT_START_TIMEOUT_S)
             except AgentError:
-                raise AgentError(f"agent of {h} did not start (exit {proc.poll()}); log "
-                                 f"{run_dir / f'agent-{h}-{tag}.log'}") from None
+                raise AgentError(
+                    f"agent of {h} did not start (exit {proc.poll()}); log {run_dir / f'agent-{h}-{tag}.log'}"
+                ) from None
     except BaseException:
         stop_agents(agents, procs)
         raise

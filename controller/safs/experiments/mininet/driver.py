@@ -40,13 +40,14 @@ import itertools
 import logging
 import selectors
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 from safs.core.errors import InvalidInput
+from safs.core.timebase import diff, wrap
 from safs.experiments.metrics import FlowRecord
 from safs.experiments.policies import POLICIES, mininet_policies
-from safs.core.timebase import diff, wrap
 from safs.experiments.workloads.api import FlowSpec
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,8 @@ class RealtimeNetwork:
     def __post_init__(self) -> None:
         transport = POLICIES[self.policy].mininet_transport if self.policy in POLICIES else None
         if transport is None:
-            raise InvalidInput("policy", f"the mininet target runs {', '.join(mininet_policies())}, got {self.policy!r}")
+            raise InvalidInput("policy",
+                               f"the mininet target runs {', '.join(mininet_policies())}, got {self.policy!r}")
         self.pipeline_transport = transport
         if not self.poll_s > 0:
             raise InvalidInput("poll_s", f"must be > 0 s, got {self.poll_s!r}")
@@ -183,13 +185,27 @@ class RealtimeNetwork:
         flow_id = next(self._ids)
         transport = self.pipeline_transport if spec.flow_class == "pipeline" else "tcp"
         flow = _Flow(flow_id, spec, start, on_done, transport)
-        reply = self.agents[spec.receiver].request({
-            "op": "expect", "flow_id": flow_id, "src_ip": self.host_ips[spec.sender],
-            "size_bytes": spec.size_bytes, "transport": transport})
-        send = {"op": "send", "flow_id": flow_id, "dst_ip": self.host_ips[spec.receiver],
-                "size_bytes": spec.size_bytes, "transport": transport, "flow_class": spec.flow_class,
-                "no_bubble_ts_ns": None if spec.no_bubble_ts_ns is None else self.fabric(spec.no_bubble_ts_ns),
-                "send_at_ns": self.fabric(start), "label": spec.label, "dst_host": spec.receiver}
+        reply = self.agents[spec.receiver].request(
+            {
+                "op": "expect",
+                "flow_id": flow_id,
+                "src_ip": self.host_ips[spec.sender],
+                "size_bytes": spec.size_bytes,
+                "transport": transport,
+            }
+        )
+        send = {
+            "op": "send",
+            "flow_id": flow_id,
+            "dst_ip": self.host_ips[spec.receiver],
+            "size_bytes": spec.size_bytes,
+            "transport": transport,
+            "flow_class": spec.flow_class,
+            "no_bubble_ts_ns": None if spec.no_bubble_ts_ns is None else self.fabric(spec.no_bubble_ts_ns),
+            "send_at_ns": self.fabric(start),
+            "label": spec.label,
+            "dst_host": spec.receiver,
+        }
         if reply.get("port") is not None:
             send["port"] = int(reply["port"])
         self.agents[spec.sender].request(send)
@@ -221,8 +237,9 @@ class RealtimeNetwork:
         self.stats.polls += 1
         if hosts is None:
             hosts = sorted({f.spec.receiver for f in self._pending.values()} - set(self._streams))
-        return sum(self._handle(host, reply.get("events", []))
-                   for host, reply in self._ask(hosts, {"op": "events"}).items())
+        return sum(
+            self._handle(host, reply.get("events", [])) for host, reply in self._ask(hosts, {"op": "events"}).items()
+        )
 
     def _handle(self, host: str, events: list[dict[str, Any]]) -> int:
         finished = 0
@@ -259,8 +276,9 @@ class RealtimeNetwork:
         if not self._streams:
             self.sleep(timeout_s)
             return 0
-        return sum(self._handle(key.data, self._streams[key.data].read())
-                   for key, _ in self._selector.select(timeout_s))
+        return sum(
+            self._handle(key.data, self._streams[key.data].read()) for key, _ in self._selector.select(timeout_s)
+        )
 
     def drain(self) -> None:
         """Poll every agent once more (after :meth:`run`), so :attr:`sender_events` and
@@ -321,6 +339,17 @@ class RealtimeNetwork:
 
     def records(self) -> list[FlowRecord]:
         """One :class:`FlowRecord` per flow started (workload times; unfinished: ``finish_ns`` None)."""
-        return [FlowRecord(f.flow_id, f.spec.label, f.spec.flow_class, f.spec.sender, f.spec.receiver,
-                           f.spec.size_bytes, f.start_ns, f.finish_ns, f.spec.no_bubble_ts_ns)
-                for f in self._flows.values()]
+        return [
+            FlowRecord(
+                f.flow_id,
+                f.spec.label,
+                f.spec.flow_class,
+                f.spec.sender,
+                f.spec.receiver,
+                f.spec.size_bytes,
+                f.start_ns,
+                f.finish_ns,
+                f.spec.no_bubble_ts_ns,
+            )
+            for f in self._flows.values()
+        ]

@@ -58,9 +58,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import grpc
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
@@ -68,8 +69,8 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from safs.core.errors import InvalidInput, SafsError
 from safs.core.protocol import SAFS_UDP_PORT, MsgType, pack_header, unpack_header
 from safs.core.scheduler import node_mac
-from safs.core.topology import Topology
 from safs.core.timebase import fabric_clock
+from safs.core.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -436,7 +437,7 @@ class EmuNet:
             self.lock.close()  # releases the flock
             self.lock = None
 
-    def __enter__(self) -> "EmuNet":
+    def __enter__(self) -> EmuNet:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -540,7 +541,8 @@ def acquire_run_lock(path: Path = RUN_LOCK, timeout_s: float = 3600.0) -> Any:
             holder = f.read().strip() or "?"
             if time.monotonic() >= deadline:
                 f.close()
-                raise EmuError(f"another emulated network (pid {holder}) holds {path} for more than {timeout_s} s")
+                raise EmuError(f"another emulated network (pid {holder}) holds {path} "
+                               f"for more than {timeout_s} s") from None
             if not waiting:
                 log.warning("waiting for another emulated network (pid %s, lock %s) to finish", holder, path)
                 waiting = True
@@ -684,7 +686,7 @@ def probe_switch_time(dst_ip: str, flow_id: int = PROBE_FLOW_ID, tries: int = 5,
                     fields = unpack_header(data)
                     if fields[0] == MsgType.GRANT and fields[4] == flow_id:
                         return sent, received, fields[6]
-            except socket.timeout:
+            except TimeoutError:
                 continue
     raise EmuError(f"no GRANT from the switch of {dst_ip} after {tries} REQUESTs")
 

@@ -10,7 +10,8 @@ except under the whole-fabric transports (Homa, pFabric), where every flow uses 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from safs.core.topology import Topology
 from safs.experiments.sim.config import SimConfig

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
@@ -86,7 +87,7 @@ class SimConfig(ConfigModel):
     scheduler: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _nested_configs(self) -> "SimConfig":
+    def _nested_configs(self) -> SimConfig:
         # Validate the nested configs now so a bad scenario fails before any run. Their errors
         # are InvalidInput with their full names (sim.dctcp.<key>, scheduler.<key>, ...).
         self.safs_config()
@@ -98,7 +99,7 @@ class SimConfig(ConfigModel):
     @classmethod
     def from_mapping(cls, mapping: Any, scheduler: Mapping[str, Any] | None = None, max_time_ns: int | None = None,
                      source: str | None = None, *, prefix: str | None = None,
-                     fixed: Mapping[str, Any] | None = None) -> "SimConfig":
+                     fixed: Mapping[str, Any] | None = None) -> SimConfig:
         """Build from a scenario's ``sim:`` mapping (plus its ``scheduler:`` mapping and horizon,
         which replaces the mapping's ``max_time_ns``).
 

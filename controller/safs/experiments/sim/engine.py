@@ -8,8 +8,9 @@ deterministic. One event is one callback taken from the queue and run as ``fn(ar
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from heapq import heappop, heappush
-from typing import Any, Callable
+from typing import Any
 
 from safs.core.errors import InvalidInput
 

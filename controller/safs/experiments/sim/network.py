@@ -25,13 +25,14 @@ event tuples onto the engine's heap directly (no per-packet objects except the t
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from heapq import heappush
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from safs.core.errors import InvalidInput
+from safs.core.packet import PROTO_UDP, Packet
 from safs.core.protocol import NUM_QUEUES, MsgType
 from safs.experiments.sim.engine import Engine
-from safs.core.packet import PROTO_UDP, Packet
 
 NS_PER_S = 1_000_000_000
 UNBOUNDED_BYTES = 1 << 62  # host NIC buffer: host memory, effectively unbounded
@@ -342,10 +343,10 @@ class Network:
                 raise InvalidInput(f"{node.name}.port", f"port {number} already connected")
         for end, value in (("rate_bps", rate_bps), ("delay_ns", delay_ns)):
             if type(value) is not int or value < (1 if end == "rate_bps" else 0):
-                raise InvalidInput(f"{a}-{b}.{end}", f"must be an integer {'> 0 bit/s' if end == 'rate_bps' else '>= 0 ns'}, got {value!r}")
+                allowed = "> 0 bit/s" if end == "rate_bps" else ">= 0 ns"
+                raise InvalidInput(f"{a}-{b}.{end}", f"must be an integer {allowed}, got {value!r}")
         pa = self._port(na, a_port, rate_bps, delay_ns, buffer_bytes)
-        pb = self._port(nb, b_port, rate_bps, delay_ns,
-                        buffer_bytes if buffer_bytes_b is None else buffer_bytes_b)
+        pb = self._port(nb, b_port, rate_bps, delay_ns, buffer_bytes if buffer_bytes_b is None else buffer_bytes_b)
         pa.peer, pa.peer_port = nb, b_port
         pb.peer, pb.peer_port = na, a_port
         return pa, pb
@@ -357,8 +358,7 @@ class Network:
     def drops(self) -> int:
         """Packets dropped in the network: tail drops at switch ports plus pipeline drops to
         missing ports (pipeline drops of LPM misses are counted by the pipeline itself)."""
-        return (sum(p.dropped() for p in self.switch_ports())
-                + sum(sw.no_port_drops for sw in self.switches.values()))
+        return sum(p.dropped() for p in self.switch_ports()) + sum(sw.no_port_drops for sw in self.switches.values())
 
     def drops_by_port_class(self) -> dict[tuple[str, int, int], int]:
         """Tail drops keyed by (switch, port, class), non-zero entries only."""
@@ -373,9 +373,13 @@ class Network:
 MAX_BOOT_SKEW_NS = 10 * NS_PER_S  # switches booted up to 10 s before the run
 
 
-def build_network(topology: Any, engine: Engine,
-                  make_pipeline: Callable[[str, Callable[[], int]], Pipeline], dt_alpha: float = 0.0,
-                  make_port: Callable[..., Port] = Port) -> Network:
+def build_network(
+    topology: Any,
+    engine: Engine,
+    make_pipeline: Callable[[str, Callable[[], int]], Pipeline],
+    dt_alpha: float = 0.0,
+    make_port: Callable[..., Port] = Port,
+) -> Network:
     """Build the network of a :class:`safs.core.topology.Topology` on ``engine``.
 
     Hosts get their topology address; each switch gets ``make_pipeline(name, clock)`` and a

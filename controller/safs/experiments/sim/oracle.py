@@ -35,14 +35,15 @@ holds every link of its path from its first to its last byte). Of :class:`SimCon
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from safs.core.errors import InvalidInput
-from safs.experiments.metrics import FlowRecord
 from safs.core.protocol import WIRE_OVERHEAD_BYTES
+from safs.experiments.metrics import FlowRecord
+from safs.experiments.sim.config import SimConfig, SimResult
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.workload_host import EngineWorkloadHost
-from safs.experiments.sim.config import SimConfig, SimResult
 from safs.hosts.stats import TransportStats
 
 NS_PER_S = 1_000_000_000

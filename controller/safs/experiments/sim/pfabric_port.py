@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from heapq import heappush as _push
-from typing import Any, Callable
+from typing import Any
 
 from safs.core.errors import InvalidInput
 from safs.core.packet import Packet
@@ -85,7 +86,7 @@ class PfabricPort(Port):
             if p.remaining < best_r:
                 best, best_r = p, p.remaining
         fid, dst = best.flow_id, best.dst
-        for i, p in enumerate(buf):
+        for i, p in enumerate(buf):  # noqa: B007 (i, the packet found, is used after the loop)
             if p.flow_id == fid and p.dst == dst:
                 break
         pkt = buf.pop(i)

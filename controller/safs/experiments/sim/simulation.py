@@ -23,7 +23,8 @@ are then reported unfinished (``finish_ns`` None). Run a whole run with
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from safs.core import p4names
 from safs.core.errors import InvalidInput, SafsError

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from safs.core.errors import InvalidInput
 from safs.experiments.sim.engine import Engine
@@ -12,7 +13,8 @@ class EngineWorkloadHost:
     """``now`` and ``call_at`` on an :class:`Engine`, and the stop rule: the engine stops as soon
     as ``workload.done()`` turns true, checked after every workload callback.
 
-    Subclasses (:class:`safs.experiments.sim.simulation.Simulation`, :class:`safs.experiments.sim.oracle.OracleNetwork`) set
+    Subclasses (:class:`safs.experiments.sim.simulation.Simulation`,
+    :class:`safs.experiments.sim.oracle.OracleNetwork`) set
     ``engine`` and ``topology``, call :meth:`_check_done` after each flow completion and add
     ``start_flow`` (which checks its arguments with :meth:`_flow_start`).
     """

@@ -57,12 +57,12 @@ from typing import Any
 import numpy as np
 
 from safs.core.errors import InvalidInput
-from safs.experiments.workloads.params import check_known, float_param, int_param
 from safs.core.files import data_path, read_text
 from safs.experiments.workloads.api import FlowSpec, WorkloadAPI
 from safs.experiments.workloads.ideal import IdealNetwork
 from safs.experiments.workloads.instance import SerialInstance
 from safs.experiments.workloads.jitter import jitter_param, jittered_ns
+from safs.experiments.workloads.params import check_known, float_param, int_param
 
 DATA_DIR = data_path("llm-inference")
 TRACES = {"conv": "AzureLLMInferenceTrace_conv.csv", "code": "AzureLLMInferenceTrace_code.csv"}
@@ -346,7 +346,8 @@ class AfdDecode:
         """p50 TPOT of this workload on a contention-free network (ns)."""
         twin = AfdDecode(self.params, None, seed=self.seed)
         twin.requests = self.requests
-        net = IdealNetwork(self.topology, keep_flows=False) if self.topology is not None else IdealNetwork(keep_flows=False)
+        net = (IdealNetwork(self.topology, keep_flows=False) if self.topology is not None
+               else IdealNetwork(keep_flows=False))
         net.run(twin)
         samples = twin.tpot_samples_ns()
         return float(np.percentile(samples, 50)) if samples else float("nan")

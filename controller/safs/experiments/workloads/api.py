@@ -8,12 +8,12 @@ Times are integer ns of the fabric clock (not wrapped), sizes integer bytes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from safs.core.errors import InvalidInput
 from safs.core.hints import FLOW_CLASSES
-
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,9 @@ class FlowSpec:
         if self.no_bubble_ts_ns is not None and (isinstance(self.no_bubble_ts_ns, bool)
                                                  or not isinstance(self.no_bubble_ts_ns, int)
                                                  or self.no_bubble_ts_ns < 0):
-            raise InvalidInput("flow.no_bubble_ts_ns", f"must be an integer ns >= 0 or None, got {self.no_bubble_ts_ns!r}")
+            raise InvalidInput(
+                "flow.no_bubble_ts_ns", f"must be an integer ns >= 0 or None, got {self.no_bubble_ts_ns!r}"
+            )
 
 
 class WorkloadAPI(Protocol):

@@ -21,11 +21,11 @@ pipeline workload is done, and background sources stop starting flows at that po
 from __future__ import annotations
 
 import random
-from typing import Callable
+from collections.abc import Callable
 
+from safs.core.distributions import SizeDistribution
 from safs.core.errors import InvalidInput
 from safs.experiments.workloads.api import FlowSpec, Workload, WorkloadAPI
-from safs.core.distributions import SizeDistribution
 
 NS_PER_S = 1_000_000_000
 BULK_FLOW_BYTES = 1 << 36  # 64 GiB: longer than any run at 100 Gbit/s (5.5 s), restarted anyway
@@ -89,7 +89,9 @@ class PoissonArrivals:
     def __init__(self, load: float, senders: list[str], receivers: dict[str, int],
                  distribution: SizeDistribution, rng: random.Random) -> None:
         if isinstance(load, bool) or not isinstance(load, (int, float)) or not 0.0 < load <= 1.0:
-            raise InvalidInput("background.load", f"must be in (0, 1] (fraction of the receiver link rate), got {load!r}")
+            raise InvalidInput(
+                "background.load", f"must be in (0, 1] (fraction of the receiver link rate), got {load!r}"
+            )
         if not senders or not receivers:
             raise InvalidInput("background.load", "needs background hosts (named bg*) and receivers")
         self.load = float(load)
@@ -121,8 +123,9 @@ class PoissonArrivals:
         sender = candidates[self.rng.randrange(len(candidates))]
         size = self.distribution.sample(self.rng)
         self.started += 1
-        api.start_flow(FlowSpec(sender, receiver, size, None, f"poisson {sender}->{receiver}", "background"),
-                       lambda _t: None)
+        api.start_flow(
+            FlowSpec(sender, receiver, size, None, f"poisson {sender}->{receiver}", "background"), lambda _t: None
+        )
         self._schedule(api, receiver)
 
 

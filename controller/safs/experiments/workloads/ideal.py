@@ -8,8 +8,9 @@ iteration time). It has its own event heap; nothing is shared between flows.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from safs.core.errors import InvalidInput
 from safs.experiments.workloads.api import FlowSpec, Workload

@@ -8,8 +8,8 @@ no-bubble timestamp of a transfer feeding an op (:meth:`SerialInstance.no_bubble
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Callable, Hashable
 
 from safs.core.errors import InvalidInput
 from safs.experiments.workloads.api import WorkloadAPI

@@ -15,10 +15,10 @@ kernel-time variation between iterations, not a measured distribution (docs/eval
 
 from __future__ import annotations
 
-from safs.core.errors import InvalidInput
-
 import random
-from typing import Hashable
+from collections.abc import Hashable
+
+from safs.core.errors import InvalidInput
 
 MAX_JITTER = 0.5
 

@@ -6,7 +6,8 @@ range; the runner adds the scenario file.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from safs.core.errors import InvalidInput
 

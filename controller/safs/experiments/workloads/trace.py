@@ -34,12 +34,15 @@ def _int_cell(value: Any, where: str, column: str, source: str, minimum: int, al
         number = None
     if number is None or number < minimum:
         empty = " or empty" if allow_empty else ""
-        raise InvalidInput(f"{where}, column {column}", f"expected an integer >= {minimum}{empty}, got {value!r}", source)
+        raise InvalidInput(
+            f"{where}, column {column}", f"expected an integer >= {minimum}{empty}, got {value!r}", source
+        )
     return number
 
 
-def parse_rows(rows: list[dict[str, Any]], line_numbers: list[int], source: str,
-               hosts: set[str] | None = None) -> list[tuple[int, FlowSpec]]:
+def parse_rows(
+    rows: list[dict[str, Any]], line_numbers: list[int], source: str, hosts: set[str] | None = None
+) -> list[tuple[int, FlowSpec]]:
     """Validate trace rows into ``(start_ns, FlowSpec)`` pairs sorted by start time.
 
     Raises:
@@ -56,18 +59,25 @@ def parse_rows(rows: list[dict[str, Any]], line_numbers: list[int], source: str,
                 raise InvalidInput(f"{where}, column {key}", "missing", source)
         for key in row:
             if key not in REQUIRED + OPTIONAL:
-                raise InvalidInput(f"{where}, column {key}", f"unknown column; allowed: {', '.join(REQUIRED + OPTIONAL)}",
-                                   source)
+                raise InvalidInput(
+                    f"{where}, column {key}", f"unknown column; allowed: {', '.join(REQUIRED + OPTIONAL)}", source
+                )
         start = _int_cell(row["start_ns"], where, "start_ns", source, 0)
         size = _int_cell(row["bytes"], where, "bytes", source, 1)
         deadline = _int_cell(row["no_bubble_ts_ns"], where, "no_bubble_ts_ns", source, 0, allow_empty=True)
-        flow_class = (row.get("class") or "pipeline").strip() if isinstance(row.get("class") or "pipeline", str) else None
+        flow_class = (
+            (row.get("class") or "pipeline").strip() if isinstance(row.get("class") or "pipeline", str) else None
+        )
         if flow_class not in FLOW_CLASSES:
-            raise InvalidInput(f"{where}, column class", f"expected one of {', '.join(FLOW_CLASSES)}, got {row.get('class')!r}",
-                               source)
+            raise InvalidInput(
+                f"{where}, column class", f"expected one of {', '.join(FLOW_CLASSES)}, got {row.get('class')!r}", source
+            )
         if flow_class == "pipeline" and deadline is None:
-            raise InvalidInput(f"{where}, column no_bubble_ts_ns", "a pipeline flow needs a no-bubble timestamp "
-                               "(or set class to background)", source)
+            raise InvalidInput(
+                f"{where}, column no_bubble_ts_ns",
+                "a pipeline flow needs a no-bubble timestamp (or set class to background)",
+                source,
+            )
         for column in ("sender", "receiver"):
             name = row[column]
             if not isinstance(name, str) or not name.strip():
@@ -106,8 +116,11 @@ def load_trace_file(path: str | Path, hosts: set[str] | None = None) -> list[tup
     header = reader.fieldnames or []
     missing = [c for c in REQUIRED if c not in header]
     if missing:
-        raise InvalidInput("line 1", f"header lacks {', '.join(missing)}; expected "
-                           "start_ns,sender,receiver,bytes,no_bubble_ts_ns,label[,class]", source)
+        raise InvalidInput(
+            "line 1",
+            f"header lacks {', '.join(missing)}; expected start_ns,sender,receiver,bytes,no_bubble_ts_ns,label[,class]",
+            source,
+        )
     rows, numbers = [], []
     for row in reader:
         if None in row:

@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from safs.core.errors import InvalidInput
-from safs.experiments.workloads.params import check_known, float_param, int_param
 from safs.experiments.workloads.api import FlowSpec, WorkloadAPI
 from safs.experiments.workloads.ideal import IdealNetwork
 from safs.experiments.workloads.instance import SerialInstance
 from safs.experiments.workloads.jitter import jitter_param, jittered_ns
+from safs.experiments.workloads.params import check_known, float_param, int_param
 
 NS_PER_S = 1_000_000_000
 BF16_BYTES = 2
@@ -236,7 +236,8 @@ class ZeroBubbleTraining:
             for host in self.hosts:
                 if not topology.is_host(host):
                     raise InvalidInput("workload.params.stages",
-                                       f"topology {topology.name!r} has no host {host!r} (needs stage0..stage{self.p - 1})")
+                                       f"topology {topology.name!r} has no host {host!r} "
+                                       f"(needs stage0..stage{self.p - 1})")
         self.order = zb_h1_order(self.p, self.m)
         self.iteration_times_ns: list[int] = []
         self._api: WorkloadAPI | None = None
@@ -246,8 +247,11 @@ class ZeroBubbleTraining:
         """Ideal transfer time of one boundary transfer (slowest stage pair), ns."""
         if self.topology is None:
             return 0
-        return max(self.topology.min_transfer_ns(src, dst, self.boundary_bytes)
-                   for a, b in zip(self.hosts, self.hosts[1:]) for src, dst in ((a, b), (b, a)))
+        return max(
+            self.topology.min_transfer_ns(src, dst, self.boundary_bytes)
+            for a, b in zip(self.hosts, self.hosts[1:])
+            for src, dst in ((a, b), (b, a))
+        )
 
     def ideal_iteration_ns(self) -> float:
         """Makespan of one iteration in the ideal timing with line-rate transfers.
@@ -259,7 +263,11 @@ class ZeroBubbleTraining:
         if self.jitter == 0:
             return makespan(schedule_times(self.order, self.t_f, self.t_b, self.t_w, self.comm_ns()))
         twin = ZeroBubbleTraining(self.params, self.topology, seed=self.seed)
-        net = IdealNetwork(self.topology, keep_flows=False) if self.topology is not None else IdealNetwork(keep_flows=False)
+        net = (
+            IdealNetwork(self.topology, keep_flows=False)
+            if self.topology is not None
+            else IdealNetwork(keep_flows=False)
+        )
         net.run(twin)
         return sum(twin.iteration_times_ns) / len(twin.iteration_times_ns)
 
@@ -279,8 +287,13 @@ class ZeroBubbleTraining:
         self._ops_left = self.p * 3 * self.m
         self._stages = []
         for s in range(self.p):
-            inst = SerialInstance(self.hosts[s], api, lambda key, end, s=s: self._op_end(s, key, end),
-                                  lambda key, end, s=s: self._op_begin(s, key, end), paused=True)
+            inst = SerialInstance(
+                self.hosts[s],
+                api,
+                lambda key, end, s=s: self._op_end(s, key, end),
+                lambda key, end, s=s: self._op_begin(s, key, end),
+                paused=True,
+            )
             self._stages.append(inst)
         dur = {"F": self.t_f, "B": self.t_b, "W": self.t_w}
         for s, ops in enumerate(self.order):
@@ -306,11 +319,20 @@ class ZeroBubbleTraining:
 
     def _send(self, src: int, dst: int, consumer: Op, what: str, send_at_ns: int) -> None:
         inst = self._stages[dst]
-        transfer = (self.topology.min_transfer_ns(self.hosts[src], self.hosts[dst], self.boundary_bytes)
-                    if self.topology is not None else 0)
+        transfer = (
+            self.topology.min_transfer_ns(self.hosts[src], self.hosts[dst], self.boundary_bytes)
+            if self.topology is not None
+            else 0
+        )
         deadline = inst.no_bubble_ts(consumer, send_at_ns, transfer)
-        spec = FlowSpec(self.hosts[src], self.hosts[dst], self.boundary_bytes, deadline,
-                        f"{what} it{self._it} mb{consumer.mb} stage{src}->stage{dst}", "pipeline")
+        spec = FlowSpec(
+            self.hosts[src],
+            self.hosts[dst],
+            self.boundary_bytes,
+            deadline,
+            f"{what} it{self._it} mb{consumer.mb} stage{src}->stage{dst}",
+            "pipeline",
+        )
         self._api.start_flow(spec, lambda _t: inst.deliver(consumer), send_at_ns=send_at_ns)
 
     def done(self) -> bool:

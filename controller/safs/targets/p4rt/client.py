@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import logging
 import queue
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import grpc
 from google.rpc import code_pb2, status_pb2
@@ -248,7 +248,7 @@ class SwitchClient:
         if shell is not None:
             _shut_down(shell, self.timeout_s, self.grpc_addr)
 
-    def __enter__(self) -> "SwitchClient":
+    def __enter__(self) -> SwitchClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -24,8 +24,8 @@ from __future__ import annotations
 from p4.v1 import p4runtime_pb2
 
 from safs.core.errors import InvalidInput
-from safs.targets.p4rt.p4info import P4InfoIndex, bytes_to_int, canonical_bytes, padded_bytes
 from safs.core.target import CloneSession, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
+from safs.targets.p4rt.p4info import P4InfoIndex, bytes_to_int, canonical_bytes, padded_bytes
 
 UPDATE_TYPES = {Op.INSERT: p4runtime_pb2.Update.INSERT,
                 Op.MODIFY: p4runtime_pb2.Update.MODIFY,
@@ -250,5 +250,5 @@ def decode_request_digest(members: list[int]) -> RequestDigest:
 def digest_members(data) -> list[int]:
     """Member values of one P4Data digest sample: a struct's bitstrings in order, or one bitstring."""
     if data.HasField("struct"):
-        return [bytes_to_int(m.bitstring) for m in getattr(data, "struct").members]
+        return [bytes_to_int(m.bitstring) for m in data.struct.members]
     return [bytes_to_int(data.bitstring)]

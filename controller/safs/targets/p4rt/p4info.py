@@ -218,7 +218,7 @@ class P4InfoIndex:
         return tuple(members)
 
     @classmethod
-    def from_file(cls, path: Path | str) -> "P4InfoIndex":
+    def from_file(cls, path: Path | str) -> P4InfoIndex:
         """Parse a P4Info text file (``.txtpb`` / ``.txt``).
 
         Raises:

@@ -36,20 +36,27 @@ first (BMv2's clock restarts at 0).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
 
 from p4.v1 import p4runtime_pb2
 
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetConnectionError, TargetError, UpdateFailure
-from safs.targets.p4rt.client import SwitchClient
-from safs.targets.p4rt.codec import (EncodeError, decode_clone_session, decode_meter, decode_request_digest,
-                                     decode_table_entry, digest_members, encode_update)
-from safs.targets.p4rt.p4info import P4InfoIndex
 from safs.core.target import CloneSession, CounterValue, MeterConfig, Op, RequestDigest, TableEntry, Update
 from safs.core.timebase import TIME_MASK
+from safs.targets.p4rt.client import SwitchClient
+from safs.targets.p4rt.codec import (
+    EncodeError,
+    decode_clone_session,
+    decode_meter,
+    decode_request_digest,
+    decode_table_entry,
+    digest_members,
+    encode_update,
+)
+from safs.targets.p4rt.p4info import P4InfoIndex
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +164,7 @@ class P4RuntimeTarget:
         if client is not None:
             client.close()
 
-    def __enter__(self) -> "P4RuntimeTarget":
+    def __enter__(self) -> P4RuntimeTarget:
         return self
 
     def __exit__(self, *exc) -> None:

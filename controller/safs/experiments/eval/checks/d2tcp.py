@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from safs.core.errors import InvalidInput
+from safs.core.topology import Topology, build_topology
 from safs.experiments.sim.config import SimConfig, SimResult
 from safs.experiments.sim.simulation import Simulation
-from safs.core.topology import Topology, build_topology
 from safs.experiments.workloads.api import FlowSpec
 
 PAPER_VALUE = 0.75

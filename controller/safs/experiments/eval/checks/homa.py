@@ -34,12 +34,12 @@ from typing import Any
 
 import yaml
 
+from safs.core.distributions import load_distribution
+from safs.core.topology import build_topology
 from safs.experiments.sim.config import SimConfig
 from safs.experiments.sim.simulation import Simulation
-from safs.hosts.homa import HOMA_DATA_OVERHEAD_BYTES
-from safs.core.topology import build_topology
 from safs.experiments.workloads.api import FlowSpec
-from safs.core.distributions import load_distribution
+from safs.hosts.homa import HOMA_DATA_OVERHEAD_BYTES
 
 PAPER_P99_SLOWDOWN = 2.33  # see module docstring (count-weighted over sizes 53..1448 B)
 SOURCE = ("Montazeri et al., Homa, SIGCOMM 2018, Sec. 5.1 implementation (HomaP8, W4, load label 76 ~ 80%); "

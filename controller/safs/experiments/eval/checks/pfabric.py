@@ -26,15 +26,16 @@ import json
 import random
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from safs.core.distributions import load_distribution
+from safs.core.topology import Topology, build_topology
 from safs.experiments.sim.config import SimConfig
 from safs.experiments.sim.simulation import Simulation
-from safs.hosts.pfabric import idle_fct_ns
-from safs.core.topology import Topology, build_topology
 from safs.experiments.workloads.api import FlowSpec
 from safs.experiments.workloads.background import PoissonArrivals
-from safs.core.distributions import load_distribution
+from safs.hosts.pfabric import idle_fct_ns
 
 PAPER_VALUE = 1.2  # pFabric, Fig. 8(a), web search, load 0.6 (read off the plot; see docs/baselines.md)
 PAPER_SOURCE = ("Alizadeh et al., pFabric, SIGCOMM 2013, Section 5 (evaluation), Fig. 8(a): web search, "
@@ -61,7 +62,7 @@ def check_topology(hosts: int = HOSTS) -> Topology:
 class _Counting:
     """The simulator's WorkloadAPI, counting short flows still in flight."""
 
-    def __init__(self, api: Any, owner: "PoissonCheck") -> None:
+    def __init__(self, api: Any, owner: PoissonCheck) -> None:
         self.api = api
         self.owner = owner
 
