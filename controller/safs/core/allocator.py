@@ -74,7 +74,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -149,7 +149,10 @@ def _fill(flows: list[tuple[int, str, str, int, int]], want: Mapping[int, int] |
 
 _SlackThreshold = Annotated[int, Field(ge=SLACK_MIN_NS + 1, le=SLACK_MAX_NS)]
 # One threshold between each pair of adjacent slack classes (4 for the 5 classes 6..2).
-_SlackThresholds = tuple[(_SlackThreshold,) * (len(protocol.SLACK_QUEUES) - 1)]  # type: ignore[misc]
+if TYPE_CHECKING:  # mypy needs the tuple spelled out; at run time its length follows SLACK_QUEUES
+    _SlackThresholds = tuple[_SlackThreshold, _SlackThreshold, _SlackThreshold, _SlackThreshold]
+else:
+    _SlackThresholds = tuple[(_SlackThreshold,) * (len(protocol.SLACK_QUEUES) - 1)]
 
 
 class AllocatorConfig(ConfigModel):
@@ -192,7 +195,7 @@ class AllocatorConfig(ConfigModel):
     resend_fraction: float = Field(0.1, ge=0, le=1)
     line_rate_bps: int = Field(100_000_000_000, ge=1, le=RATE_BPS_MAX)
     slack_thresholds_ns: _SlackThresholds = (0, 100_000, 1_000_000, 10_000_000)
-    urgency: Literal[URGENCY_ORDERS] = "deadline"  # type: ignore[valid-type]
+    urgency: Literal[URGENCY_ORDERS] = "deadline"  # type: ignore[valid-type]  # Literal of a tuple constant: valid at run time
     urgency_quantum_ns: int = Field(100_000, ge=1, le=SLACK_MAX_NS)
 
     @field_validator("headroom")

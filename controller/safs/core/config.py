@@ -97,7 +97,7 @@ class ConfigModel(BaseModel):
     # Only keyword construction translates errors: with this marker (pydantic's own, on
     # BaseModel.__init__) validation (model_validate, a nested model) does not call __init__,
     # so a nested config's error keeps its key path and reaches the outer translation.
-    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]  # pydantic's marker, set on the function
 
     @classmethod
     def from_mapping(cls: type[Model], mapping: Any, *, source: str | None = None, prefix: str | None = None,
@@ -231,6 +231,7 @@ def _walk(model: type[BaseModel], loc: tuple[str | int, ...]
     """Key names along ``loc`` (indices dropped), the model owning the last key, the last
     key's field and the first index into it."""
     names: list[str] = []
+    current: type[BaseModel] | None
     owner, current, info, index = model, model, None, None
     for part in loc:
         if isinstance(part, int):
@@ -282,10 +283,10 @@ def _lists_to_tuples(model: type[BaseModel], raw: dict[str, Any]) -> dict[str, A
 
 
 @functools.cache
-def _field_adapter(model: type[BaseModel], name: str) -> TypeAdapter:
+def _field_adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
     """A strict validator of one field of ``model`` alone (type and constraints)."""
     info = model.model_fields[name]
-    tp = typing.Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation  # type: ignore[valid-type]
+    tp: Any = typing.Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
     return TypeAdapter(tp, config=ConfigDict(strict=True))
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from scapy.fields import BitEnumField, BitField, ByteEnumField, ByteField, IntField, ShortField
 from scapy.layers.inet import IP, UDP
@@ -65,7 +66,7 @@ class SAFS(Packet):
     ]
 
     @classmethod
-    def dispatch_hook(cls, _pkt: bytes | None = None, *args, **kargs):  # type: ignore[override]
+    def dispatch_hook(cls, _pkt: bytes | None = None, *args: Any, **kargs: Any) -> type[Packet]:
         """A payload too short for the header is not SAFS: dissect it as ``Raw``."""
         if _pkt and len(_pkt) < HEADER_LEN:
             return Raw
@@ -175,7 +176,7 @@ def pkt_add_safs(src_ip: str | int, dst_ip: str | int, header: SAFS, *, payload_
 
 def safs_data(src_ip: str | int, dst_ip: str | int, flow_id: int, remaining_bytes: int,
               latest_start_ns: int, epoch: int, payload_len: int, *, flags: int = 0,
-              **kw) -> Packet:
+              **kw: Any) -> Packet:
     """A DATA packet: ``remaining_bytes`` includes this packet's ``payload_len`` bytes;
     ``latest_start_ns`` from :func:`safs.core.protocol.latest_start_ns`; ``epoch`` of the grant it is
     sent under (0 = default grant). Extra keywords go to :func:`pkt_add_safs`."""
@@ -185,7 +186,7 @@ def safs_data(src_ip: str | int, dst_ip: str | int, flow_id: int, remaining_byte
 
 
 def safs_request(src_ip: str | int, dst_ip: str | int, flow_id: int, remaining_bytes: int,
-                 no_bubble_ts_ns: int, *, flags: int = 0, **kw) -> Packet:
+                 no_bubble_ts_ns: int, *, flags: int = 0, **kw: Any) -> Packet:
     """A REQUEST from the sender to the receiver (consumed by the receiver's ToR)."""
     hdr = SAFS(type=MsgType.REQUEST, flags=flags, flow_id=flow_id,
                remaining_bytes=remaining_bytes, timestamp_ns=no_bubble_ts_ns)
@@ -194,7 +195,7 @@ def safs_request(src_ip: str | int, dst_ip: str | int, flow_id: int, remaining_b
 
 def safs_grant(src_ip: str | int, dst_ip: str | int, flow_id: int, rate_kbps: int, epoch: int,
                lease_us: int, switch_time_ns: int, *, remaining_bytes: int = 0, flags: int = 0,
-               qclass: int = 0, color: int = 0, **kw) -> Packet:
+               qclass: int = 0, color: int = 0, **kw: Any) -> Packet:
     """A GRANT as the receiver's ToR sends it: ``src_ip`` = receiver, ``dst_ip`` = sender;
     ``remaining_bytes`` and ``flags`` echo the REQUEST/DATA that triggered it."""
     hdr = SAFS(type=MsgType.GRANT, flags=flags, qclass=qclass, color=color, flow_id=flow_id,
@@ -204,7 +205,7 @@ def safs_grant(src_ip: str | int, dst_ip: str | int, flow_id: int, rate_kbps: in
 
 
 def safs_done(src_ip: str | int, dst_ip: str | int, flow_id: int, no_bubble_ts_ns: int = 0, *,
-              missing_bytes: int = 0, flags: int = 0, **kw) -> Packet:
+              missing_bytes: int = 0, flags: int = 0, **kw: Any) -> Packet:
     """A DONE from the receiver to the sender: ``missing_bytes`` 0 = every byte arrived;
     more is a NACK (docs/protocol.md, grant rule 6)."""
     hdr = SAFS(type=MsgType.DONE, flags=flags, flow_id=flow_id, remaining_bytes=missing_bytes,

@@ -45,7 +45,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
@@ -65,10 +65,14 @@ from safs.core.target import (
     Range,
     RequestDigest,
     TableEntry,
+    TableEntryKey,
     Target,
     Update,
 )
 from safs.core.timebase import TIME_MASK, wrap
+
+if TYPE_CHECKING:  # annotations only
+    from safs.core.topology import Topology
 
 NS_PER_S = 1_000_000_000
 
@@ -172,7 +176,7 @@ def dctcp_k_packets(rate_bps: int, mtu_bytes: int) -> int:
     return max(1, -(-k_bytes // mtu_bytes))
 
 
-def scheduler_config_for(topology: Any | None, mtu_bytes: int, overrides: Mapping[str, Any] | None = None, *,
+def scheduler_config_for(topology: Topology | None, mtu_bytes: int, overrides: Mapping[str, Any] | None = None, *,
                          prefix: str = "scheduler.", source: str | None = None) -> SchedulerConfig:
     """The scheduler settings for a fabric: ``overrides`` (a ``scheduler:`` mapping of
     :class:`SchedulerConfig` fields, ``allocator`` a mapping of :class:`AllocatorConfig`
@@ -199,7 +203,8 @@ def scheduler_config_for(topology: Any | None, mtu_bytes: int, overrides: Mappin
         InvalidInput: an unknown key or a bad value (field ``prefix + key path``).
     """
     if overrides is not None and not isinstance(overrides, Mapping):
-        return SchedulerConfig.from_mapping(overrides, prefix=prefix, source=source)  # raises: not a mapping
+        return SchedulerConfig.from_mapping(  # type: ignore[unreachable]  # untyped callers may pass a non-mapping
+            overrides, prefix=prefix, source=source)  # raises: not a mapping
     raw = dict(overrides or {})
     alloc = raw.get("allocator")
     if alloc is None or isinstance(alloc, Mapping):  # anything else is refused by from_mapping
@@ -215,7 +220,7 @@ def scheduler_config_for(topology: Any | None, mtu_bytes: int, overrides: Mappin
     return SchedulerConfig.from_mapping(raw, prefix=prefix, source=source)
 
 
-def node_mac(topology, node: str) -> int:
+def node_mac(topology: Topology, node: str) -> int:
     """MAC address (48-bit int) of a topology node, as the routes' ``dst_mac`` uses it.
 
     Locally administered unicast addresses: a host is ``02:00:<its IPv4 address>``, the i-th
@@ -298,7 +303,8 @@ class Scheduler:
     Times (``now_ns``) are fabric time in ns, any int >= 0; they are reduced mod 2^48.
     """
 
-    def __init__(self, topology, targets: Mapping[str, Target], config: SchedulerConfig | None = None) -> None:
+    def __init__(self, topology: Topology, targets: Mapping[str, Target],
+                 config: SchedulerConfig | None = None) -> None:
         self.config = config or SchedulerConfig()
         self._topo = topology
         switches = set(topology.switches())
@@ -315,7 +321,7 @@ class Scheduler:
         self._flows: dict[int, _FlowState] = {}
         self._free_slots: dict[str, list[int]] = {
             sw: list(range(1, self.config.meter_slots)) for sw in switches}  # heaps (sorted lists)
-        self._shadow: dict[str, dict[tuple, TableEntry]] = {sw: {} for sw in self._targets}
+        self._shadow: dict[str, dict[TableEntryKey, TableEntry]] = {sw: {} for sw in self._targets}
         self._shadow_meters: dict[str, dict[int, MeterConfig]] = {sw: {} for sw in self._targets}
         self._shadow_clones: dict[str, dict[int, CloneSession]] = {sw: {} for sw in self._targets}
         self._ip_to_host = {topology.host_ip(h): h for h in hosts}
@@ -673,7 +679,7 @@ class Scheduler:
         self._flush(plans)
 
     @staticmethod
-    def _grant_key(flow_id: int) -> tuple:
+    def _grant_key(flow_id: int) -> TableEntryKey:
         # TableEntry(n.FLOW_GRANT, {n.F_FLOW_ID: flow_id}, ...).key(), built directly (hot path;
         # tests/test_sim_golden.py checks the two agree).
         return (n.FLOW_GRANT, False, ((n.F_FLOW_ID, flow_id),), 0)
@@ -811,7 +817,7 @@ class Scheduler:
             self._shadow[sw][_entry_key(entity)] = entity
 
 
-def _entry_key(entry: TableEntry) -> tuple:
+def _entry_key(entry: TableEntry) -> TableEntryKey:
     """``entry.key()``, without sorting a one-field match (the common case: grant entries)."""
     match = entry.match
     if len(match) == 1:

@@ -41,6 +41,8 @@ class Range:
 
 
 MatchValue = int | Lpm | Range
+# What :meth:`TableEntry.key` returns: (table, is_default, sorted match items, priority).
+TableEntryKey = tuple[str, bool, tuple[tuple[str, MatchValue], ...], int]
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class TableEntry:
     priority: int = 0
     is_default: bool = False
 
-    def key(self) -> tuple:
+    def key(self) -> TableEntryKey:
         """Identity of the entry in its table (what INSERT/MODIFY/DELETE address)."""
         return (self.table, self.is_default, tuple(sorted(self.match.items())), self.priority)
 
@@ -79,7 +81,7 @@ class MeterConfig:
     pir: int
     pburst: int
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[str, int]:
         return (self.meter, self.index)
 
 
@@ -102,7 +104,7 @@ class CloneSession:
         """The session the P4 program clones to for a GRANT leaving on ``port``."""
         return cls(session_id=port + CLONE_SESSION_BASE, egress_port=port)
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[str, int]:
         """Identity of the session (what INSERT/MODIFY/DELETE address)."""
         return ("clone_session", self.session_id)
 

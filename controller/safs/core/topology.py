@@ -31,7 +31,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import networkx as nx
 
@@ -85,7 +85,7 @@ def _int_field(value: Any, field_name: str, minimum: int, source: str) -> int:
     return value
 
 
-def _check_keys(mapping: Any, allowed: set[str], required: set[str], where: str, source: str) -> dict:
+def _check_keys(mapping: Any, allowed: set[str], required: set[str], where: str, source: str) -> dict[str, Any]:
     if not isinstance(mapping, dict):
         raise InvalidInput(where or "<top level>", f"expected a mapping, got {type(mapping).__name__}", source)
     for key in mapping:
@@ -121,6 +121,9 @@ class Topology:
     _next_hop: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
     _path_cost: dict[tuple[str, str], tuple[int, int, list[int]]] = field(default_factory=dict, repr=False)
 
+    # networkx is untyped: the accessors below cast node and edge attributes to the types
+    # the loader checked.
+
     def hosts(self) -> list[str]:
         """Host names in file order."""
         return [n for n, d in self.graph.nodes(data=True) if d["kind"] == HOST]
@@ -139,7 +142,7 @@ class Topology:
     def host_ip(self, name: str) -> int:
         """IPv4 address of host ``name`` as an int. Raises InvalidInput for an unknown host."""
         self._require_host(name)
-        return self.graph.nodes[name]["ip"]
+        return cast(int, self.graph.nodes[name]["ip"])
 
     @property
     def ip_to_host(self) -> dict[int, str]:
@@ -149,11 +152,11 @@ class Topology:
     def tor_of(self, host: str) -> str:
         """The switch host ``host`` is attached to. Raises InvalidInput for an unknown host."""
         self._require_host(host)
-        return next(iter(self.graph.neighbors(host)))
+        return cast(str, next(iter(self.graph.neighbors(host))))
 
     def host_link_bps(self, host: str) -> int:
         """Rate of the host's access link in bit/s (its uplink and its receiver link)."""
-        return self.graph.edges[host, self.tor_of(host)]["rate_bps"]
+        return cast(int, self.graph.edges[host, self.tor_of(host)]["rate_bps"])
 
     def link(self, a: str, b: str) -> dict[str, Any]:
         """Edge attributes of link a-b (``rate_bps``, ``delay_ns``, ``ports``).
@@ -163,7 +166,7 @@ class Topology:
         """
         if not self.graph.has_edge(a, b):
             raise InvalidInput("link", f"no link between {a!r} and {b!r}", self.source)
-        return self.graph.edges[a, b]
+        return cast("dict[str, Any]", self.graph.edges[a, b])
 
     def port_of(self, switch: str, neighbor: str) -> int:
         """Port number (1-based) of ``switch`` facing ``neighbor``.
@@ -173,13 +176,13 @@ class Topology:
         """
         if switch not in self.graph or self.graph.nodes[switch]["kind"] != SWITCH:
             raise InvalidInput("switch", f"unknown switch {switch!r}", self.source)
-        return self.link(switch, neighbor)["ports"][switch]
+        return cast(int, self.link(switch, neighbor)["ports"][switch])
 
     def neighbor_at(self, switch: str, port: int) -> str:
         """The node on ``port`` of ``switch``. Raises InvalidInput for an unused port."""
         for nb in self.graph.neighbors(switch):
             if self.graph.edges[switch, nb]["ports"][switch] == port:
-                return nb
+                return cast(str, nb)
         raise InvalidInput("port", f"switch {switch!r} has no port {port}", self.source)
 
     def ports(self, switch: str) -> dict[int, str]:
@@ -267,7 +270,7 @@ class Topology:
 
     def buffer_bytes(self, switch: str) -> int:
         """Egress buffer per port of ``switch`` in bytes."""
-        return self.graph.nodes[switch]["buffer_bytes"]
+        return cast(int, self.graph.nodes[switch]["buffer_bytes"])
 
     def receiver_capacity_bps(self) -> dict[str, int]:
         """Host name -> access link rate (the receiver link the allocator shares out)."""

@@ -53,8 +53,9 @@ Counters: ``flow_bytes`` and ``port_tx_bytes`` count bytes and packets; ``malfor
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import cast
 
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetError, UpdateFailure
@@ -77,7 +78,18 @@ from safs.core.protocol import (
     MsgType,
     epoch_newer,
 )
-from safs.core.target import CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
+from safs.core.target import (
+    CloneSession,
+    CounterValue,
+    Lpm,
+    MeterConfig,
+    Op,
+    Range,
+    RequestDigest,
+    TableEntry,
+    TableEntryKey,
+    Update,
+)
 from safs.core.timebase import HALF, TIME_MASK
 
 # Wire size of a GRANT the switch generates (the P4 clone is truncated to the same length).
@@ -105,6 +117,9 @@ class _TableSchema:
     keys: tuple[tuple[str, str, int], ...]  # (field, "exact" | "lpm" | "range", bits)
     actions: dict[str, tuple[tuple[str, int], ...]]
     entry_actions: frozenset[str]  # actions allowed on entries (others: default only)
+    # Derived in __post_init__ (not arguments; left out of repr and ==).
+    key_names: frozenset[str] = field(init=False, repr=False, compare=False)
+    param_names: dict[str, frozenset[str]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Name sets the validators compare against, built once instead of per update.
@@ -239,7 +254,7 @@ class PipelineModel:
         self.name = name
         self._clock = clock
         # Stored entries per table: entry key -> TableEntry (what read-back returns).
-        self._tables: dict[str, dict[tuple, TableEntry]] = {t: {} for t in _SCHEMAS}
+        self._tables: dict[str, dict[TableEntryKey, TableEntry]] = {t: {} for t in _SCHEMAS}
         self._defaults: dict[str, TableEntry] = {
             t: TableEntry(table=t, match={}, action=a, params=dict(p), is_default=True)
             for t, (a, p) in _INITIAL_DEFAULTS.items()
@@ -433,7 +448,7 @@ class PipelineModel:
             # The scheduler rewrites flow_grant entries all the time: update the per-packet
             # index for this one entry instead of rebuilding it from the whole table (the
             # result is the same as _rebuild's: one tuple per stored entry, by flow id).
-            fid = e.match[n.F_FLOW_ID]
+            fid = cast(int, e.match[n.F_FLOW_ID])  # exact match: an int (_check_match)
             if op is Op.DELETE:
                 del self._grants[fid]
             else:
@@ -479,7 +494,7 @@ class PipelineModel:
     def _rebuild(self, table: str) -> None:
         """Recompute the per-packet lookup structure of ``table`` from its stored entries."""
         entries = self._tables[table].values()
-        default = self._defaults.get(table)
+        default = cast(TableEntry, self._defaults.get(table))  # None only where a branch does not read it
         if table == n.IPV4_LPM:
             self._lpm_by_len = _lpm_index(entries, n.F_DST_ADDR)
             self._lpm_default = default.params["port"] if default.action == n.ACT_SET_EGRESS else -1
@@ -488,17 +503,18 @@ class PipelineModel:
             self._back_by_len = _lpm_index(entries, n.F_SRC_ADDR)
             self._back_cache = {}
         elif table == n.RECEIVER_PORT:
-            self._receiver_ports = frozenset(e.match[n.F_EGRESS_PORT] for e in entries)
+            self._receiver_ports = frozenset(cast(int, e.match[n.F_EGRESS_PORT]) for e in entries)
         elif table == n.SLACK_CLASS:
             self._slack_bounds, self._slack_classes = _range_partition(
                 [
-                    (e.priority, e.match[n.F_SLACK_KEY].low, e.match[n.F_SLACK_KEY].high, e.params["qclass"])
+                    (e.priority, cast(Range, e.match[n.F_SLACK_KEY]).low, cast(Range, e.match[n.F_SLACK_KEY]).high,
+                     e.params["qclass"])
                     for e in entries
                 ],
                 default.params["qclass"],
             )
         elif table == n.FLOW_GRANT:
-            self._grants = {e.match[n.F_FLOW_ID]: _grant_tuple(e) for e in entries}
+            self._grants = {cast(int, e.match[n.F_FLOW_ID]): _grant_tuple(e) for e in entries}
         elif table == n.CLOCK_OFFSET:
             self._offset = default.params["offset_ns"]
         elif table == n.DEFAULT_GRANT:
@@ -728,11 +744,11 @@ def _range_partition(ranges: list[tuple[int, int, int, int]], default: int) -> t
     return bounds, values
 
 
-def _lpm_index(entries, field: str) -> list[tuple[int, dict[int, int]]]:
+def _lpm_index(entries: Iterable[TableEntry], field: str) -> list[tuple[int, dict[int, int]]]:
     """(mask, {prefix: port or -1 for drop}) per prefix length, longest first."""
     by_len: dict[int, dict[int, int]] = {}
     for e in entries:
-        m = e.match[field]
+        m = cast(Lpm, e.match[field])
         port = e.params["port"] if "port" in e.params else -1
         by_len.setdefault(m.prefix_len, {})[m.value] = port
     return [(((1 << 32) - 1) ^ ((1 << (32 - plen)) - 1), by_len[plen]) for plen in sorted(by_len, reverse=True)]

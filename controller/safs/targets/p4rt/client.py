@@ -48,10 +48,11 @@ import logging
 import queue
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import grpc
 from google.rpc import code_pb2, status_pb2
-from p4.v1 import p4runtime_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException
 
 from safs.core.errors import TargetConnectionError, TargetError, UpdateFailure
@@ -62,7 +63,7 @@ log = logging.getLogger(__name__)
 def code_name(code: int) -> str:
     """google.rpc.Code number -> name (``6`` -> ``"ALREADY_EXISTS"``; unknown ``n`` -> ``"CODE_n"``)."""
     try:
-        return code_pb2.Code.Name(code)
+        return cast(str, code_pb2.Code.Name(code))  # google.rpc protobufs are untyped
     except ValueError:
         return f"CODE_{code}"
 
@@ -77,7 +78,8 @@ def parse_write_error(err: grpc.RpcError, n_updates: int) -> list[UpdateFailure]
     UNAVAILABLE).
     """
     status = None
-    for key, value in err.trailing_metadata() or ():
+    # grpc's metadata items are (key, value) tuples; its stubs type them as plain objects.
+    for key, value in cast("Sequence[tuple[str, bytes]]", err.trailing_metadata() or ()):
         if key == "grpc-status-details-bin":
             status = status_pb2.Status()
             status.ParseFromString(value)
@@ -95,7 +97,7 @@ def parse_write_error(err: grpc.RpcError, n_updates: int) -> list[UpdateFailure]
     return [UpdateFailure(i, code.name, err.details() or "") for i in range(n_updates)]
 
 
-class _ShellClient(P4RuntimeClient):
+class _ShellClient(P4RuntimeClient):  # type: ignore[misc]  # p4runtime-shell is untyped
     """p4runtime-shell's ``P4RuntimeClient`` with :meth:`handshake` replaced (workaround 1 of
     the module docstring); everything else is p4runtime-shell's. Connects and arbitrates on
     construction; :attr:`answer` is the arbitration answer, or None when none came within
@@ -174,7 +176,7 @@ class SwitchClient:
             _shut_down(shell, timeout_s, grpc_addr)
             raise err
         self._shell: _ShellClient | None = shell
-        self._primary = shell.answer.arbitration.status.code == code_pb2.OK
+        self._primary: bool = shell.answer.arbitration.status.code == code_pb2.OK
 
     def _no_answer(self, shell: _ShellClient) -> TargetConnectionError:
         stream = shell.stream
@@ -206,7 +208,7 @@ class SwitchClient:
         return self._require("connection")
 
     @property
-    def stub(self):
+    def stub(self) -> p4runtime_pb2_grpc.P4RuntimeStub:
         """The ``p4.v1.P4Runtime`` gRPC stub of this session (for requests this class has no
         method for; pass ``timeout=``).
 

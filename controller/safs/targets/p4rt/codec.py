@@ -21,7 +21,7 @@ update (:class:`~safs.core.errors.UpdateFailure`) like the server's own errors.
 
 from __future__ import annotations
 
-from p4.v1 import p4runtime_pb2
+from p4.v1 import p4data_pb2, p4runtime_pb2
 
 from safs.core.errors import InvalidInput
 from safs.core.target import CloneSession, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
@@ -247,7 +247,7 @@ def decode_request_digest(members: list[int]) -> RequestDigest:
                          remaining_bytes=remaining, no_bubble_ts_ns=ts)
 
 
-def digest_members(data) -> list[int]:
+def digest_members(data: p4data_pb2.P4Data) -> list[int]:
     """Member values of one P4Data digest sample: a struct's bitstrings in order, or one bitstring."""
     if data.HasField("struct"):
         return [bytes_to_int(m.bitstring) for m in data.struct.members]

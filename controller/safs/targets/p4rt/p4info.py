@@ -13,6 +13,7 @@ answer reads in canonical form.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,10 +182,10 @@ class P4InfoIndex:
                            for f in t.match_fields)
             entry = frozenset(r.id for r in t.action_refs if r.scope != p4info_pb2.ActionRef.DEFAULT_ONLY)
             default = frozenset(r.id for r in t.action_refs if r.scope != p4info_pb2.ActionRef.TABLE_ONLY)
-            info = TableInfo(t.preamble.id, t.preamble.name, fields, entry, default,
-                             t.const_default_action_id, t.size)
-            self.tables[info.name] = info
-            self.tables_by_id[info.id] = info
+            table = TableInfo(t.preamble.id, t.preamble.name, fields, entry, default,
+                              t.const_default_action_id, t.size)
+            self.tables[table.name] = table
+            self.tables_by_id[table.id] = table
         self.counters = self._arrays(p4info.counters)
         self.meters = self._arrays(p4info.meters)
         self.registers = self._arrays(p4info.registers)
@@ -194,16 +195,17 @@ class P4InfoIndex:
         self.digests_by_id: dict[int, DigestInfo] = {}
         for d in p4info.digests:
             members = self._struct_members(p4info, d)
-            info = DigestInfo(d.preamble.id, d.preamble.name, members)
-            self.digests[info.name] = info
-            self.digests_by_id[info.id] = info
+            digest = DigestInfo(d.preamble.id, d.preamble.name, members)
+            self.digests[digest.name] = digest
+            self.digests_by_id[digest.id] = digest
 
     @staticmethod
-    def _arrays(items) -> dict[str, ExternArrayInfo]:
+    def _arrays(items: Iterable[p4info_pb2.Counter | p4info_pb2.Meter | p4info_pb2.Register]
+                ) -> dict[str, ExternArrayInfo]:
         return {i.preamble.name: ExternArrayInfo(i.preamble.id, i.preamble.name, i.size) for i in items}
 
     @staticmethod
-    def _struct_members(p4info: p4info_pb2.P4Info, digest) -> tuple[tuple[str, int], ...]:
+    def _struct_members(p4info: p4info_pb2.P4Info, digest: p4info_pb2.Digest) -> tuple[tuple[str, int], ...]:
         spec = digest.type_spec
         if spec.HasField("bitstring"):  # a digest of one field
             return ((digest.preamble.name, spec.bitstring.bit.bitwidth),)

@@ -167,7 +167,7 @@ class P4RuntimeTarget:
     def __enter__(self) -> P4RuntimeTarget:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def reconnect(self, push_pipeline: bool = False) -> bool:
