@@ -186,10 +186,10 @@ def test_controller_installs_dependencies_once_and_the_switch_grants_their_trans
     run = Running(config(topo_file, servers))  # the default: dependency grants
     try:
         app, tor0, tor1 = run.app, servers["tor0"], servers["tor1"]
-        # setup: a port_share entry per load for every host port, and the share lease
+        # setup: a port_share entry per load and mode for every host port, and the share lease
         for sw, fake in servers.items():
             host_ports = [p for p, nb in topo.ports(sw).items() if topo.is_host(nb)]
-            assert len(fake.table_entries(n.PORT_SHARE)) == n.MAX_LOAD * len(host_ports)
+            assert len(fake.table_entries(n.PORT_SHARE)) == n.MAX_LOAD * len(n.SHARE_MODES) * len(host_ports)
             assert fake.default_entry(n.SHARE_LEASE) is not None
         with HintClient(app.hint_address) as hints:
             assert hints.announce_dependencies([DependencyHint(1, "a", "d", "A2F a->d"),
@@ -209,7 +209,7 @@ def test_controller_installs_dependencies_once_and_the_switch_grants_their_trans
             tor1.restart()
             wait_for(lambda: app.stats.reconnects == 1, what="re-install")
             assert share_grants(tor1) == {(ip("a"), 1): 1, (ip("c"), 4): 3}
-            assert len(tor1.table_entries(n.PORT_SHARE)) == n.MAX_LOAD
+            assert len(tor1.table_entries(n.PORT_SHARE)) == n.MAX_LOAD * len(n.SHARE_MODES)
     finally:
         run.stop()
 

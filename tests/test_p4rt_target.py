@@ -188,7 +188,7 @@ def route(prefix: int, plen: int, port: int) -> TableEntry:
 
 def slack(low: int, high: int, qclass: int, prio: int) -> TableEntry:
     return TableEntry(n.SLACK_CLASS, {n.F_SLACK_KEY: Range(low, high)}, n.ACT_SET_SLACK_CLASS,
-                      {"qclass": qclass, "weight_shift": qclass % 3}, priority=prio)
+                      {"qclass": qclass}, priority=prio)
 
 
 def meter(index: int, cir: int) -> MeterConfig:

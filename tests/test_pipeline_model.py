@@ -122,7 +122,7 @@ def setup_updates(receiver: bool = True, back_routes: bool = True, clone_session
         ups += [ins(entry(n.PORT_SHARE, {n.F_EGRESS_PORT: port, n.F_LOAD: load, n.F_MODE: mode}, n.ACT_SET_SHARE,
                           rate_kbps=share_kbps(load, mode)))
                 for port in (RECEIVER_PORT, SECOND_RECEIVER_PORT) for load in range(1, n.MAX_LOAD + 1)
-                for mode in (n.SHARE_ALONE, n.SHARE_TOP, n.SHARE_WAITING)]
+                for mode in n.SHARE_MODES]
         ups.append(mod(default(n.SHARE_LEASE, n.ACT_SET_SHARE_LEASE, lease_us=SHARE_LEASE_US)))
     ups.append(mod(default(n.DEFAULT_GRANT, n.ACT_SET_DEFAULT_GRANT,
                            rate_kbps=DEFAULT_KBPS, lease_us=DEFAULT_LEASE_US, meter_slot=0)))

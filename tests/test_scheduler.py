@@ -108,8 +108,6 @@ def test_setup_installs_routes_receiver_ports_classes_defaults_and_is_idempotent
     classes = tor0.entries(n.SLACK_CLASS)
     assert sorted(e.params["qclass"] for e in classes) == [2, 3, 4, 5, 6]
     assert len({e.priority for e in classes}) == 5
-    # share weights 4, 4, 2, 2, 1 for classes 6..2 (SchedulerConfig.weight_shifts)
-    assert {e.params["qclass"]: e.params["weight_shift"] for e in classes} == {6: 2, 5: 2, 4: 1, 3: 1, 2: 0}
     cfg = sched.config
     dg = tor1.default_action(n.DEFAULT_GRANT).params
     assert dg == {"rate_kbps": rate_bps_to_kbps(cfg.default_rate_bps),
@@ -535,29 +533,42 @@ def test_setup_writes_port_share_per_host_port_and_the_share_lease() -> None:
     topo, clock, targets, sched = make(SHARE.replace(background_share=0.25, share_lease_ns=7_500_000))
     for tor in ("tor0", "tor1"):
         host_ports = {p for p, nb in topo.ports(tor).items() if topo.is_host(nb)}
-        shares: dict[int, dict[int, int]] = {}
+        shares: dict[tuple[int, int], dict[int, int]] = {}
         for e in targets[tor].entries(n.PORT_SHARE):
-            shares.setdefault(e.match[n.F_EGRESS_PORT], {})[e.match[n.F_LOAD]] = e.params["rate_kbps"]
-        assert set(shares) == host_ports  # not the port between the ToRs
+            key = (e.match[n.F_EGRESS_PORT], e.match[n.F_MODE])
+            shares.setdefault(key, {})[e.match[n.F_LOAD]] = e.params["rate_kbps"]
+        # every mode of every host port, not the port between the ToRs
+        assert set(shares) == {(p, mode) for p in host_ports for mode in n.SHARE_MODES}
         for port in host_ports:
             link = topo.host_link_bps(topo.neighbor_at(tor, port))
             usable = sched.allocator.config.usable_bps(link)
             usable -= int(usable * 0.25)  # the background share stays free
-            assert shares[port] == {load: rate_bps_to_kbps(usable // load) for load in range(1, n.MAX_LOAD + 1)}
-            assert shares[port][1] * 1000 < link
+            reserve = int(usable * sched.config.waiting_share)
+            for mode, rate in ((n.SHARE_ALONE, usable), (n.SHARE_TOP, usable - reserve), (n.SHARE_WAITING, reserve)):
+                assert shares[(port, mode)] == {load: rate_bps_to_kbps(rate // load)
+                                                for load in range(1, n.MAX_LOAD + 1)}
+            assert shares[(port, n.SHARE_ALONE)][1] * 1000 < link
+            # the top class's grants and the reserve add up to the usable rate at most
+            assert (shares[(port, n.SHARE_TOP)][1] + shares[(port, n.SHARE_WAITING)][1]) * 1000 <= usable
         assert targets[tor].default_action(n.SHARE_LEASE).params == {"lease_us": 7_500}
     # per-transfer mode writes no shares
     topo, clock, targets, sched = make(AT_ANNOUNCE)
     assert all(t.entries(n.PORT_SHARE) == [] for t in targets.values())
 
 
-def test_weight_shifts_are_written_with_the_slack_classes() -> None:
-    topo, clock, targets, sched = make(SHARE.replace(weight_shifts=(0, 1, 2, 1, 0)))
-    got = {e.params["qclass"]: e.params["weight_shift"] for e in targets["tor1"].entries(n.SLACK_CLASS)}
-    assert got == {6: 0, 5: 1, 4: 2, 3: 1, 2: 0}
-    with pytest.raises(InvalidInput) as err:
-        SchedulerConfig(weight_shifts=(3, 2, 1, 1, 0))
-    assert err.value.field == "config.weight_shifts"
+def test_waiting_share_sets_the_reserve_and_is_range_checked() -> None:
+    topo, clock, targets, sched = make(SHARE.replace(waiting_share=0.25))
+    port = topo.port_of("tor1", "d")
+    rates = {e.match[n.F_MODE]: e.params["rate_kbps"] for e in targets["tor1"].entries(n.PORT_SHARE)
+             if e.match[n.F_EGRESS_PORT] == port and e.match[n.F_LOAD] == 1}
+    usable = sched.allocator.config.usable_bps(topo.host_link_bps("d"))
+    usable -= int(usable * sched.config.background_share)
+    assert rates[n.SHARE_WAITING] == rate_bps_to_kbps(int(usable * 0.25))
+    assert rates[n.SHARE_TOP] == rate_bps_to_kbps(usable - int(usable * 0.25))
+    for bad in (0.0, 0.6):
+        with pytest.raises(InvalidInput) as err:
+            SchedulerConfig(waiting_share=bad)
+        assert err.value.field == "config.waiting_share"
 
 
 def test_announce_dependency_writes_one_meter_and_one_entry_at_the_receivers_tor_only() -> None:
@@ -693,4 +704,4 @@ def test_reinstall_restores_dependency_grants_and_meters() -> None:
     sched.reinstall("tor1", 0, target=restarted)
     assert restarted.entries(n.DEP_GRANT) == targets["tor1"].entries(n.DEP_GRANT) != []
     assert restarted.meter_config(1) == targets["tor1"].meter_config(1)
-    assert len(restarted.entries(n.PORT_SHARE)) == n.MAX_LOAD
+    assert len(restarted.entries(n.PORT_SHARE)) == n.MAX_LOAD * len(n.SHARE_MODES)

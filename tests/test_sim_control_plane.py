@@ -153,11 +153,20 @@ def test_reads_and_hints_cost_controller_time() -> None:
     assert cells == [pipes["tor0"].read_counter(n.DEP_BYTES, 1)] * 3  # the values at the call
     read_done = 10_000 + 700 + 3 * 7
     assert plane.cpu_free_ns == read_done and plane.stats.reads == 1
-    done = plane.hint_done_ns()  # arrives at 10_400, waits for the read to end, then 600 ns
-    assert done == read_done + 600
-    assert plane.hint_done_ns() == done + 600  # the next one queues behind it
+    handled: list[tuple[str, int]] = []
+
+    def handler(arg: str) -> None:
+        handled.append((arg, engine.now))
+
+    plane.hint(handler, "first")  # arrives at 10_400, waits for the read to end, then 600 ns
+    plane.hint(handler, "second")  # queues behind it
+    assert handled == [] and plane.cpu_free_ns == read_done  # in flight: the controller is not held
+    run_to(engine, 15_000)
+    assert handled == [("first", read_done + 600), ("second", read_done + 1_200)]
     run_to(engine, 20_000)
-    assert plane.hint_done_ns() == 20_000 + 400 + 600  # an idle controller: RPC latency, then its time
+    plane.hint(handler, "idle")
+    run_to(engine, 30_000)
+    assert handled[-1] == ("idle", 20_000 + 400 + 600)  # an idle controller: RPC latency, then its time
     assert plane.stats.hints == 3
 
 
@@ -237,8 +246,8 @@ def test_records_carry_the_control_figures(policy: str, profile: str) -> None:
         assert record["control_updates_per_s"] == 0 and math.isnan(record["control_write_delay_p99_ms"])
     else:  # per-transfer: a grant write per transfer and change, applied at once (ideal)
         assert record["control_updates"] > 0 and record["control_write_bytes"] > 0
-        # ideal: no write cost (the delay left is a hint's RPC in flight, see the xfail below)
-        assert 0 <= record["control_write_delay_p99_ms"] <= PROFILES["ideal"].hint_rpc_ns / 1e6
+        # ideal: no write cost, and a hint in flight does not hold the controller
+        assert record["control_write_delay_p99_ms"] == 0
 
 
 def test_control_metrics_divides_control_by_safs_data_bytes() -> None:
@@ -260,12 +269,8 @@ def test_control_metrics_divides_control_by_safs_data_bytes() -> None:
     assert control_metrics(Result(), None)["control_updates_per_s"] == 2 * 1e9 / (10 * MS)  # no warm-up: all
 
 
-@pytest.mark.xfail(strict=True, reason="SimControlPlane keeps one 'controller free at' time: hint_done_ns moves it "
-                   "to the hint's arrival (now + hint_rpc_ns) at once, so work issued while a hint is still on the "
-                   "wire (a digest, a tick's write) waits for the RPC as if the controller were busy; under the "
-                   "ideal profile writes are then delayed by up to 20 us instead of applied at once")
 def test_a_hint_in_flight_does_not_hold_up_the_controller() -> None:
     engine, plane, pipes, targets = make(PROFILES["ideal"])
-    plane.hint_done_ns()  # a hint on its way: it reaches the controller hint_rpc_ns from now
+    plane.hint(lambda _: None, None)  # a hint on its way: it reaches the controller hint_rpc_ns from now
     targets["tor0"].write([Update(Op.INSERT, route(1))])  # a write decided now (say, from a digest)
     assert pipes["tor0"].entries(n.IPV4_LPM) == [route(1)] and plane.stats.delays_ns == [0]

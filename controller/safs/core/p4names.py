@@ -32,6 +32,7 @@ PORT_SHARE = "SafsIngress.port_share"  # key egress_port (exact, 9), load (exact
 ACT_SET_SHARE = "SafsIngress.set_share"  # params: rate_kbps (32)
 MAX_LOAD = 128  # largest load with a port_share entry (p4src/include/defines.p4); above: the default grant
 SHARE_ALONE, SHARE_TOP, SHARE_WAITING = 0, 1, 2  # port_share modes (defines.p4)
+SHARE_MODES = (SHARE_ALONE, SHARE_TOP, SHARE_WAITING)
 URGENCY_CLASSES = 5  # urgency 0 (late, slack class 6) .. 4 (slack class 2, and background)
 
 # Single-entry settings tables (keyless; the setting is the default action's parameters).
