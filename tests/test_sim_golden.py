@@ -44,17 +44,17 @@ POLICIES = ("safs", "dctcp")
 # Pinned today's behaviour (see the module docstring before changing any of these).
 GOLDEN: dict[tuple[str, str], str] = {
     ('afd-bulk', 'safs'):
-        '8cc6f8770cc62e6101df272bcc1cda3ad339223558d31f22097017a7e7f90ea6',  # events=53929, drops=313, data_bytes=88581376, control_bytes=352014, sim_time_ns=3087877, ecn_marked_packets=550, flows=578
+        '53fbcc89c37c50764c1aed617d105164b8adde7b08466186c2c2952d9d32b104',  # events=53689, drops=313, data_bytes=88428138, control_bytes=339456, sim_time_ns=3085438, ecn_marked_packets=550, flows=578
     ('afd-bulk', 'dctcp'):
-        '2e38dbbbda37e71b9e9355f94242adc9e15d9670a3a40b3f9758ea5ea1ecb5a3',  # events=106703, drops=951, data_bytes=173411346, control_bytes=0, sim_time_ns=6154366, ecn_marked_packets=2824, flows=578
+        '98b0b685d13c3dc17ed234cec9ee4310e4eadfcc562828ba0584a3077eafe60f',  # events=106703, drops=951, data_bytes=173411346, control_bytes=0, sim_time_ns=6154366, ecn_marked_packets=2824, flows=578
     ('afd-poisson', 'safs'):
-        'fbaa179d2a034349e094615fad14e202c435a4d18a444fcc06473951ac74e9ac',  # events=32276, drops=1, data_bytes=51777495, control_bytes=229476, sim_time_ns=2235478, ecn_marked_packets=75, flows=395
+        'ec24c8a2ae7153c6e885fe3ff5ead979cc3a884163c6f0d50a61e1d01f17a38f',  # events=32132, drops=3, data_bytes=51777495, control_bytes=224016, sim_time_ns=2235449, ecn_marked_packets=74, flows=395
     ('afd-poisson', 'dctcp'):
-        '6892fe2df00688243b7d74f6b2cfe15c9b68fc63de4779db5c2339fd848cbff4',  # events=50447, drops=664, data_bytes=80554755, control_bytes=0, sim_time_ns=3736265, ecn_marked_packets=1798, flows=399
+        '1174e72f2a1f088f79ad99cd5915f2561b129575560548914177569778854310',  # events=50447, drops=664, data_bytes=80554755, control_bytes=0, sim_time_ns=3736265, ecn_marked_packets=1798, flows=399
     ('zerobubble-bulk', 'safs'):
-        '0eb021311261d113e3e10bce42046de5964eb5085048d40b552725b17aff1041',  # events=108798, drops=75, data_bytes=128778052, control_bytes=5148, sim_time_ns=4840517, ecn_marked_packets=4991, flows=26
+        'ade4b4ba49b3381fa3c947b1c363614822022f7b055f7847faa2b7768675916a',  # events=108798, drops=75, data_bytes=128778052, control_bytes=5148, sim_time_ns=4840517, ecn_marked_packets=4991, flows=26
     ('zerobubble-bulk', 'dctcp'):
-        '2fa0a96e6a53a5a7f3b76a071b487b7cbcd9fdd02e07725422f18911b1569992',  # events=230951, drops=71, data_bytes=262469692, control_bytes=0, sim_time_ns=10262051, ecn_marked_packets=11897, flows=26
+        '00c5d053ed6936f108fabb0babd8021565b4ccac19dd80e39e52a4edf24a9200',  # events=230951, drops=71, data_bytes=262469692, control_bytes=0, sim_time_ns=10262051, ecn_marked_packets=11897, flows=26
 }
 
 
