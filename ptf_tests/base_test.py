@@ -8,14 +8,21 @@ does not run it yet, looks names up in the P4Info (names from ``safs.core.p4name
 inverse for every write so ``tearDown`` undoes them in reverse order (INSERT -> DELETE; a default
 action MODIFY -> MODIFY back to the default read before; meter MODIFY -> MODIFY without config,
 i.e. back to unconfigured = always green; clone session / digest INSERT -> DELETE; BMv2 queue
-rate/depth set over Thrift -> set back to the defaults).
+rate/depth set over Thrift -> set back to the defaults). :meth:`SafsTest.push_pipeline_again`
+undoes the test's P4Runtime writes and pushes the pipeline once more, which gives BMv2 a fresh
+pipeline: no table entry, meter config, clone session or digest entry, and the registers
+(``dep_class``, ``class_load_0`` .. ``class_load_4``, ``port_gen``) zero, as after a switch
+restart (Thrift queue settings and tc qdiscs are not part of the pipeline and keep their undo
+records).
+Tests that need known register state (share grants, the differential test) start with it.
 
 Test parameters (``--test-params``, set by ptf_tests/run.py): grpc_addr, device_id, thrift_port,
 p4info, bmv2_json.
 
 Topology used by the tests (BMv2 port = PTF port):
 
-    port 1: the sender side, hosts 10.0.1.0/24 (next hop MAC 00:00:00:00:01:01)
+    port 1: the sender side, hosts 10.0.1.0/24 (next hop MAC 00:00:00:00:01:01): senders
+            10.0.1.1 and 10.0.1.2 (a second sender address for the same dep_id)
     port 2: receiver host 10.0.2.1/24, marked in receiver_port (this switch is its ToR)
     port 3: 10.0.3.0/24, also 10.0.0.0/16 (to check longest prefix wins)
 """
@@ -24,16 +31,19 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 
 import ptf
 import ptf.testutils as tu
 from p4.v1 import p4runtime_pb2
 from p4rt_client import Lpm, P4InfoIndex, P4RtClient, Range, load_p4info, update  # noqa: F401 (Range re-exported)
 from ptf.base_tests import BaseTest
+from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from safs.core import p4names as n
-from safs.core.protocol import SAFS_UDP_PORT
+from safs.core.protocol import QUEUE_CONTROL, SAFS_UDP_PORT, SAFS_VERSION, WIRE_OVERHEAD_BYTES, Color, MsgType
+from safs.core.scapy_layer import SAFS, safs_request
 from safs.core.timebase import slack_to_key
 
 PORT_SENDER = 1
@@ -42,13 +52,19 @@ PORT_OTHER = 3
 
 SWITCH_MAC = "00:00:00:00:aa:aa"
 SENDER_IP = "10.0.1.1"
+SENDER2_IP = "10.0.1.2"  # another sender behind port 1: same dep_id, another grant key
 SENDER_MAC = "00:00:00:00:01:01"
 RECEIVER_IP = "10.0.2.1"
 RECEIVER_MAC = "00:00:00:00:02:01"
 OTHER_IP = "10.0.3.1"
 OTHER_MAC = "00:00:00:00:03:01"
 
+# Addressing of every packet the tests send into port 1 (the switch routes on IPv4 only).
+TO_SWITCH = {"src_mac": SENDER_MAC, "dst_mac": SWITCH_MAC}
+
 PIPELINE_COOKIE = 0x5AF5
+PROBE_FLOW = 9999  # switch_now(): a REQUEST of a dependency no test installs
+PROBE_DEP = 0xFFF0
 CLONE_SESSION_BASE = 1  # p4src/include/defines.p4: clone session id = egress port + 1
 BMV2_QUEUE_RATE_DEFAULT_PPS = 0  # 0 = not rate limited (BMv2 default)
 BMV2_QUEUE_DEPTH_DEFAULT = 64  # BMv2's default queue capacity, packets
@@ -77,7 +93,8 @@ class SafsTest(BaseTest):
         # Closed after tearDown, and also when setUp fails (then unittest skips tearDown): the
         # session's stream thread (p4runtime-shell's) is not a daemon.
         self.addCleanup(self.client.close)
-        self._undo: list = []
+        # (made over P4Runtime?, inverse), run in reverse order by tearDown
+        self._undo: list[tuple[bool, Callable[[], object]]] = []
         if not self._pipeline_installed():
             self.client.push_pipeline(p["p4info"], p["bmv2_json"], PIPELINE_COOKIE)
         else:  # later tests reuse it (each undid its writes)
@@ -85,11 +102,16 @@ class SafsTest(BaseTest):
 
     def tearDown(self) -> None:
         try:
-            for fn in reversed(self._undo):
+            for _, fn in reversed(self._undo):
                 fn()
         finally:
             self._undo = []
             super().tearDown()
+
+    def add_undo(self, fn: Callable[[], object], p4rt: bool = False) -> None:
+        """Run ``fn`` in tearDown (``p4rt``: it undoes a P4Runtime write, which
+        :meth:`push_pipeline_again` undoes as well)."""
+        self._undo.append((p4rt, fn))
 
     # --------------------------------------------------------------- pipeline
 
@@ -103,6 +125,20 @@ class SafsTest(BaseTest):
             return False
         return resp.config.cookie.cookie == PIPELINE_COOKIE
 
+    def push_pipeline_again(self) -> None:
+        """SetForwardingPipelineConfig once more (module docstring): BMv2's state as after a
+        restart (no entries, meters unconfigured, no clone sessions or digest entry, registers
+        zero). This test's P4Runtime writes are undone first: BMv2 keeps the replication
+        engine's nodes behind a clone session across a push, so a session re-created after it
+        would send two copies (docs/dataplane.md, "BMv2 quirks found"). Thrift and tc undo
+        records are kept."""
+        for p4rt, fn in reversed(self._undo):
+            if p4rt:
+                fn()
+        self._undo = [(p4rt, fn) for p4rt, fn in self._undo if not p4rt]
+        p = tu.test_params_get()
+        self.client.push_pipeline(p["p4info"], p["bmv2_json"], PIPELINE_COOKIE)
+
     # --------------------------------------------------------------- writes with undo
 
     def insert(self, table: str, match: dict, action: str, params: dict | None = None,
@@ -111,7 +147,7 @@ class SafsTest(BaseTest):
         te = self.client.table_entry(table, match, action, params, priority)
         self.client.write([update("INSERT", table_entry=te)])
         key = self.client.table_entry(table, match, priority=priority)
-        self._undo.append(lambda: self.client.write([update("DELETE", table_entry=key)]))
+        self.add_undo(lambda: self.client.write([update("DELETE", table_entry=key)]), p4rt=True)
 
     def modify(self, table: str, match: dict, action: str, params: dict | None = None,
                priority: int = 0) -> None:
@@ -124,14 +160,14 @@ class SafsTest(BaseTest):
         before = self.client.read_default(table)
         te = self.client.table_entry(table, {}, action, params, is_default=True)
         self.client.write([update("MODIFY", table_entry=te)])
-        self._undo.append(lambda: self.client.write([update("MODIFY", table_entry=before)]))
+        self.add_undo(lambda: self.client.write([update("MODIFY", table_entry=before)]), p4rt=True)
 
     def set_meter(self, meter: str, index: int, cir: int, cburst: int, pir: int, pburst: int) -> None:
         """MODIFY ``meter[index]`` (bytes/s and bytes for a bytes meter); tearDown resets it
         to unconfigured (MODIFY without config: every packet green)."""
         me = p4runtime_pb2.MeterEntry(meter_id=self.client.index.meter_id(meter))
         me.index.index = index
-        self._undo.append(lambda: self.client.write([update("MODIFY", meter_entry=me)]))
+        self.add_undo(lambda: self.client.write([update("MODIFY", meter_entry=me)]), p4rt=True)
         cfg = p4runtime_pb2.MeterEntry()
         cfg.CopyFrom(me)
         cfg.config.cir, cfg.config.cburst, cfg.config.pir, cfg.config.pburst = cir, cburst, pir, pburst
@@ -145,8 +181,8 @@ class SafsTest(BaseTest):
         self.client.write([update("INSERT", packet_replication_engine_entry=pre)])
         key = p4runtime_pb2.PacketReplicationEngineEntry()
         key.clone_session_entry.session_id = session_id
-        self._undo.append(lambda: self.client.write(
-            [update("DELETE", packet_replication_engine_entry=key)]))
+        self.add_undo(lambda: self.client.write([update("DELETE", packet_replication_engine_entry=key)]),
+                      p4rt=True)
 
     def enable_digest(self, name: str) -> int:
         """INSERT the DigestEntry of ``name`` (one digest per list, sent at once); returns its id."""
@@ -156,7 +192,7 @@ class SafsTest(BaseTest):
         de.config.ack_timeout_ns = 1_000_000
         self.client.write([update("INSERT", digest_entry=de)])
         key = p4runtime_pb2.DigestEntry(digest_id=de.digest_id)
-        self._undo.append(lambda: self.client.write([update("DELETE", digest_entry=key)]))
+        self.add_undo(lambda: self.client.write([update("DELETE", digest_entry=key)]), p4rt=True)
         return de.digest_id
 
     def bmv2_cli(self, command: str) -> str:
@@ -176,7 +212,7 @@ class SafsTest(BaseTest):
         """BMv2 rate limit (packets/s) and capacity of one priority queue; tearDown resets them."""
         self.bmv2_cli(f"set_queue_rate {rate_pps} {port} {priority}")
         self.bmv2_cli(f"set_queue_depth {depth} {port} {priority}")
-        self._undo.append(lambda: (
+        self.add_undo(lambda: (
             self.bmv2_cli(f"set_queue_depth {BMV2_QUEUE_DEPTH_DEFAULT} {port} {priority}"),
             self.bmv2_cli(f"set_queue_rate {BMV2_QUEUE_RATE_DEFAULT_PPS} {port} {priority}")))
 
@@ -197,18 +233,18 @@ class SafsTest(BaseTest):
 
     def install_slack_classes(self, edges) -> None:
         """slack_class ranges from ``edges``: ``(lo_ns or None, hi_ns, qclass)`` = slack in
-        [lo, hi) -> qclass (None: every late slack down to -2^47); priority = list position."""
+        [lo, hi) -> qclass (urgency ``6 - qclass`` at the receiver's ToR; None: every late slack
+        down to -2^47); priority = list position."""
         for prio, (lo, hi, qclass) in enumerate(edges, start=1):
             low = 0 if lo is None else slack_to_key(lo)
-            self.insert(n.SLACK_CLASS, {n.F_SLACK_KEY: Range(low, slack_to_key(hi) - 1)},
-                        n.ACT_SET_SLACK_CLASS, {"qclass": qclass}, priority=prio)
+            self.insert(n.SLACK_CLASS, {n.F_SLACK_KEY: Range(low, slack_to_key(hi) - 1)}, n.ACT_SET_SLACK_CLASS,
+                        {"qclass": qclass}, priority=prio)
 
     def switch_now(self) -> int:
-        """The switch's fabric time (ns) read from a GRANT it generates for a REQUEST of a flow
-        without an entry (needs setup_routes)."""
-        from safs.core.scapy_layer import SAFS, safs_request
-        self.send(PORT_SENDER, safs_request(SENDER_IP, RECEIVER_IP, 9999, 1, 0,
-                                            src_mac=SENDER_MAC, dst_mac=SWITCH_MAC))
+        """The switch's fabric time (ns) read from a GRANT it generates for a REQUEST of a
+        dependency without an entry (needs setup_routes; changes no register)."""
+        self.send(PORT_SENDER, safs_request(SENDER_IP, RECEIVER_IP, PROBE_FLOW, 1, 0, dep_id=PROBE_DEP,
+                                            **TO_SWITCH))
         return self.receive(PORT_SENDER)[SAFS].timestamp_ns
 
     # --------------------------------------------------------------- packets
@@ -228,6 +264,25 @@ class SafsTest(BaseTest):
         """Fail if any packet shows up on ``ports`` within the negative timeout."""
         tu.verify_no_other_packets(self)
 
+    def check_grant(self, got: Ether, *, flow_id: int, dep_id: int, remaining: int, rate: int, epoch: int,
+                    lease: int, flags: int = 0, sender_ip: str = SENDER_IP, what: str = "") -> None:
+        """``got`` is a 78-byte GRANT from the receiver to ``sender_ip`` with these fields (flags,
+        flow id, dependency and remaining bytes echoed from the packet that triggered it)."""
+        self.assertEqual(len(bytes(got)), WIRE_OVERHEAD_BYTES, what)
+        self.assertEqual(got[Ether].dst, SENDER_MAC, what)
+        self.assertEqual((got[IP].src, got[IP].dst), (RECEIVER_IP, sender_ip), what)
+        self.assertEqual(got[UDP].dport, SAFS_UDP_PORT, what)
+        self.assertEqual(got[UDP].chksum, 0, what)
+        fresh = IP(bytes(got[IP]))
+        del fresh.chksum
+        self.assertEqual(got[IP].chksum, IP(bytes(fresh)).chksum, f"{what}: IPv4 checksum recomputed")
+        h = got[SAFS]
+        self.assertEqual((h.version, h.type), (SAFS_VERSION, int(MsgType.GRANT)), what)
+        self.assertEqual((h.flow_id, h.dep_id, h.remaining_bytes, h.flags), (flow_id, dep_id, remaining, flags),
+                         f"{what}: (flow, dep, remaining, flags) echoed")
+        self.assertEqual((h.rate_kbps, h.epoch, h.lease_us), (rate, epoch, lease), f"{what}: (rate, epoch, lease)")
+        self.assertEqual((h.qclass, h.color), (QUEUE_CONTROL, int(Color.UNMETERED)), what)
+
     def poll_until(self, fn, what: str, timeout: float | None = None):
         """Call ``fn`` until it returns a truthy value (every 20 ms); fail naming ``what``."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
@@ -240,4 +295,4 @@ class SafsTest(BaseTest):
             time.sleep(0.02)
 
 
-__all__ = ["SafsTest", "Lpm", "Range", "SAFS_UDP_PORT", "mac_int", "ip_int"]
+__all__ = ["SafsTest", "Lpm", "Range", "SAFS_UDP_PORT", "TO_SWITCH", "mac_int", "ip_int"]

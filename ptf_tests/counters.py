@@ -1,4 +1,4 @@
-"""Counters read over P4Runtime: flow_bytes[meter slot] (receiver's ToR, DATA), port_tx_bytes[port]
+"""Counters read over P4Runtime: dep_bytes[meter slot] (receiver's ToR, DATA), port_tx_bytes[port]
 and qdepth_hist[port * 8 + bucket] (egress, every packet). The malformed counter is checked per
 case in malformed.py. Byte counts are whole frames as BMv2 sees them (no FCS)."""
 
@@ -14,6 +14,7 @@ from base_test import (
     SENDER_MAC,
     SWITCH_MAC,
     SafsTest,
+    ip_int,
 )
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -44,22 +45,23 @@ class CountersTest(SafsTest):
 
     def runTest(self) -> None:
         self.setup_routes()
-        slot = 33
-        self.insert(n.FLOW_GRANT, {n.F_FLOW_ID: 77}, n.ACT_SET_GRANT,
+        slot, dep = 33, 77
+        self.insert(n.DEP_GRANT, {n.F_SRC_ADDR: ip_int(SENDER_IP), n.F_DEP_ID: dep}, n.ACT_SET_FIXED_GRANT,
                     {"rate_kbps": 10**6, "epoch": 1, "lease_us": 1000, "meter_slot": slot})
-        # Variants: (packets, egress port, counts in flow_bytes[slot]?)
-        data = [safs_data(SENDER_IP, RECEIVER_IP, 77, 3000 - 100 * i, 2**47, 1, 100 * (i + 1),
-                          src_mac=SENDER_MAC, dst_mac=SWITCH_MAC) for i in range(3)]
+        # Variants: (packets, egress port, counts in dep_bytes[slot]?). The DATA holds the
+        # installed grant (rate and epoch), so no GRANT is pushed (none could be: no clone session).
+        data = [safs_data(SENDER_IP, RECEIVER_IP, 500 + i, 3000 - 100 * i, 2**47, 1, 100 * (i + 1), dep_id=dep,
+                          rate_kbps=10**6, src_mac=SENDER_MAC, dst_mac=SWITCH_MAC) for i in range(3)]
         plain = [Ether(src=SENDER_MAC, dst=SWITCH_MAC) / IP(src=SENDER_IP, dst=dst) / UDP(dport=9)
                  / bytes(n_bytes) for dst, n_bytes in ((RECEIVER_IP, 10), (OTHER_IP, 300))]
-        transit = [safs_data(SENDER_IP, OTHER_IP, 77, 10, 2**47, 1, 50,
+        transit = [safs_data(SENDER_IP, OTHER_IP, 500, 10, 2**47, 1, 50, dep_id=dep, rate_kbps=10**6,
                              src_mac=SENDER_MAC, dst_mac=SWITCH_MAC)]
         for name, pkts, port, in_flow in (("DATA at the receiver's ToR", data, PORT_RECEIVER, True),
                                           ("non-SAFS", plain[:1], PORT_RECEIVER, False),
                                           ("non-SAFS, other port", plain[1:], PORT_OTHER, False),
                                           ("DATA in transit (not metered)", transit, PORT_OTHER, False)):
             with self.subTest(name):
-                flow0 = self.read(n.FLOW_BYTES, slot)
+                flow0 = self.read(n.DEP_BYTES, slot)
                 tx0 = self.read(n.PORT_TX_BYTES, port)
                 hist0 = [self.read(n.QDEPTH_HIST, port * n.QDEPTH_BUCKETS + b)[1]
                          for b in range(n.QDEPTH_BUCKETS)]
@@ -79,5 +81,5 @@ class CountersTest(SafsTest):
                                 "qdepth_hist to count every packet")
                 self.assertGreaterEqual(hist_delta()[0], 1, f"bucket 0 of port {port}: {hist_delta()}")
                 want_flow = (size, len(pkts)) if in_flow else (0, 0)
-                self.wait_delta(n.FLOW_BYTES, slot, flow0, want_flow)
+                self.wait_delta(n.DEP_BYTES, slot, flow0, want_flow)
         self.expect_nothing()

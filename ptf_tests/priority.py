@@ -4,11 +4,17 @@ BMv2's queue rate limit applies to each priority queue separately (BRIEF "Design
 it cannot make a port a shared bottleneck. The bottleneck here is Linux traffic control on the
 switch's egress veth of port 3 (the side BMv2 writes to):
 
-    htb root class 1:1, rate = ceil = 400 kbit/s (about 90 packets/s of 550 bytes): the bottleneck
+    htb root class 1:1, rate = ceil = 60 kbit/s (about 14 packets/s of 550 bytes): the bottleneck
       1:10 prio 0  <- u32 filter: SAFS qclass byte (IPv4 header + 20 + 8 + 2) == 6
       1:20 prio 7  <- everything else (default), here qclass 2
-    both leaves guaranteed 8 kbit/s and allowed to borrow up to 400 kbit/s; HTB lends spare
+    both leaves guaranteed 1 kbit/s and allowed to borrow up to 60 kbit/s; HTB lends spare
     rate by prio, so 1:20 is served only when 1:10 has nothing to send (strict priority).
+
+The rate is low so that the urgent burst reaches the shaper while at least half the lax burst
+still waits there even when the machine is busy: at 400 kbit/s (the first form of this test) the
+lax burst drained in 0.2 s and on the shared 2-core machine 14 of 20 lax packets once left
+before the first urgent one arrived; at 60 kbit/s the urgent burst has 0.7 s (the test takes
+about 3 s).
 
 (This kernel has no prio/ets qdisc; HTB's prio gives the same strict order.)
 
@@ -42,17 +48,17 @@ class StrictPriorityBottleneckTest(SafsTest):
         self.install_slack_classes(CLASS_EDGES)
         now = self.switch_now()
         dev = tu.test_param_get("switch_ifaces").split(",")[PORT_OTHER - 1]
-        rate = "400kbit"
+        rate = "60kbit"
         self.tc("qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "20")
-        self._undo.append(lambda: subprocess.run(["tc", "qdisc", "del", "dev", dev, "root"],
-                                                 capture_output=True, timeout=30))
+        self.add_undo(lambda: subprocess.run(["tc", "qdisc", "del", "dev", dev, "root"],
+                                             capture_output=True, timeout=30))
         self.tc("class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", rate,
                 "ceil", rate, "burst", "1600", "cburst", "1600")
         # Both bands guaranteed almost nothing, both may borrow the whole link: HTB lends spare
         # rate strictly by prio (0 first), so the urgent band is served while it has packets.
         for classid, prio in (("1:10", "0"), ("1:20", "7")):
             self.tc("class", "add", "dev", dev, "parent", "1:1", "classid", classid, "htb", "rate",
-                    "8kbit", "ceil", rate, "prio", prio, "quantum", "1600")
+                    "1kbit", "ceil", rate, "prio", prio, "quantum", "1600")
         qclass_offset = 20 + 8 + 2  # SAFS qclass byte, from the IPv4 header start (no options)
         self.tc("filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
                 "match", "u8", "6", "0xff", "at", str(qclass_offset), "flowid", "1:10")

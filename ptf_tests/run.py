@@ -12,8 +12,12 @@ Steps (every one undone in ``finally``, even on failure):
    the pipeline themselves, see ptf_tests/base_test.py);
 5. stop the switch by its PID, delete the veths.
 
-Needs root (ip link) and simple_switch_grpc on PATH. Logs (switch log, PTF log and output) go to a
-temporary directory whose path is printed. Exit status is PTF's (0 = every test passed).
+Needs root (ip link), simple_switch_grpc and simple_switch_CLI on PATH. simple_switch_CLI (BMv2's
+Thrift CLI, which the ECN and meter tests use to rate-limit queues) is a Python script run by the
+interpreter on its first line, not by this venv, and that interpreter needs the ``thrift`` module
+(Debian: ``apt-get install python3-thrift``; docs/dataplane.md): checked before anything is set
+up, naming the interpreter. Logs (switch log, PTF log and output) go to a temporary directory
+whose path is printed. Exit status is PTF's (0 = every test passed), 2 for a missing prerequisite.
 
 Usage (from the repository root)::
 
@@ -38,6 +42,30 @@ TEST_DIR = REPO / "ptf_tests"
 P4INFO = REPO / "p4src" / "build" / "safs.p4info.txtpb"
 BMV2_JSON = REPO / "p4src" / "build" / "safs.json"
 SWITCH_START_TIMEOUT_S = 60.0
+
+
+def cli_problem() -> str | None:
+    """Why ``simple_switch_CLI --help`` cannot run here (None when it can). It imports thrift
+    at start, so this finds an interpreter without the module before a test needs the CLI."""
+    path = shutil.which("simple_switch_CLI")
+    if path is None:
+        return "simple_switch_CLI is not on PATH"
+    try:
+        out = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"{path} did not run: {err}"
+    if out.returncode == 0:
+        return None
+    with open(path, "rb") as f:
+        first = f.readline().decode(errors="replace").strip()
+    interp = first[2:].strip() if first.startswith("#!") else "its interpreter"
+    text = (out.stderr or out.stdout).strip()
+    last = text.splitlines()[-1] if text else f"exit status {out.returncode}"
+    hint = ""
+    if "thrift" in text:
+        hint = (f"; its interpreter {interp} needs the thrift module: apt-get install python3-thrift "
+                f"(Debian), or {interp} -m pip install thrift")
+    return f"{path} (run by {interp}) fails: {last}{hint}"
 
 
 def free_port() -> int:
@@ -131,10 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("run.py: needs root (ip link)", file=sys.stderr)
         return 2
-    for tool in ("simple_switch_grpc", "simple_switch_CLI"):
-        if not shutil.which(tool):
-            print(f"run.py: {tool} is not on PATH", file=sys.stderr)
-            return 2
+    if not shutil.which("simple_switch_grpc"):
+        print("run.py: simple_switch_grpc is not on PATH", file=sys.stderr)
+        return 2
+    problem = cli_problem()
+    if problem:
+        print(f"run.py: {problem}", file=sys.stderr)
+        return 2
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="safs-ptf-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     print(f"run.py: logs in {log_dir}", flush=True)

@@ -4,7 +4,7 @@ and ablation tests share."""
 from __future__ import annotations
 
 from safs.core.topology import Topology, build_topology
-from safs.experiments.workloads.api import FlowSpec
+from safs.experiments.workloads.api import DependencySpec, FlowSpec
 
 
 def star(n_hosts: int, rate: str = "100Gbps", delay_ns: int = 500, buffer_bytes: int = 1 << 20,
@@ -35,3 +35,11 @@ class AllAtZero:
 
     def metrics(self) -> dict[str, float]:
         return {}
+
+    def dependencies(self) -> list[DependencySpec]:
+        """One per (sender, receiver) of the pipeline flows, declared at launch."""
+        pairs = dict.fromkeys((s.sender, s.receiver) for s in self.specs if s.flow_class == "pipeline")
+        return [DependencySpec.of(a, b) for a, b in pairs]
+
+    def warmup_end_ns(self) -> int | None:
+        return None

@@ -1,16 +1,19 @@
 """`safs controller` without BMv2: ControllerApp in a thread against two in-process fake
-P4Runtime servers (real gRPC), driven through the hint API and injected digests; and the
-command line's argument errors (one line, exit 2)."""
+P4Runtime servers (real gRPC), driven through the hint API and injected digests, with dependency
+grants (the default) and per-transfer grants; and the command line's argument errors (one
+line, exit 2)."""
 
 from __future__ import annotations
 
 import logging
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from synth_p4info import current_p4info
 from two_tors import MS, TOPO_YAML  # the shared two-ToR test topology
 
 from safs.apps.cli import main
@@ -25,7 +28,8 @@ from safs.control.controller import (
 from safs.control.hintapi.client import HintClient
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetConnectionError
-from safs.core.hints import FlowHint
+from safs.core.hints import DependencyHint, FlowHint
+from safs.core.protocol import transfer_dep_id as T
 from safs.core.scheduler import SchedulerConfig
 from safs.core.topology import load_topology
 from safs.targets.p4rt.codec import decode_table_entry
@@ -33,8 +37,10 @@ from safs.targets.p4rt.p4info import P4InfoIndex
 from safs.testing.fake_p4rt import FakeP4RuntimeServer
 
 ROOT = Path(__file__).resolve().parents[1]
-P4INFO = ROOT / "p4src" / "build" / "safs.p4info.txtpb"
-BMV2_JSON = ROOT / "p4src" / "build" / "safs.json"
+_P4INFO_DIR = tempfile.TemporaryDirectory(prefix="safs-p4info-")  # removed when the run ends
+P4INFO = current_p4info(Path(_P4INFO_DIR.name))  # the committed one once it is v2 (tests/synth_p4info.py)
+BMV2_JSON = ROOT / "p4src" / "build" / "safs.json"  # the fake servers do not read it
+PER_TRANSFER = SchedulerConfig(grant_mode="per-transfer")
 
 
 def wait_for(cond: Callable[[], object], timeout_s: float = 10.0, what: str = "condition") -> object:
@@ -67,13 +73,23 @@ def servers():
 
 
 def grants(server: FakeP4RuntimeServer) -> dict[int, dict[str, int]]:
-    """flow id -> action params of the fake switch's flow_grant entries."""
+    """dep_id -> action params of the fake switch's fixed (per-transfer) dep_grant entries:
+    flow f's is ``T(f)``."""
     index = P4InfoIndex.from_file(P4INFO)
     out = {}
-    for te in server.table_entries(n.FLOW_GRANT):
+    for te in server.table_entries(n.DEP_GRANT):
         entry = decode_table_entry(index, te)
-        out[entry.match[n.F_FLOW_ID]] = dict(entry.params)
+        if entry.action == n.ACT_SET_FIXED_GRANT:
+            out[entry.match[n.F_DEP_ID]] = dict(entry.params)
     return out
+
+
+def share_grants(server: FakeP4RuntimeServer) -> dict[tuple[int, int], int]:
+    """(sender address, dep_id) -> meter slot of the fake switch's share dep_grant entries."""
+    index = P4InfoIndex.from_file(P4INFO)
+    entries = (decode_table_entry(index, te) for te in server.table_entries(n.DEP_GRANT))
+    return {(e.match[n.F_SRC_ADDR], e.match[n.F_DEP_ID]): e.params["meter_slot"]
+            for e in entries if e.action == n.ACT_SET_SHARE_GRANT}
 
 
 class Running:
@@ -103,7 +119,7 @@ def config(topo_file: Path, servers: dict[str, FakeP4RuntimeServer], **kwargs) -
 def test_controller_installs_serves_hints_digests_completes_and_survives_a_restart(
         topo_file: Path, servers: dict[str, FakeP4RuntimeServer]) -> None:
     topo = load_topology(topo_file)
-    run = Running(config(topo_file, servers, clock_offsets_ns={"tor0": 12_345}))
+    run = Running(config(topo_file, servers, clock_offsets_ns={"tor0": 12_345}, scheduler=PER_TRANSFER))
     try:
         app, tor0, tor1 = run.app, servers["tor0"], servers["tor1"]
         # start(): pipeline pushed, digests enabled, static state installed on both switches
@@ -122,15 +138,15 @@ def test_controller_installs_serves_hints_digests_completes_and_survives_a_resta
             now = app.clock()
             result = hints.announce(FlowHint(7, "a", "d", 4 << 20, now + 50 * MS, "job/7"), start_time_ns=now)
             assert result.activated
-            got = wait_for(lambda: grants(tor1).get(7), what="flow 7's grant at tor1")
+            got = wait_for(lambda: grants(tor1).get(T(7)), what="flow 7's grant at tor1")
             assert got["rate_kbps"] > 0 and got["meter_slot"] >= 1
-            assert 7 not in grants(tor0)  # the grant lives at the receiver's ToR only
+            assert T(7) not in grants(tor0)  # the grant lives at the receiver's ToR only
             assert hints.grant(7) is not None
 
             # a REQUEST digest for a flow nobody announced (b -> d) gets a grant too
             ips = [topo.host_ip("b"), topo.host_ip("d")]
-            tor1.inject_digest(n.REQUEST_DIGEST, [[9, *ips, 1 << 20, (app.clock() + 80 * MS) & ((1 << 48) - 1)]])
-            wait_for(lambda: 9 in grants(tor1), what="flow 9's grant from its digest")
+            tor1.inject_digest(n.REQUEST_DIGEST, [[9, *ips, T(9), 1 << 20, (app.clock() + 80 * MS) & ((1 << 48) - 1)]])
+            wait_for(lambda: T(9) in grants(tor1), what="flow 9's grant from its digest")
             assert tor1.wait_acks(1)
             # the run loop counts a switch's digests after merging them (the grant is written
             # first): wait for the count instead of racing it
@@ -139,8 +155,8 @@ def test_controller_installs_serves_hints_digests_completes_and_survives_a_resta
 
             # completion deletes the entry
             hints.complete(7)
-            wait_for(lambda: 7 not in grants(tor1), what="flow 7's grant deleted")
-            assert 9 in grants(tor1)
+            wait_for(lambda: T(7) not in grants(tor1), what="flow 7's grant deleted")
+            assert T(9) in grants(tor1)
 
             # switch restart: state and pipeline gone; the controller reconnects, pushes the
             # pipeline and re-installs routes and the live grant
@@ -149,7 +165,7 @@ def test_controller_installs_serves_hints_digests_completes_and_survives_a_resta
             wait_for(lambda: tor1.pipeline_pushes == 2, what="pipeline pushed again")
             wait_for(lambda: app.stats.reconnects == 1, what="re-install")
             assert len(tor1.table_entries(n.IPV4_LPM)) == routes_before
-            assert set(grants(tor1)) == {9}
+            assert set(grants(tor1)) == {T(9)}
             assert tor1.digest_configured(n.REQUEST_DIGEST)
             assert tor0.pipeline_pushes == 1  # the other switch was left alone
             # and it keeps working after the restart
@@ -163,13 +179,49 @@ def test_controller_installs_serves_hints_digests_completes_and_survives_a_resta
         hints.grant(1)
 
 
+def test_controller_installs_dependencies_once_and_the_switch_grants_their_transfers(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer]) -> None:
+    topo = load_topology(topo_file)
+    ip = topo.host_ip
+    run = Running(config(topo_file, servers))  # the default: dependency grants
+    try:
+        app, tor0, tor1 = run.app, servers["tor0"], servers["tor1"]
+        # setup: a port_share entry per load and mode for every host port, and the share lease
+        for sw, fake in servers.items():
+            host_ports = [p for p, nb in topo.ports(sw).items() if topo.is_host(nb)]
+            assert len(fake.table_entries(n.PORT_SHARE)) == n.MAX_LOAD * len(n.SHARE_MODES) * len(host_ports)
+            assert fake.default_entry(n.SHARE_LEASE) is not None
+        with HintClient(app.hint_address) as hints:
+            assert hints.announce_dependencies([DependencyHint(1, "a", "d", "A2F a->d"),
+                                                DependencyHint(1, "b", "d", "A2F b->d")]) == 2
+            assert share_grants(tor1) == {(ip("a"), 1): 1, (ip("b"), 1): 2} and share_grants(tor0) == {}
+            writes = len(tor1.writes)
+            assert hints.announce_dependencies([DependencyHint(1, "a", "d", "A2F a->d")]) == 0
+            # a REQUEST of a dependency nobody announced (c -> d, id 4): installed from its digest
+            tor1.inject_digest(n.REQUEST_DIGEST, [[77, ip("c"), ip("d"), 4, 1 << 20, 0]])
+            wait_for(lambda: (ip("c"), 4) in share_grants(tor1), what="dependency (c, 4) from its digest")
+            wait_for(lambda: app.stats.digests == 1, what="the digest counted")
+            assert len(tor1.writes) == writes + 1  # that one write request only: meter and entry
+            assert grants(tor1) == {}  # no per-transfer grant anywhere
+            hints.end_dependency("b", 1)
+            wait_for(lambda: (ip("b"), 1) not in share_grants(tor1), what="dependency (b, 1) ended")
+            # switch restart: the dependencies and the shares are written again
+            tor1.restart()
+            wait_for(lambda: app.stats.reconnects == 1, what="re-install")
+            assert share_grants(tor1) == {(ip("a"), 1): 1, (ip("c"), 4): 3}
+            assert len(tor1.table_entries(n.PORT_SHARE)) == n.MAX_LOAD * len(n.SHARE_MODES)
+    finally:
+        run.stop()
+
+
 def test_admit_at_announce_from_scheduler_config_and_unmanaged_switch_warned(
         topo_file: Path, servers: dict[str, FakeP4RuntimeServer], tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
     yaml_path = tmp_path / "sched.yaml"
-    yaml_path.write_text("admit_on_request: false\nallocator: {urgency_quantum_ns: 1000}\n")
+    yaml_path.write_text("grant_mode: per-transfer\nadmit_on_request: false\nallocator: {urgency_quantum_ns: 1000}\n")
     sched_cfg = load_scheduler_config(yaml_path)
-    assert sched_cfg == SchedulerConfig(admit_on_request=False, allocator=sched_cfg.allocator)
+    assert sched_cfg == SchedulerConfig(grant_mode="per-transfer", admit_on_request=False,
+                                        allocator=sched_cfg.allocator)
     assert sched_cfg.allocator.urgency_quantum_ns == 1000
     cfg = config(
         topo_file,
@@ -187,7 +239,7 @@ def test_admit_at_announce_from_scheduler_config_and_unmanaged_switch_warned(
         with HintClient(run.app.hint_address) as hints:
             result = hints.announce(FlowHint(3, "c", "d", 1 << 20, run.app.clock() + 20 * MS, "x"))
             assert not result.activated and not result.activation_scheduled
-            wait_for(lambda: 3 in grants(servers["tor1"]), what="grant at announce")
+            wait_for(lambda: T(3) in grants(servers["tor1"]), what="grant at announce")
     finally:
         run.stop()
 

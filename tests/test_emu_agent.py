@@ -2,10 +2,10 @@
 
 Two agents run on two loopback addresses of this namespace. A small GRANT responder in the test
 stands where the receiver's ToR would be: senders address DATA and REQUEST to it; it answers
-REQUESTs with GRANTs built with safs.core.protocol (and pushes a newer grant when DATA carries an
-older epoch, like the P4 program), forwards DATA to the receiving agent, and records arrival
-times, so the achieved rate is measured on the wire. Tolerances are generous: the machine has
-two busy cores and the agent is Python.
+REQUESTs with GRANTs built with safs.core.protocol (and pushes the installed grant to DATA by the
+v2 rule of the P4 program: the held rate is off, the epoch is 0 or RENEW is set, never for LAST),
+forwards DATA to the receiving agent, and records arrival times, so the achieved rate is measured
+on the wire. Tolerances are generous: the machine has two busy cores and the agent is Python.
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ from two_tors import two_tors  # the shared two-ToR test topology
 from safs.control.hintapi.server import start
 from safs.core.errors import InvalidInput
 from safs.core.protocol import (
+    EPOCH_NONE,
+    FLAG_LAST,
+    FLAG_RENEW,
     HEADER_LEN,
     SAFS_UDP_PORT,
     MsgType,
-    epoch_newer,
     lease_ns_to_us,
     pack_header,
     rate_bps_to_kbps,
@@ -54,9 +56,19 @@ def _subnet() -> str:
     return f"127.{random.randint(1, 254)}.{random.randint(1, 254)}."
 
 
+def push_wanted(held_kbps: int, grant_kbps: int, epoch: int, flags: int) -> bool:
+    """The receiver ToR's in-band push rule (docs/protocol.md, "What switches do")."""
+    if flags & FLAG_LAST:
+        return False
+    # held more than 1/32 of the grant below it, or more than 1/16 above it
+    off = held_kbps < grant_kbps - (grant_kbps >> 5) or held_kbps - grant_kbps > (grant_kbps >> 4)
+    return off or epoch == EPOCH_NONE or bool(flags & FLAG_RENEW)
+
+
 class GrantResponder:
-    """Stands in for the receiver's ToR: answers REQUEST with the installed grant, pushes the
-    installed grant when DATA carries an older epoch, forwards DATA to ``receiver_ip``.
+    """Stands in for the receiver's ToR: answers REQUEST with the installed grant, pushes it to
+    DATA by :func:`push_wanted`, forwards DATA to ``receiver_ip``. GRANTs echo the flow id, flags
+    and dep_id of the packet that triggered them.
 
     ``answering`` False: no GRANTs at all (a dead controller/switch path); DATA still flows.
     ``drop_every`` N > 0: drop every Nth DATA packet (never forwarded).
@@ -70,7 +82,9 @@ class GrantResponder:
         self.drop_every = drop_every
         self.requests: list[float] = []
         self.data: list[tuple[float, int, int]] = []  # (monotonic s, wire bytes, epoch)
+        self.flags: list[tuple[int, int, int]] = []  # (flow_id, flags, dep_id) of every DATA
         self.pushes = 0
+        self.renewals = 0  # DATA with RENEW, answered
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.sock.bind((ip, SAFS_UDP_PORT))
@@ -89,10 +103,10 @@ class GrantResponder:
         self.thread.join(2)
         self.sock.close()
 
-    def _grant(self, addr: tuple[str, int], flow_id: int, remaining: int, flags: int) -> None:
+    def _grant(self, addr: tuple[str, int], flow_id: int, remaining: int, flags: int, dep_id: int) -> None:
+        lease = lease_ns_to_us(self.lease_ns) if self.epoch != EPOCH_NONE else 0  # the default grant: no lease
         self.sock.sendto(pack_header(MsgType.GRANT, flow_id, remaining, fabric_clock(),
-                                     rate_bps_to_kbps(self.rate_bps), self.epoch,
-                                     lease_ns_to_us(self.lease_ns), flags), addr)
+                                     rate_bps_to_kbps(self.rate_bps), self.epoch, lease, flags, dep_id), addr)
 
     def _run(self) -> None:
         n_data = 0
@@ -102,17 +116,19 @@ class GrantResponder:
             except TimeoutError:
                 continue
             now = time.monotonic()
-            msg, flags, _, _, flow_id, remaining, _, _, epoch, _, _ = unpack_header(raw)
+            msg, flags, _, _, flow_id, remaining, _, held_kbps, epoch, _, _, dep_id = unpack_header(raw)
             if msg == MsgType.REQUEST:
                 self.requests.append(now)
                 if self.answering:
-                    self._grant(addr, flow_id, remaining, flags)
+                    self._grant(addr, flow_id, remaining, flags, dep_id)
             elif msg == MsgType.DATA:
                 n_data += 1
                 self.data.append((now, len(raw) + ETH_IP_UDP, epoch))
-                if self.answering and epoch_newer(self.epoch, epoch):
+                self.flags.append((flow_id, flags, dep_id))
+                if self.answering and push_wanted(held_kbps, rate_bps_to_kbps(self.rate_bps), epoch, flags):
                     self.pushes += 1
-                    self._grant(addr, flow_id, remaining, flags)
+                    self.renewals += bool(flags & FLAG_RENEW)
+                    self._grant(addr, flow_id, remaining, flags, dep_id)
                 if not (self.drop_every and n_data % self.drop_every == 0):
                     self.sock.sendto(raw, (self.receiver_ip, SAFS_UDP_PORT))
 
@@ -180,18 +196,20 @@ def _by_role(events: list[dict]) -> dict[str, dict]:
 
 # ---- wire helpers ----------------------------------------------------------------------------
 def test_pack_header_matches_scapy_parser() -> None:
-    raw = pack_header(MsgType.GRANT, 0xDEADBEEF, (1 << 48) - 3, (1 << 47) + 5, 123456, 7, 9999, flags=1)
+    raw = pack_header(MsgType.GRANT, 0xDEADBEEF, (1 << 48) - 3, (1 << 47) + 5, 123456, 7, 9999, flags=1,
+                      dep_id=0xBEEF)
     h = parse_safs(raw)
     assert len(raw) == HEADER_LEN
-    assert (h.type, h.flow_id, h.remaining_bytes, h.timestamp_ns, h.rate_kbps, h.epoch, h.lease_us, h.flags) == \
-        (MsgType.GRANT, 0xDEADBEEF, (1 << 48) - 3, (1 << 47) + 5, 123456, 7, 9999, 1)
+    assert (h.type, h.flow_id, h.remaining_bytes, h.timestamp_ns, h.rate_kbps, h.epoch, h.lease_us, h.flags,
+            h.dep_id, h.version) == (MsgType.GRANT, 0xDEADBEEF, (1 << 48) - 3, (1 << 47) + 5, 123456, 7, 9999, 1,
+                                     0xBEEF, 2)
     fields = unpack_header(h.to_bytes())
     assert fields[:2] == (int(MsgType.GRANT), 1) and fields[4:10] == (0xDEADBEEF, (1 << 48) - 3, (1 << 47) + 5,
-    123456, 7, 9999)
+    123456, 7, 9999) and fields[11] == 0xBEEF
 
 
 # ---- SAFS sender against the in-test responder -----------------------------------------------
-def test_paces_at_grant_reuses_it_renews_lease_and_takes_inband_push(agents: Agents) -> None:
+def test_paces_at_grant_renews_its_lease_in_band_and_takes_inband_push(agents: Agents) -> None:
     net = _subnet()
     a_ip, b_ip, sw_ip = net + "1", net + "2", net + "3"
     default, granted, pushed = 5 * MBIT, 20 * MBIT, 40 * MBIT
@@ -204,7 +222,7 @@ def test_paces_at_grant_reuses_it_renews_lease_and_takes_inband_push(agents: Age
         size = 2_400_000  # ~0.5 s at 20 Mbit/s, then ~0.25 s at 40 Mbit/s
         b.expect(11, a_ip, size, "safs")
         t_start = time.monotonic()
-        a.send(11, sw_ip, size, "safs", no_bubble_ts_ns=fabric_clock() + 10**9, label="t/pace")
+        a.send(11, sw_ip, size, "safs", no_bubble_ts_ns=fabric_clock() + 10**9, label="t/pace", dep_id=3)
         time.sleep(0.45)
         sw.install(pushed, epoch=2)  # a changed grant: reaches the sender in-band via DATA's epoch
         t_push = time.monotonic()
@@ -222,19 +240,77 @@ def test_paces_at_grant_reuses_it_renews_lease_and_takes_inband_push(agents: Age
         assert 0.8 * granted <= rate1 <= 1.1 * granted, rate1
         assert 0.75 * pushed <= rate2 <= 1.1 * pushed, rate2
         assert sw.pushes >= 1 and any(ep == 2 for _, _, ep in sw.data), sw.pushes
-        # Grant reuse: REQUESTs grow with the lease, not with DATA packets.
+        # Grant reuse: one REQUEST; the lease is renewed in-band (RENEW on DATA, answered with a
+        # GRANT), so renewals grow with the lease, not with DATA packets.
         duration = t_end - t_start
         renewals_max = duration / (0.75 * lease_ns / 1e9) + 3
         sender = done["sender"]
-        assert sender["requests"] == len(sw.requests)
-        assert 1 + int(duration / (lease_ns / 1e9)) <= sender["requests"] <= renewals_max, (sender, duration)
-        assert sender["data_packets"] >= 20 * sender["requests"], sender
+        assert sender["requests"] == len(sw.requests) == 1
+        renew = [bool(f & FLAG_RENEW) for _, f, _ in sw.flags]
+        renewals = sum(1 for before, now in zip([False, *renew], renew) if now and not before)  # RENEW until a GRANT
+        assert int(duration / (lease_ns / 1e9)) <= renewals <= renewals_max, (renewals, duration)
+        assert sender["data_packets"] >= 20 * (1 + renewals), sender
         assert sender["fallbacks"] == 0, sender
+        # every DATA names the dependency; only the last one says it goes idle
+        assert {dep for _, _, dep in sw.flags} == {3}
+        assert [bool(f & FLAG_LAST) for _, f, _ in sw.flags].count(True) == 1 and sw.flags[-1][1] & FLAG_LAST
         # FCT from the receiver's finish (fabric time) is consistent with the two rates.
         fct_s = (done["receiver"]["finish_ns"] - sender["start_ns"]) / 1e9
         assert 0.5 < fct_s < 1.2, fct_s
         stats = a.stats()["safs"]
         assert stats["lease_fallbacks"] == 0 and stats["grants_received"] >= sender["requests"], stats
+    finally:
+        sw.close()
+
+
+def test_a_second_transfer_of_a_dependency_reuses_its_grant_without_a_request(agents: Agents) -> None:
+    net = _subnet()
+    a_ip, b_ip, sw_ip = net + "1", net + "2", net + "3"
+    sw = GrantResponder(sw_ip, b_ip, 20 * MBIT, epoch=1, lease_ns=5 * 10**9)  # a lease that outlives the test
+    try:
+        common = ("--default-rate-bps", str(5 * MBIT), "--line-rate-bps", str(100 * MBIT))
+        a = agents.start("a", a_ip, *common)
+        b = agents.start("b", b_ip, *common)
+        for fid in (13, 14):
+            b.expect(fid, a_ip, 100_000, "safs")
+            a.send(fid, sw_ip, 100_000, "safs", dep_id=7)
+            done = _by_role(wait_events([a, b], 2))
+            assert done["receiver"]["bytes"] == 100_000, done
+        assert len(sw.requests) == 1  # the first transfer asked; the second used the held grant
+        epochs = [ep for (_, _, ep), (fid, _, _) in zip(sw.data, sw.flags) if fid == 14]
+        assert epochs and all(ep == 1 for ep in epochs)  # from its first DATA
+        assert done["sender"]["requests"] == 1  # the dependency's count, shared by its transfers
+    finally:
+        sw.close()
+
+
+def test_without_polling_a_fallback_sends_one_request(agents: Agents) -> None:
+    """--grant-poll-ns 0 (dependency grants): when the grants stop, the lease runs out, the
+    sender falls back to the default rate and asks once, then waits without polling."""
+    net = _subnet()
+    a_ip, b_ip, sw_ip = net + "1", net + "2", net + "3"
+    default, granted = 5 * MBIT, 20 * MBIT
+    sw = GrantResponder(sw_ip, b_ip, granted, epoch=1, lease_ns=30_000_000)
+    try:
+        common = ("--default-rate-bps", str(default), "--line-rate-bps", str(100 * MBIT))
+        a = agents.start("a", a_ip, *common, "--grant-poll-ns", "0")
+        b = agents.start("b", b_ip, *common)
+        size = 600_000
+        b.expect(22, a_ip, size, "safs")
+        a.send(22, sw_ip, size, "safs", dep_id=2)
+        time.sleep(0.15)
+        assert len(sw.requests) == 1
+        sw.answering = False  # the 30 ms lease runs out
+        t_stop = time.monotonic()
+        time.sleep(0.3)
+        rate_after = sw.rate_bps_between(t_stop + 0.08, t_stop + 0.3)
+        assert 0.7 * default <= rate_after <= 1.2 * default, rate_after
+        assert len(sw.requests) == 2  # the fallback's one REQUEST, no polls
+        assert a.stats()["safs"]["lease_fallbacks"] == 1
+        sw.answering = True  # the epoch-0 DATA of the fallback get the grant pushed again
+        done = _by_role(wait_events([a, b], 2))
+        assert done["receiver"]["bytes"] == size and done["sender"]["fallbacks"] == 1
+        assert len(sw.requests) == 2
     finally:
         sw.close()
 
@@ -268,9 +344,10 @@ def test_falls_back_to_default_rate_when_grants_stop(agents: Agents) -> None:
         sw.close()
 
 
-def test_default_grant_applies_when_the_switch_drops_the_flows_grant(agents: Agents) -> None:
-    """docs/protocol.md rule 2: an epoch-0 GRANT (no grant installed any more) applies at once,
-    even while the sender holds epoch 1 with lease left; it is not a lease fallback."""
+def test_default_grant_pushed_in_band_applies_at_once(agents: Agents) -> None:
+    """docs/protocol.md rule 2: an epoch-0 GRANT (the switch grants the default rate, e.g. the
+    port's load is above MAX_LOAD) applies at once, even while the sender holds epoch 1 with lease
+    left; it reaches the sender in-band (its held rate is off) and is not a lease fallback."""
     net = _subnet()
     a_ip, b_ip, sw_ip = net + "1", net + "2", net + "3"
     default, granted = 5 * MBIT, 25 * MBIT
@@ -280,13 +357,13 @@ def test_default_grant_applies_when_the_switch_drops_the_flows_grant(agents: Age
         b = agents.start("b", b_ip)
         size = 1_000_000
         b.expect(25, a_ip, size, "safs")
-        a.send(25, sw_ip, size, "safs")
+        a.send(25, sw_ip, size, "safs", dep_id=4)
         time.sleep(0.15)
-        sw.install(default, epoch=0)  # the controller removed the grant: REQUESTs get the default
+        sw.install(default, epoch=0)  # the next DATA holds 25 Mbit/s: the default grant is pushed
         t_removed = time.monotonic()
-        time.sleep(0.4)  # the renewal REQUEST (at 75 ms of the lease) brings the epoch-0 GRANT
-        rate = sw.rate_bps_between(t_removed + 0.15, t_removed + 0.4)
-        print(f"after the grant was removed: {rate / MBIT:.2f} Mbit/s (default {default / MBIT})")
+        time.sleep(0.4)
+        rate = sw.rate_bps_between(t_removed + 0.05, t_removed + 0.4)  # well before the 75 ms renewal
+        print(f"after the default grant: {rate / MBIT:.2f} Mbit/s (default {default / MBIT})")
         assert 0.7 * default <= rate <= 1.3 * default, rate
         done = _by_role(wait_events([a, b], 2))
         assert done["receiver"]["bytes"] == size and done["sender"]["fallbacks"] == 0, done
@@ -402,6 +479,9 @@ BAD_REQUESTS = [
         {"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "safs", "label": "x" * 129},
         "label",
     ),
+    ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "safs", "dep_id": 65536},
+     "dep_id"),
+    ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "safs", "dep_id": -1}, "dep_id"),
     ({"op": "expect", "flow_id": 1, "src_ip": "10.0.0.1", "size_bytes": 1 << 48, "transport": "safs"}, "size_bytes"),
     (
         {
@@ -503,7 +583,7 @@ def test_announces_and_completes_over_the_hint_api_on_a_unix_socket(agents: Agen
     its Complete after the receiver's DONE."""
     topo = two_tors()
     targets = {sw: PipelineModel(sw, fabric_clock) for sw in topo.switches()}
-    sched = Scheduler(topo, targets, SchedulerConfig())
+    sched = Scheduler(topo, targets, SchedulerConfig(grant_mode="per-transfer"))
     sched.setup(fabric_clock())
     server = start(sched, f"unix:{tmp_path}/hints.sock", fabric_clock)
     net = _subnet()
@@ -544,6 +624,13 @@ def test_announces_and_completes_over_the_hint_api_on_a_unix_socket(agents: Agen
         hints = a.stats()["hints"]
         assert (hints["announced"], hints["completed"], hints["errors"]) == (1, 1, 0), hints
         assert 71 not in sched.registry
+        # a transfer of a dependency (Send.dep_id) is not announced: the dependency was, at launch
+        b.expect(72, net + "1", 50_000, "safs")
+        a.send(72, net + "2", 50_000, "safs", dst_host="d", no_bubble_ts_ns=fabric_clock() + 10**9, dep_id=5)
+        assert _by_role(wait_events([a, b], 2))["receiver"]["bytes"] == 50_000
+        hints = a.stats()["hints"]
+        assert (hints["announced"], hints["completed"], hints["errors"]) == (1, 1, 0), hints
+        assert 72 not in sched.registry
     finally:
         server.stop()
 
@@ -699,7 +786,7 @@ def test_sender_reports_sent_one_complete_lead_before_its_last_byte() -> None:
     )
     try:
         sender = ep.start_sender(9, "127.0.0.2", 100 * ep.cfg.segment_bytes, None, False, loop.now())
-        sender.rate_bps = 10 * MBIT
+        sender.dep.rate_bps = 10 * MBIT  # the grant is its dependency's
         wire = ep.cfg.segment_bytes + 78  # one full segment on the wire
         sender.next_offset = 90 * ep.cfg.segment_bytes  # 10 segments left
         assert not sender._sent_soon()  # no lead: only at the last byte
@@ -707,7 +794,7 @@ def test_sender_reports_sent_one_complete_lead_before_its_last_byte() -> None:
         assert sender._sent_soon()
         ep.complete_lead_ns -= 1
         assert not sender._sent_soon()
-        sender.rate_bps = 0
+        sender.dep.rate_bps = 0
         ep.complete_lead_ns = 10**9
         assert not sender._sent_soon()
         sender.next_offset = sender.size

@@ -1,6 +1,7 @@
 """Hint API over real gRPC: an in-process server on an ephemeral port, a Scheduler on an
 inline topology with PipelineModel targets, and the typed client (plus the raw stub where the
-wire-level status matters)."""
+wire-level status matters). Flow hints run the per-transfer path (``grant_mode="per-transfer"``);
+AnnounceDependencies / EndDependency the default, dependency grants."""
 
 from __future__ import annotations
 
@@ -20,15 +21,16 @@ from safs.control.hintapi.convert import FIELD_METADATA_KEY
 from safs.control.hintapi.server import HintServicer, RunningHintServer, start
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetError, UpdateFailure
-from safs.core.hints import LABEL_MAX_LEN, FlowClass, FlowHint
-from safs.core.protocol import lease_ns_to_us, rate_bps_to_kbps
+from safs.core.hints import DIGEST_LABEL, LABEL_MAX_LEN, DependencyHint, FlowClass, FlowHint
+from safs.core.protocol import lease_ns_to_us, rate_bps_to_kbps, transfer_dep_id
 from safs.core.scheduler import Scheduler, SchedulerConfig, wire_epoch
-from safs.core.target import Update
+from safs.core.target import RequestDigest, Update
 from safs.core.timebase import wrap
 from safs.targets.pipeline_model import PipelineModel
 
-AT_ANNOUNCE = SchedulerConfig(admit_on_request=False)
-ON_REQUEST = SchedulerConfig()  # the default: allocate at the first REQUEST (or activate)
+AT_ANNOUNCE = SchedulerConfig(grant_mode="per-transfer", admit_on_request=False)
+ON_REQUEST = SchedulerConfig(grant_mode="per-transfer")  # allocate at the first REQUEST (or activate)
+SHARE = SchedulerConfig()  # the default: dependency grants
 
 
 class Clock:
@@ -65,11 +67,16 @@ class Env:
         return self.running.servicer
 
     def table_grant(self, flow_id: int) -> dict | None:
-        """The flow_grant entry params of ``flow_id`` at d's ToR (tor1), or None."""
-        for e in self.targets["tor1"].entries(n.FLOW_GRANT):
-            if e.match[n.F_FLOW_ID] == flow_id:
+        """The fixed dep_grant entry params of transfer ``flow_id`` at d's ToR (tor1), or None."""
+        for e in self.targets["tor1"].entries(n.DEP_GRANT):
+            if e.action == n.ACT_SET_FIXED_GRANT and e.match[n.F_DEP_ID] == transfer_dep_id(flow_id):
                 return dict(e.params)
         return None
+
+    def share_grants(self, switch: str = "tor1") -> dict[tuple[int, int], int]:
+        """The share dep_grant entries at ``switch``: (sender address, dep_id) -> meter slot."""
+        return {(e.match[n.F_SRC_ADDR], e.match[n.F_DEP_ID]): e.params["meter_slot"]
+                for e in self.targets[switch].entries(n.DEP_GRANT) if e.action == n.ACT_SET_SHARE_GRANT}
 
 
 def _make_env(config: SchedulerConfig, activation_lead_ns: int = 0) -> Iterator[Env]:
@@ -103,7 +110,7 @@ def hint(fid: int, sender: str = "a", receiver: str = "d", size: int = 1_000_000
 
 
 def assert_grant_matches_table(env: Env, flow_id: int) -> None:
-    """GetGrant (over gRPC) == allocator grant, and its wire form == the flow_grant entry."""
+    """GetGrant (over gRPC) == allocator grant, and its wire form == the dep_grant entry."""
     grant = env.client.grant(flow_id)
     assert grant is not None
     assert grant == env.sched.allocator.grants()[flow_id]
@@ -117,7 +124,7 @@ def assert_grant_matches_table(env: Env, flow_id: int) -> None:
 
 # ---------------------------------------------------------------------------- every RPC
 
-def test_announce_get_grant_equals_installed_flow_grant_entry(env: Env) -> None:
+def test_announce_get_grant_equals_installed_dep_grant_entry(env: Env) -> None:
     result = env.client.announce(hint(5))
     assert not result.activation_scheduled
     assert_grant_matches_table(env, 5)
@@ -225,7 +232,7 @@ def test_complete_cancels_pending_activation(env_req: Env) -> None:
 
 
 def test_activation_without_free_slot_is_counted_and_flow_kept() -> None:
-    for env in _make_env(SchedulerConfig(meter_slots=2)):  # one flow slot per ToR
+    for env in _make_env(ON_REQUEST.replace(meter_slots=2)):  # one flow slot per ToR
         assert env.client.announce(hint(5), start_time_ns=0).activated
         result = env.client.announce(hint(6, sender="b"), start_time_ns=0)
         assert not result.activated
@@ -401,3 +408,135 @@ def test_concurrent_clients_are_serialised(env: Env) -> None:
     assert len({env.sched.slot_of(fid) for fid in fids}) == len(fids)
     for fid in fids:
         assert_grant_matches_table(env, fid)
+
+
+# ---------------------------------------------------------------------------- dependencies
+
+@pytest.fixture
+def env_dep() -> Iterator[Env]:
+    yield from _make_env(SHARE)
+
+
+def dep(dep_id: int, sender: str = "a", receiver: str = "d", label: str = "",
+        flow_class: FlowClass = FlowClass.PIPELINE) -> DependencyHint:
+    return DependencyHint(dep_id, sender, receiver, label or f"{sender}->{receiver}", flow_class)
+
+
+def test_announce_dependencies_installs_share_grants_once(env_dep: Env) -> None:
+    env = env_dep
+    ip = two_tors().host_ip
+    assert env.client.announce_dependencies([dep(1), dep(1, sender="b"), dep(2, sender="d", receiver="a")]) == 3
+    assert env.share_grants("tor1") == {(ip("a"), 1): 1, (ip("b"), 1): 2}
+    assert env.share_grants("tor0") == {(ip("d"), 2): 1}
+    assert env.sched.dependencies.get(("b", 1)).label == "b->d"
+    writes = env.sched.stats.table_updates, env.sched.stats.meter_updates
+    assert env.client.announce_dependencies([dep(1), dep(1, sender="b")]) == 0  # the same content again
+    assert (env.sched.stats.table_updates, env.sched.stats.meter_updates) == writes
+    assert env.client.announce_dependencies([]) == 0
+    bg = dep(3, sender="c", flow_class=FlowClass.BACKGROUND)
+    assert env.client.announce_dependencies([bg]) == 1
+    assert env.sched.dependencies.get(("c", 3)).flow_class is FlowClass.BACKGROUND
+
+
+@pytest.mark.parametrize("bad,field", [
+    (dep(0), "dependencies[1].dep_id"),
+    (dep(5, receiver="zz"), "dependencies[1].receiver"),
+    (dep(5, sender="zz"), "dependencies[1].sender"),
+    (dep(5, receiver="a"), "dependencies[1].receiver"),  # receiver == sender
+    (dep(5, label="x" * (LABEL_MAX_LEN + 1)), "dependencies[1].label"),
+    (dep(1, receiver="b"), "dependencies[1].dep_id"),  # (a, 1) is in use for d: end it first
+])
+def test_bad_dependency_names_its_index_and_field_and_stops_there(env_dep: Env, bad: DependencyHint,
+                                                                  field: str) -> None:
+    env = env_dep
+    env.client.announce_dependencies([dep(1)])
+    with pytest.raises(InvalidInput) as info:
+        env.client.announce_dependencies([dep(7, sender="b"), bad, dep(8, sender="c")])
+    assert info.value.field == field and info.value.message
+    assert ("b", 7) in env.sched.dependencies  # the ones before it stay announced ...
+    assert ("c", 8) not in env.sched.dependencies  # ... the ones after it are not
+    assert env.sched.dependencies.get(("a", 1)).receiver == "d"
+    assert len(env.share_grants()) == 2
+
+
+def test_bad_dependency_on_the_wire_and_limits(env_dep: Env) -> None:
+    env = env_dep
+    with grpc.insecure_channel(env.running.target) as channel:
+        stub = pb_grpc.HintServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.AnnounceDependencies(pb.AnnounceDependenciesRequest(dependencies=[
+                pb.Dependency(dep_id=1, sender="a", receiver="d"),
+                pb.Dependency(dep_id=2, sender="a", receiver="d", flow_class=7)]), timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert dict(info.value.trailing_metadata())[FIELD_METADATA_KEY] == "dependencies[1].flow_class"
+        assert info.value.details().startswith("dependencies[1].flow_class: ")
+        assert env.sched.dependencies.get(("a", 1)).flow_class is FlowClass.PIPELINE  # UNSPECIFIED = pipeline
+        with pytest.raises(grpc.RpcError) as info:
+            stub.AnnounceDependencies(pb.AnnounceDependenciesRequest(dependencies=[
+                pb.Dependency(dep_id=9, sender="b", receiver="d")] * 4097), timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "4096" in info.value.details()
+        assert ("b", 9) not in env.sched.dependencies  # refused as a whole
+    # values protobuf cannot carry are refused by the client, named the same way
+    for bad, field in ((dep(1 << 16), "dependencies[0].dep_id"), (dep(-1), "dependencies[0].dep_id"),
+                       (dep(4, flow_class="bulk"), "dependencies[0].flow_class")):
+        with pytest.raises(InvalidInput) as err:
+            env.client.announce_dependencies([bad])
+        assert err.value.field == field
+
+
+def test_no_free_slot_names_the_dependency_receiver() -> None:
+    for env in _make_env(SHARE.replace(meter_slots=2)):  # one slot per ToR
+        with pytest.raises(InvalidInput) as info:
+            env.client.announce_dependencies([dep(1), dep(2, sender="b")])
+        assert info.value.field == "dependencies[1].receiver" and "free meter slot" in info.value.message
+        assert ("a", 1) in env.sched.dependencies and ("b", 2) not in env.sched.dependencies
+        env.client.end_dependency("a", 1)  # frees the slot
+        assert env.client.announce_dependencies([dep(2, sender="b")]) == 1
+
+
+def test_end_dependency_deletes_its_grant_and_unknown_is_not_found(env_dep: Env) -> None:
+    env = env_dep
+    ip = two_tors().host_ip
+    env.client.announce_dependencies([dep(1), dep(2, sender="b")])
+    free = env.sched.free_slots("tor1")
+    env.client.end_dependency("a", 1)
+    assert env.share_grants() == {(ip("b"), 2): 2} and env.sched.free_slots("tor1") == free + 1
+    assert ("a", 1) not in env.sched.dependencies
+    for sender, dep_id in (("a", 1), ("zz", 3)):
+        with pytest.raises(InvalidInput) as info:
+            env.client.end_dependency(sender, dep_id)
+        assert info.value.field == "dep_id"
+    with grpc.insecure_channel(env.running.target) as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            pb_grpc.HintServiceStub(channel).EndDependency(pb.EndDependencyRequest(sender="a", dep_id=1), timeout=10)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(InvalidInput) as info:
+        env.client.end_dependency("a", 1 << 16)
+    assert info.value.field == "dep_id"
+    assert env.client.announce_dependencies([dep(1, receiver="b")]) == 1  # the id is free for reuse
+
+
+def test_announce_fills_in_a_dependency_a_digest_made(env_dep: Env) -> None:
+    env = env_dep
+    ip = two_tors().host_ip
+    with env.servicer.lock:
+        assert env.sched.on_digest("tor1", RequestDigest(40, ip("a"), ip("d"), 6, 1000, 0), 0)
+    assert env.sched.dependencies.get(("a", 6)).label == DIGEST_LABEL
+    before = env.sched.stats.table_updates
+    assert env.client.announce_dependencies([dep(6, label="A2F a->d")]) == 0  # known: not new
+    assert env.sched.dependencies.get(("a", 6)).label == "A2F a->d"
+    assert env.sched.stats.table_updates == before
+
+
+def test_dependency_write_failure_is_unavailable_and_repaired_by_setup(env_dep: Env) -> None:
+    env = env_dep
+    env.targets["tor1"].fail = True
+    with pytest.raises(HintServiceError) as info:
+        env.client.announce_dependencies([dep(1)])
+    assert info.value.code == "UNAVAILABLE"
+    assert ("a", 1) in env.sched.dependencies and env.servicer.stats.write_failures == 1
+    assert env.share_grants() == {}
+    env.targets["tor1"].fail = False
+    with env.servicer.lock:
+        env.sched.setup(env.clock())  # re-plans every dependency against the switch
+    assert env.share_grants() == {(two_tors().host_ip("a"), 1): 1}

@@ -38,8 +38,10 @@ def test_committed_stubs_name_generator_and_current_proto() -> None:
 def test_stubs_load_on_installed_protobuf_and_define_the_service() -> None:
     service = pb.DESCRIPTOR.services_by_name["HintService"]
     assert service.full_name == "safs.v1.HintService"
-    assert [m.name for m in service.methods] == ["Announce", "Update", "Complete", "GetGrant"]
+    assert [m.name for m in service.methods] == ["Announce", "Update", "Complete", "GetGrant",
+                                                 "AnnounceDependencies", "EndDependency"]
     assert pb.AnnounceRequest.__module__ == "safs.control.hintapi.hints_pb2"
+    assert [f.name for f in pb.Dependency.DESCRIPTOR.fields] == ["dep_id", "sender", "receiver", "label", "flow_class"]
     assert hasattr(pb_grpc, "HintServiceStub") and hasattr(pb_grpc, "add_HintServiceServicer_to_server")
     # proto3 `optional` fields keep presence on this protobuf runtime
     assert not pb.AnnounceRequest().HasField("start_time_ns")

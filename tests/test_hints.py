@@ -1,4 +1,5 @@
-"""safs.core.hints: validation, idempotence, late hints, digest merge; a rejected call changes nothing."""
+"""safs.core.hints: validation, idempotence, late hints, digest merge; a rejected call changes nothing.
+Flow hints (per-transfer mode) and dependencies (DependencyRegistry, the default mode)."""
 
 import copy
 
@@ -7,7 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from safs.core.errors import InvalidInput
-from safs.core.hints import DIGEST_LABEL, LABEL_MAX_LEN, FlowClass, FlowHint, HintRegistry
+from safs.core.hints import (
+    DIGEST_LABEL,
+    LABEL_MAX_LEN,
+    DependencyHint,
+    DependencyRegistry,
+    FlowClass,
+    FlowHint,
+    HintRegistry,
+)
 from safs.core.protocol import REMAINING_BYTES_MAX
 from safs.core.timebase import TIME_MOD
 
@@ -246,3 +255,107 @@ def test_registry_never_loses_flows_and_bytes_never_grow(seq):
             assert 1 <= h.remaining_bytes <= REMAINING_BYTES_MAX
             assert 0 <= h.no_bubble_ts_ns < TIME_MOD
             assert h.sender != h.receiver
+
+
+# Dependencies -----------------------------------------------------------------------------
+def dep(**kw) -> DependencyHint:
+    base = dict(dep_id=3, sender="h1", receiver="h2", label="A2F h1->h2")
+    return DependencyHint(**(base | kw))
+
+
+@pytest.fixture
+def deps() -> DependencyRegistry:
+    return DependencyRegistry(HOSTS)
+
+
+def test_dependency_announce_new_then_identical_is_a_no_op(deps):
+    assert deps.announce(dep()) is True
+    assert deps.announce(dep()) is False
+    assert len(deps) == 1 and ("h1", 3) in deps
+    assert deps.get(("h1", 3)) == dep(flow_class=FlowClass.PIPELINE)
+    assert list(deps) == [dep()]
+
+
+def test_dependency_class_string_is_normalised(deps):
+    deps.announce(dep(flow_class="background"))
+    assert deps.get(("h1", 3)).flow_class is FlowClass.BACKGROUND
+    assert deps.announce(dep(flow_class=FlowClass.BACKGROUND)) is False  # the same content
+
+
+def test_dependency_ids_are_per_sender(deps):
+    assert deps.announce(dep()) and deps.announce(dep(sender="h3"))
+    assert len(deps) == 2 and deps.get(("h3", 3)).sender == "h3"
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(dep_id=0), "dependency.dep_id"), (dict(dep_id=65536), "dependency.dep_id"),
+    (dict(dep_id=True), "dependency.dep_id"), (dict(sender="ghost"), "dependency.sender"),
+    (dict(receiver="h99"), "dependency.receiver"), (dict(receiver="h1"), "dependency.receiver"),
+    (dict(label="x" * (LABEL_MAX_LEN + 1)), "dependency.label"), (dict(flow_class="urgent"), "dependency.flow_class"),
+])
+def test_bad_dependency_names_its_field_and_changes_nothing(deps, kw, field):
+    deps.announce(dep(dep_id=9))
+    before = copy.deepcopy(deps._deps)
+    with pytest.raises(InvalidInput) as e:
+        deps.announce(dep(**kw))
+    assert e.value.field == field
+    assert deps._deps == before
+
+
+@pytest.mark.parametrize("kw", [dict(receiver="h3"), dict(flow_class=FlowClass.BACKGROUND)])
+def test_conflicting_reuse_of_a_dependency_id_is_refused_in_one_line(deps, kw):
+    deps.announce(dep())
+    with pytest.raises(InvalidInput) as e:
+        deps.announce(dep(**kw))
+    assert e.value.field == "dependency.dep_id"
+    assert "\n" not in str(e.value) and "end it first" in e.value.message
+    assert deps.get(("h1", 3)) == dep()  # the first one stands
+
+
+def test_a_new_label_replaces_the_old_one_and_is_not_new(deps):
+    deps.announce(dep())
+    assert deps.announce(dep(label="renamed")) is False
+    assert deps.get(("h1", 3)).label == "renamed"
+
+
+def test_digest_of_an_unknown_dependency_makes_a_placeholder_the_announce_fills_in(deps):
+    got = deps.from_digest(IP["h1"], IP["h2"], 3)
+    assert got == DependencyHint(3, "h1", "h2", DIGEST_LABEL, FlowClass.PIPELINE)
+    assert deps.from_digest(IP["h1"], IP["h2"], 3) == got and len(deps) == 1  # the same one again
+    assert deps.announce(dep()) is False  # the application's announce: known, label filled in
+    assert deps.get(("h1", 3)).label == "A2F h1->h2"
+
+
+def test_digest_never_changes_a_known_dependency(deps):
+    deps.announce(dep())
+    assert deps.from_digest(IP["h1"], IP["h4"], 3) == dep()  # another receiver: the known one wins
+    assert len(deps) == 1
+
+
+@pytest.mark.parametrize("args,field", [((1, IP["h2"], 3), "digest.src_addr"), ((IP["h1"], 1, 3), "digest.dst_addr"),
+                                        ((IP["h1"], IP["h1"], 3), "dependency.receiver")])
+def test_bad_dependency_digest_names_its_field_and_changes_nothing(deps, args, field):
+    with pytest.raises(InvalidInput) as e:
+        deps.from_digest(*args)
+    assert e.value.field == field
+    assert len(deps) == 0
+
+
+def test_digest_dep_id_out_of_range_is_refused(deps):
+    with pytest.raises(InvalidInput) as e:
+        deps.from_digest(IP["h1"], IP["h2"], 0)
+    assert "dep_id" in e.value.field
+    assert len(deps) == 0
+
+
+def test_end_forgets_the_dependency_so_its_id_may_be_reused(deps):
+    deps.announce(dep())
+    assert deps.end(("h1", 3)) == dep()
+    assert ("h1", 3) not in deps and len(deps) == 0
+    assert deps.announce(dep(receiver="h3")) is True  # ended: the id is free for another receiver
+    with pytest.raises(InvalidInput) as e:
+        deps.end(("h1", 4))
+    assert e.value.field == "dep_id"
+    with pytest.raises(InvalidInput) as e:
+        deps.get(("h2", 3))
+    assert e.value.field == "dep_id"

@@ -15,6 +15,7 @@ import ast
 import dataclasses
 import importlib.util
 import socket
+import tempfile
 import threading
 import time
 from concurrent import futures
@@ -25,6 +26,7 @@ import pytest
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+from synth_p4info import current_p4info
 
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, SafsError, TargetConnectionError, TargetError, UpdateFailure
@@ -36,8 +38,10 @@ from safs.targets.p4rt.target import P4RuntimeTarget
 from safs.testing.fake_p4rt import FakeP4RuntimeServer
 
 ROOT = Path(__file__).resolve().parents[1]
-P4INFO = ROOT / "p4src" / "build" / "safs.p4info.txtpb"
-BMV2_JSON = ROOT / "p4src" / "build" / "safs.json"
+_P4INFO_DIR = tempfile.TemporaryDirectory(prefix="safs-p4info-")  # removed when the run ends
+P4INFO = current_p4info(Path(_P4INFO_DIR.name))  # the committed one once it is v2 (tests/synth_p4info.py)
+BMV2_JSON = ROOT / "p4src" / "build" / "safs.json"  # the fake server does not read it
+SRC = 0x0A000001  # the sender address of the test's dep_grant entries
 PTF_DIR = ROOT / "ptf_tests"
 
 
@@ -47,9 +51,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def grant(fid: int, rate: int = 1000) -> TableEntry:
-    return TableEntry(n.FLOW_GRANT, {n.F_FLOW_ID: fid}, n.ACT_SET_GRANT,
+def grant(dep_id: int, rate: int = 1000) -> TableEntry:
+    return TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: SRC, n.F_DEP_ID: dep_id}, n.ACT_SET_FIXED_GRANT,
                       {"rate_kbps": rate, "epoch": 1, "lease_us": 5000, "meter_slot": 1})
+
+
+def dep_ids(server: FakeP4RuntimeServer) -> set[int]:
+    """The dep_id of every dep_grant entry the fake switch holds."""
+    fid = next(f.id for f in P4InfoIndex.from_file(P4INFO).table(n.DEP_GRANT).match_fields if f.name == n.F_DEP_ID)
+    return {int.from_bytes(m.exact.value, "big") for e in server.table_entries(n.DEP_GRANT) for m in e.match
+            if m.field_id == fid}
 
 
 def p4info() -> p4info_pb2.P4Info:
@@ -104,7 +115,7 @@ def test_encode_error_is_a_safs_error_raised_before_sending() -> None:
     assert (e.value.code, e.value.field) == ("INVALID_ARGUMENT", "table")
     with pytest.raises(EncodeError) as e:
         encode_update(index, Update(Op.INSERT, grant(-1)))
-    assert (e.value.code, e.value.field) == ("INVALID_ARGUMENT", f"{n.FLOW_GRANT}.{n.F_FLOW_ID}")
+    assert (e.value.code, e.value.field) == ("INVALID_ARGUMENT", f"{n.DEP_GRANT}.{n.F_DEP_ID}")
 
 
 # ---------------------------------------------------------------------------- writes
@@ -126,7 +137,7 @@ def test_two_bad_updates_in_one_batch_raise_two_update_failures(server) -> None:
                                           atomicity=p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR)
         want.updates.extend(updates)
         assert server.writes == [want]
-        assert {int.from_bytes(e.match[0].exact.value, "big") for e in server.table_entries(n.FLOW_GRANT)} == {1, 3}
+        assert dep_ids(server) == {1, 3}
         client.write([])  # nothing to send: no request
         assert len(server.writes) == 1
 
@@ -231,17 +242,17 @@ def test_no_arbitration_answer_is_bounded_and_leaves_no_thread() -> None:
 def test_reads_and_pipeline_push_fail_with_the_connection_error() -> None:
     with FakeP4RuntimeServer() as fake:  # a --no-p4 switch: no pipeline yet
         with P4RuntimeTarget("tor0", fake.address, 0, P4INFO, BMV2_JSON) as target:
-            for read in (lambda: target.read_counter(n.FLOW_BYTES, 1),
-                         lambda: target.read_counter_cells(n.FLOW_BYTES, [1, 2]),
-                         lambda: target.read_table(n.FLOW_GRANT)):
+            for read in (lambda: target.read_counter(n.DEP_BYTES, 1),
+                         lambda: target.read_counter_cells(n.DEP_BYTES, [1, 2]),
+                         lambda: target.read_table(n.DEP_GRANT)):
                 with pytest.raises(TargetConnectionError) as e:
                     read()
                 assert (e.value.operation, e.value.code, e.value.address, e.value.switch) == \
                     ("read", "FAILED_PRECONDITION", fake.address, "tor0")
             target.push_pipeline()
-            assert target.read_counter(n.FLOW_BYTES, 1) == CounterValue(0, 0)
+            assert target.read_counter(n.DEP_BYTES, 1) == CounterValue(0, 0)
         with pytest.raises(TargetConnectionError) as e:  # closed: no I/O
-            target.read_counter(n.FLOW_BYTES, 1)
+            target.read_counter(n.DEP_BYTES, 1)
         assert (e.value.operation, e.value.code) == ("read", "UNAVAILABLE")
         with pytest.raises(TargetError) as w:  # a write to a closed target: every update listed
             target.write([Update(Op.INSERT, grant(1)), Update(Op.INSERT, grant(2))])
@@ -305,24 +316,24 @@ def test_ptf_client_encodes_on_its_own_over_the_shared_session() -> None:
         client = ptf.P4RtClient(fake.address, 0, timeout_s=5.0)
         try:
             index = client.push_pipeline(str(P4INFO), str(BMV2_JSON), cookie=0x5AF5)
-            te = client.table_entry(n.FLOW_GRANT, {n.F_FLOW_ID: 7}, n.ACT_SET_GRANT,
+            te = client.table_entry(n.DEP_GRANT, {n.F_SRC_ADDR: SRC, n.F_DEP_ID: 7}, n.ACT_SET_FIXED_GRANT,
                                     {"rate_kbps": 5, "epoch": 1, "lease_us": 5000, "meter_slot": 2})
             client.write([ptf.update("INSERT", table_entry=te)])
-            assert fake.table_entries(n.FLOW_GRANT) == [te]  # its own canonical bytes, as stored
+            assert fake.table_entries(n.DEP_GRANT) == [te]  # its own canonical bytes, as stored
             with pytest.raises(TargetError) as e:
                 client.write([ptf.update("INSERT", table_entry=te)])
             assert [(f.index, f.code) for f in e.value.failures] == [(0, "ALREADY_EXISTS")]
             de = p4runtime_pb2.DigestEntry(digest_id=index.digest_id(n.REQUEST_DIGEST))
             client.write([ptf.update("INSERT", digest_entry=de)])
-            list_id = fake.inject_digest(n.REQUEST_DIGEST, [[7, 1, 2, 3, 4]])
+            list_id = fake.inject_digest(n.REQUEST_DIGEST, [[7, 1, 2, 3, 4, 5]])
             got = client.next_digest(5.0)
             assert (got.list_id, [ptf.decode(m.bitstring) for m in got.data[0].struct.members]) == \
-                (list_id, [7, 1, 2, 3, 4])
+                (list_id, [7, 1, 2, 3, 4, 5])
             client.ack_digest(got)
             assert fake.wait_acks(1) and fake.acks == [(de.digest_id, list_id)]
             with pytest.raises(TimeoutError):
                 client.next_digest(0.05)
-            assert client.read_counter(n.FLOW_BYTES, 2) == (0, 0)
+            assert client.read_counter(n.DEP_BYTES, 2) == (0, 0)
         finally:
             client.close()
         holder = ptf.P4RtClient(fake.address, 0, election_id=(0, 5), timeout_s=5.0)

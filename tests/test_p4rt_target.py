@@ -1,9 +1,9 @@
 """The P4Runtime target over real gRPC: against the in-process fake server (default tier) and,
 where ``simple_switch_grpc`` and the compiled artifacts exist, against BMv2 (``bmv2`` tier).
 
-The P4Info is the committed p4src/build/safs.p4info.txtpb when it exists; otherwise one is
-synthesised from the pipeline model's schema (same names, widths, sizes), and a test checks
-the two agree wherever the committed file is present.
+The P4Info is the committed p4src/build/safs.p4info.txtpb when it has the current (v2) tables;
+otherwise one is synthesised from the pipeline model's schema (same names, widths, sizes;
+tests/synth_p4info.py), and a test checks the two agree once the committed file is current.
 """
 
 from __future__ import annotations
@@ -16,16 +16,22 @@ from pathlib import Path
 
 import grpc
 import pytest
-from google.protobuf import text_format
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
+from synth_p4info import (
+    COMMITTED_P4INFO,
+    DIGEST_MEMBERS,
+    NEEDS_V2,
+    committed_is_current,
+    current_p4info,
+    synthesized_p4info,
+)
 from two_tors import MS, two_tors  # the shared two-ToR test topology
 
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetConnectionError, TargetError
-from safs.core.hints import FlowHint
+from safs.core.hints import DependencyHint, FlowHint
 from safs.core.scheduler import Scheduler, SchedulerConfig
 from safs.core.target import CloneSession, CounterValue, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
 from safs.core.timebase import TIME_MASK
@@ -39,75 +45,14 @@ from safs.testing.fake_p4rt import FakeP4RuntimeServer
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "p4src" / "build"
-COMMITTED_P4INFO = BUILD / "safs.p4info.txtpb"
 COMMITTED_JSON = BUILD / "safs.json"
-
-DIGEST_MEMBERS = (("flow_id", 32), ("src_addr", 32), ("dst_addr", 32), ("remaining_bytes", 48),
-                  ("no_bubble_ts", 48))
-
+SRC = 0x0A000001  # the sender address of the test's dep_grant entries
 
 # ---------------------------------------------------------------------------- P4Info
 
-def synthesized_p4info() -> p4info_pb2.P4Info:
-    """A P4Info with the pipeline model's tables, actions, counters, meter and digest."""
-    info = p4info_pb2.P4Info()
-    ids = iter(range(1, 1 << 20))
-    kinds = {"exact": p4info_pb2.MatchField.EXACT, "lpm": p4info_pb2.MatchField.LPM,
-             "range": p4info_pb2.MatchField.RANGE}
-    action_ids: dict[str, int] = {}
-    for schema in pm._SCHEMAS.values():
-        for aname, params in schema.actions.items():
-            if aname in action_ids:
-                continue
-            a = info.actions.add()
-            a.preamble.id = action_ids[aname] = 0x01000000 + next(ids)
-            a.preamble.name = aname
-            for pid, (pname, bits) in enumerate(params, start=1):
-                a.params.add(id=pid, name=pname, bitwidth=bits)
-    for tname, schema in pm._SCHEMAS.items():
-        t = info.tables.add()
-        t.preamble.id = 0x02000000 + next(ids)
-        t.preamble.name = tname
-        t.size = 1024
-        for fid, (fname, kind, bits) in enumerate(schema.keys, start=1):
-            t.match_fields.add(id=fid, name=fname, bitwidth=bits, match_type=kinds[kind])
-        for aname in schema.actions:
-            scope = (p4info_pb2.ActionRef.TABLE_AND_DEFAULT if aname in schema.entry_actions
-                     else p4info_pb2.ActionRef.DEFAULT_ONLY)
-            t.action_refs.add(id=action_ids[aname], scope=scope)
-        if tname in pm._CONST_DEFAULT_TABLES:
-            default = next((a for a in schema.actions if a not in schema.entry_actions), "NoAction")
-            if default not in action_ids:  # the const default is not named in p4names
-                a = info.actions.add()
-                a.preamble.id = action_ids[default] = 0x01000000 + next(ids)
-                a.preamble.name = default
-            if all(r.id != action_ids[default] for r in t.action_refs):
-                t.action_refs.add(id=action_ids[default], scope=p4info_pb2.ActionRef.DEFAULT_ONLY)
-            t.const_default_action_id = action_ids[default]
-    for cname, size in pm._COUNTER_SIZES.items():
-        c = info.counters.add(size=size)
-        c.preamble.id = 0x12000000 + next(ids)
-        c.preamble.name = cname
-    m = info.meters.add(size=n.FLOW_METER_SIZE)
-    m.preamble.id = 0x13000000 + next(ids)
-    m.preamble.name = n.FLOW_METER
-    d = info.digests.add()
-    d.preamble.id = 0x18000000 + next(ids)
-    d.preamble.name = n.REQUEST_DIGEST
-    d.type_spec.struct.name = n.REQUEST_DIGEST
-    struct = info.type_info.structs[n.REQUEST_DIGEST]
-    for mname, bits in DIGEST_MEMBERS:
-        struct.members.add(name=mname).type_spec.bitstring.bit.bitwidth = bits
-    return info
-
-
 @pytest.fixture(scope="module")
 def p4info_path(tmp_path_factory) -> Path:
-    if COMMITTED_P4INFO.exists():
-        return COMMITTED_P4INFO
-    path = tmp_path_factory.mktemp("p4info") / "safs.p4info.txtpb"
-    path.write_text(text_format.MessageToString(synthesized_p4info()))
-    return path
+    return current_p4info(tmp_path_factory.mktemp("p4info"))
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +67,8 @@ def bmv2_json(tmp_path_factory) -> Path:
 def test_synthesized_p4info_matches_the_committed_one() -> None:
     if not COMMITTED_P4INFO.exists():
         pytest.skip(f"no committed P4Info at {COMMITTED_P4INFO} yet")
+    if not committed_is_current():
+        pytest.skip(NEEDS_V2)
     real = P4InfoIndex.from_file(COMMITTED_P4INFO)
     ours = P4InfoIndex(synthesized_p4info())
     for name, t in ours.tables.items():
@@ -139,7 +86,7 @@ def test_synthesized_p4info_matches_the_committed_one() -> None:
             [(p.name, p.bitwidth) for p in a.params], name
     for name, c in ours.counters.items():
         assert real.counter(name).size == c.size, name
-    assert real.meter(n.FLOW_METER).size == n.FLOW_METER_SIZE
+    assert real.meter(n.DEP_METER).size == n.DEP_SLOTS
     assert real.digest(n.REQUEST_DIGEST).members == DIGEST_MEMBERS
 
 
@@ -192,6 +139,8 @@ def switch(request, p4info_path, bmv2_json, tmp_path):
         return
     if not COMMITTED_JSON.exists() or not COMMITTED_P4INFO.exists():
         pytest.skip("needs the compiled P4Info and BMv2 JSON in p4src/build/")
+    if not committed_is_current():
+        pytest.skip(NEEDS_V2)
     sw = Bmv2(tmp_path)
     try:
         yield "bmv2", sw.address, None
@@ -220,9 +169,16 @@ def fake(p4info_path, bmv2_json):
             t.close()
 
 
-def grant(fid: int, rate: int = 1000, epoch: int = 1, slot: int = 1) -> TableEntry:
-    return TableEntry(n.FLOW_GRANT, {n.F_FLOW_ID: fid}, n.ACT_SET_GRANT,
+def grant(dep_id: int, rate: int = 1000, epoch: int = 1, slot: int = 1, src: int = SRC) -> TableEntry:
+    """A fixed (per-transfer) dep_grant entry of dependency ``dep_id`` of ``src``."""
+    return TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: src, n.F_DEP_ID: dep_id}, n.ACT_SET_FIXED_GRANT,
                       {"rate_kbps": rate, "epoch": epoch, "lease_us": 5000, "meter_slot": slot})
+
+
+def share(dep_id: int, slot: int, src: int = SRC) -> TableEntry:
+    """A share dep_grant entry."""
+    return TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: src, n.F_DEP_ID: dep_id}, n.ACT_SET_SHARE_GRANT,
+                      {"meter_slot": slot})
 
 
 def route(prefix: int, plen: int, port: int) -> TableEntry:
@@ -236,7 +192,7 @@ def slack(low: int, high: int, qclass: int, prio: int) -> TableEntry:
 
 
 def meter(index: int, cir: int) -> MeterConfig:
-    return MeterConfig(n.FLOW_METER, index, cir, 64_000, 2 * cir, 64_000)
+    return MeterConfig(n.DEP_METER, index, cir, 64_000, 2 * cir, 64_000)
 
 
 def codes(err: TargetError) -> list[tuple[int, str]]:
@@ -298,35 +254,46 @@ def test_every_write_path_in_one_batch_and_read_back(switch, target) -> None:
     if server is not None:
         assert len(server.writes) == before + 1  # ONE WriteRequest
         assert len(server.writes[-1].updates) == len(entries) + len(defaults) + len(meters)
-    for table in (n.IPV4_LPM, n.RECEIVER_PORT, n.SLACK_CLASS, n.FLOW_GRANT):
+    for table in (n.IPV4_LPM, n.RECEIVER_PORT, n.SLACK_CLASS, n.DEP_GRANT):
         want = sorted((e for e in entries if e.table == table), key=key)
         assert sorted(target.read_table(table), key=key) == want
     for d in defaults:
         assert target.read_default(d.table) == d
     for m in meters:
-        assert target.read_meter(n.FLOW_METER, m.index) == m
+        assert target.read_meter(n.DEP_METER, m.index) == m
     # MODIFY and DELETE in a second batch
     target.write([Update(Op.MODIFY, grant(7, rate=9, epoch=4, slot=9)), Update(Op.DELETE, grant(8))])
-    assert target.read_table(n.FLOW_GRANT) == [grant(7, rate=9, epoch=4, slot=9)]
+    assert target.read_table(n.DEP_GRANT) == [grant(7, rate=9, epoch=4, slot=9)]
+
+
+def exact_value(index: P4InfoIndex, te: p4runtime_pb2.TableEntry, field: str) -> bytes:
+    """The bytes of exact match field ``field`` of an encoded dep_grant entry."""
+    fid = next(f.id for f in index.table(n.DEP_GRANT).match_fields if f.name == field)
+    return next(m.exact.value for m in te.match if m.field_id == fid)
 
 
 def test_writes_are_canonical_bytes_and_padded_is_accepted(fake, p4info_path, bmv2_json) -> None:
     server, target = fake
+    index = P4InfoIndex.from_file(p4info_path)
     target.write([Update(Op.INSERT, grant(1, rate=5, slot=2))])
     sent = server.writes[-1].updates[0].entity.table_entry
-    assert sent.match[0].exact.value == b"\x01"
+    assert exact_value(index, sent, n.F_DEP_ID) == b"\x01"
+    assert exact_value(index, sent, n.F_SRC_ADDR) == b"\x0a\x00\x00\x01"
     assert [p.value for p in sent.action.action.params] == [b"\x05", b"\x01", b"\x13\x88", b"\x02"]
     padded = P4RuntimeTarget("tor0b", server.address, 0, p4info_path, bmv2_json, election_id=(0, 2),
                              padded_bytes=True)
     try:
-        padded.write([Update(Op.INSERT, grant(2, rate=5, slot=3))])
+        padded.write([Update(Op.INSERT, grant(2, rate=5, slot=3, src=2))])
         sent = server.writes[-1].updates[0].entity.table_entry
-        assert sent.match[0].exact.value == b"\x00\x00\x00\x02"
+        assert exact_value(index, sent, n.F_DEP_ID) == b"\x00\x02"  # 16 bits
+        assert exact_value(index, sent, n.F_SRC_ADDR) == b"\x00\x00\x00\x02"
         assert [len(p.value) for p in sent.action.action.params] == [4, 4, 4, 2]
-        stored = {bytes_to_int(e.match[0].exact.value): e for e in server.table_entries(n.FLOW_GRANT)}
-        assert stored[2].match[0].exact.value == b"\x02"  # answered canonical
+        stored = {bytes_to_int(exact_value(index, e, n.F_DEP_ID)): e for e in server.table_entries(n.DEP_GRANT)}
+        assert exact_value(index, stored[2], n.F_DEP_ID) == b"\x02"  # answered canonical
+        assert exact_value(index, stored[2], n.F_SRC_ADDR) == b"\x02"
         assert [p.value for p in stored[2].action.action.params] == [b"\x05", b"\x01", b"\x13\x88", b"\x03"]
-        assert sorted(padded.read_table(n.FLOW_GRANT), key=key) == [grant(1, rate=5, slot=2), grant(2, rate=5, slot=3)]
+        assert sorted(padded.read_table(n.DEP_GRANT), key=key) == [grant(1, rate=5, slot=2),
+                                                                   grant(2, rate=5, slot=3, src=2)]
     finally:
         padded.close()
 
@@ -339,7 +306,8 @@ PI_ERROR_CASES = [
     ("meter INSERT", [Update(Op.INSERT, meter(1, 1000))], [(0, "INVALID_ARGUMENT")]),
     ("meter DELETE", [Update(Op.MODIFY, meter(1, 1000)), Update(Op.DELETE, meter(1, 1000))],
      [(1, "INVALID_ARGUMENT")]),
-    ("over-wide exact key", [Update(Op.INSERT, grant(1 << 32))], [(0, "INVALID_ARGUMENT")]),
+    ("over-wide exact key", [Update(Op.INSERT, grant(1 << 16))], [(0, "INVALID_ARGUMENT")]),
+    ("over-wide address", [Update(Op.INSERT, grant(1, src=1 << 32))], [(0, "INVALID_ARGUMENT")]),
     ("over-wide param", [Update(Op.INSERT, slack(1, 2, 8, 1))], [(0, "INVALID_ARGUMENT")]),
     ("over-wide 9-bit port", [Update(Op.INSERT, route(0x0B000000, 8, 512))], [(0, "INVALID_ARGUMENT")]),
     ("LPM bits beyond prefix", [Update(Op.INSERT, route(0x0B000001, 8, 1))], [(0, "INVALID_ARGUMENT")]),
@@ -350,7 +318,13 @@ PI_ERROR_CASES = [
     ("INSERT of a default entry", [Update(Op.INSERT, TableEntry(
         n.CLOCK_OFFSET, {}, n.ACT_SET_CLOCK_OFFSET, {"offset_ns": 1}, is_default=True))], [(0, "INVALID_ARGUMENT")]),
     ("missing param", [Update(Op.INSERT, TableEntry(
-        n.FLOW_GRANT, {n.F_FLOW_ID: 5}, n.ACT_SET_GRANT, {"rate_kbps": 1}))], [(0, "INVALID_ARGUMENT")]),
+        n.DEP_GRANT, {n.F_SRC_ADDR: SRC, n.F_DEP_ID: 5}, n.ACT_SET_FIXED_GRANT, {"rate_kbps": 1}))],
+     [(0, "INVALID_ARGUMENT")]),
+    ("fixed grant's param on a share grant", [Update(Op.INSERT, TableEntry(
+        n.DEP_GRANT, {n.F_SRC_ADDR: SRC, n.F_DEP_ID: 5}, n.ACT_SET_SHARE_GRANT, {"meter_slot": 1, "epoch": 1}))],
+     [(0, "INVALID_ARGUMENT")]),
+    ("share and fixed grants side by side", [Update(Op.INSERT, share(1, 2)), Update(Op.INSERT, grant(1, src=2)),
+                                             Update(Op.INSERT, share(1, 3))], [(2, "ALREADY_EXISTS")]),
     ("unknown table (not sent)", [Update(Op.INSERT, grant(6)), Update(Op.INSERT, TableEntry(
         "SafsIngress.nope", {}, n.ACT_DROP)), Update(Op.INSERT, grant(7))], [(1, "INVALID_ARGUMENT")]),
 ]
@@ -365,12 +339,12 @@ def test_pi_error_codes_arrive_per_update(switch, target, case) -> None:
     assert all(f.message for f in e.value.failures)
     # what did not fail stays applied (CONTINUE_ON_ERROR)
     failed = {i for i, _ in want}
-    ok_grants = {u.entity.match[n.F_FLOW_ID] for i, u in enumerate(updates)
-                 if i not in failed and isinstance(u.entity, TableEntry) and u.entity.table == n.FLOW_GRANT
+    ok_grants = {u.entity.match[n.F_DEP_ID] for i, u in enumerate(updates)
+                 if i not in failed and isinstance(u.entity, TableEntry) and u.entity.table == n.DEP_GRANT
                  and u.op is Op.INSERT}
-    deleted = {u.entity.match[n.F_FLOW_ID] for i, u in enumerate(updates)
+    deleted = {u.entity.match[n.F_DEP_ID] for i, u in enumerate(updates)
                if i not in failed and u.op is Op.DELETE and isinstance(u.entity, TableEntry)}
-    assert {e.match[n.F_FLOW_ID] for e in target.read_table(n.FLOW_GRANT)} == ok_grants - deleted
+    assert {e.match[n.F_DEP_ID] for e in target.read_table(n.DEP_GRANT)} == ok_grants - deleted
 
 
 def test_registers_are_unimplemented(switch, target) -> None:
@@ -391,32 +365,32 @@ def test_registers_are_unimplemented(switch, target) -> None:
 
 def test_counters_read_by_index_and_wildcard(fake) -> None:
     server, target = fake
-    server.set_counter(n.FLOW_BYTES, 5, 1500, 3)
-    server.set_counter(n.FLOW_BYTES, 0, 78, 1)
-    assert target.read_counter(n.FLOW_BYTES, 5) == CounterValue(1500, 3)
-    assert target.read_counter(n.FLOW_BYTES, 6) == CounterValue(0, 0)
-    cells = target.read_counters(n.FLOW_BYTES)
-    assert len(cells) == n.FLOW_METER_SIZE
+    server.set_counter(n.DEP_BYTES, 5, 1500, 3)
+    server.set_counter(n.DEP_BYTES, 0, 78, 1)
+    assert target.read_counter(n.DEP_BYTES, 5) == CounterValue(1500, 3)
+    assert target.read_counter(n.DEP_BYTES, 6) == CounterValue(0, 0)
+    cells = target.read_counters(n.DEP_BYTES)
+    assert len(cells) == n.DEP_SLOTS
     assert (cells[0], cells[5]) == (CounterValue(78, 1), CounterValue(1500, 3))
     assert sum(c.packet_count for c in cells) == 4
     with pytest.raises(InvalidInput) as e:
-        target.read_counter(n.FLOW_BYTES, n.FLOW_METER_SIZE)
+        target.read_counter(n.DEP_BYTES, n.DEP_SLOTS)
     assert e.value.field == "index"
     with pytest.raises(InvalidInput) as e:
         target.read_counter("SafsIngress.nope", 0)
     assert e.value.field == "counter"
     # several cells in one ReadRequest, in the order asked (the scheduler's tick)
-    assert target.read_counter_cells(n.FLOW_BYTES, [5, 6, 0]) == [CounterValue(1500, 3), CounterValue(0, 0),
+    assert target.read_counter_cells(n.DEP_BYTES, [5, 6, 0]) == [CounterValue(1500, 3), CounterValue(0, 0),
                                                                    CounterValue(78, 1)]
-    assert target.read_counter_cells(n.FLOW_BYTES, []) == []
+    assert target.read_counter_cells(n.DEP_BYTES, []) == []
     with pytest.raises(InvalidInput) as e:
-        target.read_counter_cells(n.FLOW_BYTES, [5, n.FLOW_METER_SIZE])
+        target.read_counter_cells(n.DEP_BYTES, [5, n.DEP_SLOTS])
     assert e.value.field == "index"
 
 
 def test_counters_read_zero_on_a_fresh_switch(switch, target) -> None:
     assert target.read_counter(n.PORT_TX_BYTES, 3) == CounterValue(0, 0)
-    assert target.read_counter_cells(n.FLOW_BYTES, [1, 2, 3]) == [CounterValue(0, 0)] * 3
+    assert target.read_counter_cells(n.DEP_BYTES, [1, 2, 3]) == [CounterValue(0, 0)] * 3
     assert target.read_counter(n.MALFORMED, 0).packet_count == 0
 
 
@@ -439,7 +413,7 @@ OPS = st.sampled_from([Op.INSERT, Op.MODIFY, Op.DELETE])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_same_failures_and_state_as_the_pipeline_model(fake, batches) -> None:
     server, target = fake
-    target.write([Update(Op.DELETE, e) for e in target.read_table(n.FLOW_GRANT)])
+    target.write([Update(Op.DELETE, e) for e in target.read_table(n.DEP_GRANT)])
     model = PipelineModel("tor0", lambda: 0)
     for batch in batches:
         updates = [Update(op, grant(fid, rate=r)) for op, fid, r in batch]
@@ -451,7 +425,7 @@ def test_same_failures_and_state_as_the_pipeline_model(fake, batches) -> None:
             except TargetError as err:
                 outcome.append(codes(err))
         assert outcome[0] == outcome[1]
-        assert sorted(model.entries(n.FLOW_GRANT), key=key) == sorted(target.read_table(n.FLOW_GRANT), key=key)
+        assert sorted(model.entries(n.DEP_GRANT), key=key) == sorted(target.read_table(n.DEP_GRANT), key=key)
 
 
 # ---------------------------------------------------------------------------- clone sessions
@@ -485,7 +459,7 @@ def test_clone_sessions_round_trip_with_pi_codes_like_the_pipeline_model(switch,
                           (3, "INVALID_ARGUMENT"), (4, "INVALID_ARGUMENT")]
     want = [CloneSession.for_port(2), CloneSession(sid, 5), CloneSession(pm.CLONE_SESSION_ID_MAX, 511)]
     assert target.read_clone_sessions() == model.clone_sessions() == want
-    assert target.read_table(n.FLOW_GRANT) == [grant(7)]
+    assert target.read_table(n.DEP_GRANT) == [grant(7)]
     if server is not None:  # what went on the wire: one replica, instance 0; DELETE by id only
         sent = server.writes[-1].updates
         cs = sent[5].entity.packet_replication_engine_entry.clone_session_entry
@@ -508,14 +482,15 @@ def test_clone_session_values_that_cannot_be_encoded_are_not_sent(fake) -> None:
 def test_digest_stream_decoded_in_order_and_acked(fake, p4info_path) -> None:
     server, target = fake
     assert server.digest_configured(n.REQUEST_DIGEST)
-    first = server.inject_digest(n.REQUEST_DIGEST, [[7, 0x0A000001, 0x0A000102, 1 << 40, TIME_MASK]])
-    second = server.inject_digest(n.REQUEST_DIGEST, [[8, 1, 2, 3, 4], [9, 5, 6, 7, 8]])
+    first = server.inject_digest(n.REQUEST_DIGEST, [[7, 0x0A000001, 0x0A000102, 65535, 1 << 40, TIME_MASK]])
+    second = server.inject_digest(n.REQUEST_DIGEST, [[8, 1, 2, 3, 4, 5], [9, 5, 6, 7, 8, 9]])
     got: list[RequestDigest] = []
     deadline = time.monotonic() + 5
     while len(got) < 3 and time.monotonic() < deadline:
         got += target.poll_digests(timeout_s=0.5)
-    assert got == [RequestDigest(7, 0x0A000001, 0x0A000102, 1 << 40, TIME_MASK),
-                   RequestDigest(8, 1, 2, 3, 4), RequestDigest(9, 5, 6, 7, 8)]
+    # members in request_digest_t order: flow_id, src, dst, dep_id, remaining bytes, latest start
+    assert got == [RequestDigest(7, 0x0A000001, 0x0A000102, 65535, 1 << 40, TIME_MASK),
+                   RequestDigest(8, 1, 2, 3, 4, 5), RequestDigest(9, 5, 6, 7, 8, 9)]
     assert server.wait_acks(2)
     digest_id = P4InfoIndex.from_file(p4info_path).digest(n.REQUEST_DIGEST).id
     assert server.acks == [(digest_id, first), (digest_id, second)]
@@ -562,7 +537,7 @@ def test_arbitration_highest_election_id_writes(switch, p4info_path, bmv2_json) 
             high.close()
         assert wait_for(lambda: low.is_primary)  # the backup takes over
         low.write([Update(Op.INSERT, grant(2))])
-        assert {e.match[n.F_FLOW_ID] for e in low.read_table(n.FLOW_GRANT)} == {1, 2}
+        assert {e.match[n.F_DEP_ID] for e in low.read_table(n.DEP_GRANT)} == {1, 2}
     finally:
         low.close()
 
@@ -575,14 +550,14 @@ def test_session_failures_are_connection_errors_not_update_0(switch, p4info_path
             P4RuntimeTarget("tor0b", address, 0, p4info_path, bmv2_json, election_id=(0, 2), timeout_s=5.0) as backup:
         assert primary.is_primary and not backup.is_primary
         with pytest.raises(TargetConnectionError) as e:
-            primary.read_counter_cells(n.FLOW_BYTES, [1, 2])
+            primary.read_counter_cells(n.DEP_BYTES, [1, 2])
         assert (e.value.operation, e.value.code, e.value.address, e.value.switch) == \
             ("read", "FAILED_PRECONDITION", address, "tor0")
         with pytest.raises(TargetConnectionError) as e:
             backup.push_pipeline()
         assert (e.value.operation, e.value.code, e.value.switch) == ("pipeline push", "PERMISSION_DENIED", "tor0b")
         primary.push_pipeline()
-        assert primary.read_counter_cells(n.FLOW_BYTES, [1, 2]) == [CounterValue(0, 0)] * 2
+        assert primary.read_counter_cells(n.DEP_BYTES, [1, 2]) == [CounterValue(0, 0)] * 2
 
 
 def test_bad_arguments_and_unreachable_switch(p4info_path, tmp_path) -> None:
@@ -620,39 +595,50 @@ def installed_state(target) -> dict:
     else:
         tables = {t: sorted(target.read_table(t), key=key) for t in pm._SCHEMAS if t not in WRITABLE_DEFAULTS}
         defaults = {t: target.read_default(t) for t in WRITABLE_DEFAULTS}
-        meters = {i: target.read_meter(n.FLOW_METER, i) for i in range(16)}
+        meters = {i: target.read_meter(n.DEP_METER, i) for i in range(16)}
         meters = {i: m for i, m in meters.items() if (m.cir, m.pir, m.cburst, m.pburst) != (0, 0, 0, 0)}
     clones = target.clone_sessions() if isinstance(target, PipelineModel) else target.read_clone_sessions()
     return {"tables": tables, "defaults": defaults, "meters": meters, "clones": clones}
 
 
-def run_scheduler(targets: dict, topo) -> Scheduler:
-    sched = Scheduler(topo, targets, SchedulerConfig(admit_on_request=False))
+def run_scheduler(targets: dict, topo, mode: str) -> Scheduler:
+    """Per-transfer mode: four flows announced, one completed; share mode: four dependencies
+    announced, one ended (the same pairs)."""
+    sched = Scheduler(topo, targets, SchedulerConfig(admit_on_request=False, grant_mode=mode))
     sched.setup(0, {"tor1": -3 * MS})
-    for fid, (src, dst, size, deadline) in enumerate([("a", "d", 2_000_000, 5 * MS),
-                                                      ("d", "a", 500_000, 2 * MS),
-                                                      ("d", "b", 9_000_000, 3 * MS),
-                                                      ("c", "b", 100_000, 1 * MS)], start=1):
-        sched.announce(FlowHint(fid, src, dst, size, deadline, f"t/{fid}"), now_ns=fid * 1000)
-    sched.complete(2, now_ns=10_000)
+    pairs = [("a", "d", 2_000_000, 5 * MS), ("d", "a", 500_000, 2 * MS), ("d", "b", 9_000_000, 3 * MS),
+             ("c", "b", 100_000, 1 * MS)]
+    for fid, (src, dst, size, deadline) in enumerate(pairs, start=1):
+        if mode == "share":
+            sched.announce_dependency(DependencyHint(fid, src, dst, f"t/{fid}"), now_ns=fid * 1000)
+        else:
+            sched.announce(FlowHint(fid, src, dst, size, deadline, f"t/{fid}"), now_ns=fid * 1000)
+    if mode == "share":
+        sched.end_dependency("d", 2, now_ns=10_000)
+    else:
+        sched.complete(2, now_ns=10_000)
     return sched
 
 
-def test_scheduler_installs_the_same_entries_as_in_the_pipeline_model(p4info_path, bmv2_json) -> None:
+@pytest.mark.parametrize("mode", ["share", "per-transfer"])
+def test_scheduler_installs_the_same_entries_as_in_the_pipeline_model(p4info_path, bmv2_json, mode: str) -> None:
     topo = two_tors()
     models = {sw: PipelineModel(sw, lambda: 0) for sw in topo.switches()}
-    sched_model = run_scheduler(models, topo)
+    sched_model = run_scheduler(models, topo, mode)
     servers = {sw: FakeP4RuntimeServer().__enter__() for sw in topo.switches()}
     targets = {}
     try:
         for sw, server in servers.items():
             targets[sw] = P4RuntimeTarget(sw, server.address, 0, p4info_path, bmv2_json)
             targets[sw].push_pipeline()
-        sched_p4rt = run_scheduler(targets, topo)
+        sched_p4rt = run_scheduler(targets, topo, mode)
         for sw in topo.switches():
             want, got = installed_state(models[sw]), installed_state(targets[sw])
             assert got == want, sw
-            assert want["tables"][n.FLOW_GRANT], "the scenario must install grants"
+            assert want["tables"][n.DEP_GRANT], "the scenario must install grants"
+            action = n.ACT_SET_SHARE_GRANT if mode == "share" else n.ACT_SET_FIXED_GRANT
+            assert {e.action for e in want["tables"][n.DEP_GRANT]} == {action}
+            assert bool(want["tables"][n.PORT_SHARE]) == (mode == "share")
             assert want["clones"] == [CloneSession.for_port(p) for p in sorted(topo.ports(sw))]
         assert (sched_p4rt.stats.table_updates, sched_p4rt.stats.meter_updates) == \
             (sched_model.stats.table_updates, sched_model.stats.meter_updates)
@@ -669,7 +655,7 @@ def test_scheduler_installs_the_same_entries_as_in_the_pipeline_model(p4info_pat
                 targets["tor0"].poll_digests(timeout_s=0.2)
         assert e.value.code == "UNAVAILABLE"
         assert targets["tor0"].reconnect(push_pipeline=True)
-        assert targets["tor0"].read_table(n.FLOW_GRANT) == []
+        assert targets["tor0"].read_table(n.DEP_GRANT) == []
         sched_p4rt.reinstall("tor0", 20_000, 0, targets["tor0"])
         got, want = installed_state(targets["tor0"]), installed_state(models["tor0"])
         assert (got["tables"], got["defaults"], got["clones"]) == (want["tables"], want["defaults"], want["clones"])
@@ -688,6 +674,6 @@ def test_reconnect_without_restart_keeps_state_and_digests(fake) -> None:
     server, target = fake
     target.write([Update(Op.INSERT, grant(4))])
     assert target.reconnect()  # DigestEntry exists already: MODIFY path
-    assert target.read_table(n.FLOW_GRANT) == [grant(4)]
-    server.inject_digest(n.REQUEST_DIGEST, [[4, 1, 2, 3, 4]])
-    assert target.poll_digests(timeout_s=5) == [RequestDigest(4, 1, 2, 3, 4)]
+    assert target.read_table(n.DEP_GRANT) == [grant(4)]
+    server.inject_digest(n.REQUEST_DIGEST, [[4, 1, 2, 3, 4, 5]])
+    assert target.poll_digests(timeout_s=5) == [RequestDigest(4, 1, 2, 3, 4, 5)]

@@ -11,7 +11,7 @@ from scapy.packet import Raw
 from scapy.utils import checksum, rdpcap, wrpcap
 
 from safs.core.errors import ProtocolError
-from safs.core.protocol import HEADER_LEN, SAFS_UDP_PORT, Color, Malformed, MsgType
+from safs.core.protocol import FLAG_LAST, FLAG_RENEW, HEADER_LEN, SAFS_UDP_PORT, Color, Malformed, MsgType
 from safs.core.scapy_layer import (
     SAFS,
     SafsHeader,
@@ -37,7 +37,7 @@ headers = st.builds(
     qclass=st.integers(0, 255),
     color=st.integers(0, 255),
     qdepth=st.integers(0, 65535),
-    reserved=st.integers(0, 65535),
+    dep_id=st.integers(0, 65535),
 )
 
 
@@ -45,7 +45,7 @@ def _scapy_fields(h: SafsHeader) -> dict:
     return {"version": h.version, "type": int(h.type), "flags": h.flags, "qclass": h.qclass,
             "color": h.color, "flow_id": h.flow_id, "remaining_bytes": h.remaining_bytes,
             "timestamp_ns": h.timestamp_ns, "rate_kbps": h.rate_kbps, "epoch": h.epoch,
-            "lease_us": h.lease_us, "qdepth": h.qdepth, "reserved": h.reserved}
+            "lease_us": h.lease_us, "qdepth": h.qdepth, "dep_id": h.dep_id}
 
 
 @SETTINGS
@@ -62,9 +62,9 @@ def test_layout_offsets_are_network_order():
     h = SafsHeader(type=MsgType.GRANT, flow_id=0x01020304, remaining_bytes=0x0A0B0C0D0E0F,
                    timestamp_ns=0x111213141516, rate_kbps=0x21222324, epoch=0x31323334,
                    lease_us=0x41424344, flags=0x51, qclass=0x61, color=0x02, qdepth=0x7172,
-                   reserved=0x8182)
+                   dep_id=0x8182)
     b = bytes(SAFS(**_scapy_fields(h)))
-    assert b[0] == 0x13  # version 1 in the high nibble, GRANT=3 in the low nibble
+    assert b[0] == 0x23  # version 2 in the high nibble, GRANT=3 in the low nibble
     assert b[1:4] == bytes([0x51, 0x61, 0x02])
     assert struct.unpack("!I", b[4:8])[0] == 0x01020304
     assert b[8:14] == bytes.fromhex("0a0b0c0d0e0f")
@@ -96,12 +96,15 @@ def test_builders_set_zero_udp_checksum_and_valid_ip():
 
 @pytest.mark.parametrize("build,want", [
     (lambda: safs_data("10.0.0.1", 0x0A000102, 5, 3000, 1234, 2, 1000),
-     dict(type=MsgType.DATA, flow_id=5, remaining_bytes=3000, timestamp_ns=1234, epoch=2)),
-    (lambda: safs_request("10.0.0.1", "10.0.1.2", 6, 10**6, 99, flags=1),
-     dict(type=MsgType.REQUEST, flow_id=6, remaining_bytes=10**6, timestamp_ns=99, flags=1)),
-    (lambda: safs_grant("10.0.1.2", "10.0.0.1", 6, 25_000_000, 3, 500, 77, remaining_bytes=10**6),
+     dict(type=MsgType.DATA, flow_id=5, remaining_bytes=3000, timestamp_ns=1234, epoch=2, dep_id=1, rate_kbps=0)),
+    (lambda: safs_data("10.0.0.1", "10.0.1.2", 5, 3000, 1234, 2, 1000, dep_id=40, rate_kbps=12_500_000,
+                       flags=FLAG_LAST | FLAG_RENEW),
+     dict(type=MsgType.DATA, dep_id=40, rate_kbps=12_500_000, flags=FLAG_LAST | FLAG_RENEW, epoch=2)),
+    (lambda: safs_request("10.0.0.1", "10.0.1.2", 6, 10**6, 99, flags=1, dep_id=9),
+     dict(type=MsgType.REQUEST, flow_id=6, remaining_bytes=10**6, timestamp_ns=99, flags=1, dep_id=9)),
+    (lambda: safs_grant("10.0.1.2", "10.0.0.1", 6, 25_000_000, 3, 500, 77, remaining_bytes=10**6, dep_id=9),
      dict(type=MsgType.GRANT, flow_id=6, rate_kbps=25_000_000, epoch=3, lease_us=500,
-          timestamp_ns=77, remaining_bytes=10**6)),
+          timestamp_ns=77, remaining_bytes=10**6, dep_id=9)),
     (lambda: safs_done("10.0.0.1", "10.0.1.2", 7, 55),
      dict(type=MsgType.DONE, flow_id=7, remaining_bytes=0, timestamp_ns=55)),
 ])
@@ -130,8 +133,9 @@ def test_other_ports_are_not_safs():
     assert not pkt.haslayer(SAFS)
 
 
-@pytest.mark.parametrize("byte0,reason", [(0x21, Malformed.BAD_VERSION), (0x01, Malformed.BAD_VERSION),
-                                          (0x10, Malformed.BAD_TYPE), (0x15, Malformed.BAD_TYPE)])
+@pytest.mark.parametrize("byte0,reason", [(0x11, Malformed.BAD_VERSION), (0x01, Malformed.BAD_VERSION),
+                                          (0xF1, Malformed.BAD_VERSION), (0x20, Malformed.BAD_TYPE),
+                                          (0x25, Malformed.BAD_TYPE)])
 def test_parse_rejects_bad_version_and_type(byte0, reason):
     raw = bytes([byte0]) + bytes(HEADER_LEN - 1)
     with pytest.raises(ProtocolError, match=reason.name):

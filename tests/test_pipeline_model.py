@@ -14,11 +14,16 @@ from safs.core.protocol import (
     ECN_ECT0,
     ECN_ECT1,
     ECN_NOT_ECT,
+    FLAG_BACKGROUND,
+    FLAG_LAST,
+    FLAG_RENEW,
     QDEPTH_MAX,
     QUEUE_BEST_EFFORT,
     QUEUE_CONTROL,
     QUEUE_OVER_RATE,
+    QUEUE_SLACK_LEAST_URGENT,
     SAFS_UDP_PORT,
+    SAFS_VERSION,
     Color,
     MsgType,
 )
@@ -29,12 +34,18 @@ from safs.targets.pipeline_model import CLONE_SESSION_ID_MAX, CONTROL_PACKET_BYT
 SENDER_IP = 0x0A000001  # 10.0.0.1, behind port 1
 RECEIVER_IP = 0x0A000102  # 10.0.1.2, directly attached on port 3 (receiver port)
 OTHER_IP = 0x0A000105  # 10.0.1.5, via port 2 (not a receiver port)
-SENDER_PORT, FABRIC_PORT, RECEIVER_PORT = 1, 2, 3
+SECOND_RECEIVER_IP = 0x0A000204  # 10.0.2.4, directly attached on port 4 (a second receiver port)
+SENDER_PORT, FABRIC_PORT, RECEIVER_PORT, SECOND_RECEIVER_PORT = 1, 2, 3, 4
 
-# Slack classes used by these tests: (low slack ns, high slack ns, qclass).
+# Slack classes used by these tests: (low slack ns, high slack ns, qclass); urgency = 6 - qclass.
 US = 1_000
 CLASSES = [(-(1 << 47), -1, 6), (0, 10 * US - 1, 5), (10 * US, 100 * US - 1, 4),
            (100 * US, 1000 * US - 1, 3), (1000 * US, (1 << 47) - 1, 2)]
+SLACK_NS = {6: -5 * US, 5: 5 * US, 4: 50 * US, 3: 500 * US, 2: 10_000 * US}  # a slack inside each class
+PORT_KBPS = 100_000_000  # usable rate of each receiver port in port_share (100 Gbit/s)
+RESERVE_KBPS = PORT_KBPS // 32  # its waiting share (SchedulerConfig.waiting_share's default)
+SHARE_LEASE_US = 20_000
+DEFAULT_KBPS, DEFAULT_LEASE_US = 1_000_000, 500
 
 
 class Clock:
@@ -73,40 +84,71 @@ def back_route(prefix: int, plen: int, port: int) -> TableEntry:
                  dst_mac=0x020000000000 + port)
 
 
-def grant_entry(flow_id: int, rate_kbps: int, epoch: int, lease_us: int, slot: int) -> TableEntry:
-    return entry(n.FLOW_GRANT, {n.F_FLOW_ID: flow_id}, n.ACT_SET_GRANT,
+def fixed_grant(dep_id: int, rate_kbps: int, epoch: int, lease_us: int, slot: int,
+                src: int = SENDER_IP) -> TableEntry:
+    """A per-transfer-mode dep_grant entry (set_fixed_grant)."""
+    return entry(n.DEP_GRANT, {n.F_SRC_ADDR: src, n.F_DEP_ID: dep_id}, n.ACT_SET_FIXED_GRANT,
                  rate_kbps=rate_kbps, epoch=epoch, lease_us=lease_us, meter_slot=slot)
 
 
-def make_switch(receiver: bool = True, clock: Clock | None = None,
-                back_routes: bool = True, clone_sessions: bool = True) -> tuple[PipelineModel, Clock]:
-    clock = clock or Clock(1_000_000)
-    sw = PipelineModel("tor1", clock)
+def share_grant(dep_id: int, slot: int, src: int = SENDER_IP) -> TableEntry:
+    """A dependency's dep_grant entry in share mode (set_share_grant)."""
+    return entry(n.DEP_GRANT, {n.F_SRC_ADDR: src, n.F_DEP_ID: dep_id}, n.ACT_SET_SHARE_GRANT, meter_slot=slot)
+
+
+def share_kbps(load: int, mode: int = n.SHARE_ALONE) -> int:
+    """port_share of a receiver port at ``load`` and ``mode`` (as Scheduler._share_entries)."""
+    rate = {n.SHARE_ALONE: PORT_KBPS, n.SHARE_TOP: PORT_KBPS - RESERVE_KBPS, n.SHARE_WAITING: RESERVE_KBPS}[mode]
+    return rate // load
+
+
+def setup_updates(receiver: bool = True, back_routes: bool = True, clone_sessions: bool = True,
+                  shares: bool = True) -> list[Update]:
+    """What the controller installs on the ToR (as Scheduler.setup would)."""
     ups = [ins(route(0x0A000000, 24, SENDER_PORT)), ins(route(0x0A000100, 24, FABRIC_PORT)),
-           ins(route(RECEIVER_IP, 32, RECEIVER_PORT))]
+           ins(route(RECEIVER_IP, 32, RECEIVER_PORT)), ins(route(SECOND_RECEIVER_IP, 32, SECOND_RECEIVER_PORT))]
     if back_routes:
         ups.append(ins(back_route(0x0A000000, 24, SENDER_PORT)))
     if receiver:
-        ups.append(ins(entry(n.RECEIVER_PORT, {n.F_EGRESS_PORT: RECEIVER_PORT}, n.ACT_MARK_RECEIVER)))
+        ups += [ins(entry(n.RECEIVER_PORT, {n.F_EGRESS_PORT: port}, n.ACT_MARK_RECEIVER))
+                for port in (RECEIVER_PORT, SECOND_RECEIVER_PORT)]
     if clone_sessions:  # as Scheduler.setup writes them: session port + 1 -> port
-        ups += [ins(CloneSession.for_port(port)) for port in (SENDER_PORT, FABRIC_PORT, RECEIVER_PORT)]
+        ups += [ins(CloneSession.for_port(port))
+                for port in (SENDER_PORT, FABRIC_PORT, RECEIVER_PORT, SECOND_RECEIVER_PORT)]
     for prio, (lo, hi, q) in enumerate(CLASSES, start=1):
         ups.append(ins(entry(n.SLACK_CLASS, {n.F_SLACK_KEY: Range(slack_to_key(lo), slack_to_key(hi))},
                              n.ACT_SET_SLACK_CLASS, priority=prio, qclass=q)))
+    if shares:
+        ups += [ins(entry(n.PORT_SHARE, {n.F_EGRESS_PORT: port, n.F_LOAD: load, n.F_MODE: mode}, n.ACT_SET_SHARE,
+                          rate_kbps=share_kbps(load, mode)))
+                for port in (RECEIVER_PORT, SECOND_RECEIVER_PORT) for load in range(1, n.MAX_LOAD + 1)
+                for mode in n.SHARE_MODES]
+        ups.append(mod(default(n.SHARE_LEASE, n.ACT_SET_SHARE_LEASE, lease_us=SHARE_LEASE_US)))
     ups.append(mod(default(n.DEFAULT_GRANT, n.ACT_SET_DEFAULT_GRANT,
-                           rate_kbps=1_000_000, lease_us=500, meter_slot=0)))
-    sw.write(ups)
+                           rate_kbps=DEFAULT_KBPS, lease_us=DEFAULT_LEASE_US, meter_slot=0)))
+    return ups
+
+
+def make_switch(receiver: bool = True, clock: Clock | None = None, back_routes: bool = True,
+                clone_sessions: bool = True, shares: bool = True) -> tuple[PipelineModel, Clock]:
+    clock = clock or Clock(1_000_000)
+    sw = PipelineModel("tor1", clock)
+    sw.write(setup_updates(receiver, back_routes, clone_sessions, shares))
     return sw, clock
 
 
 def safs_pkt(t: MsgType, flow_id: int = 7, ts: int = 0, epoch: int = 0, size: int = 1500,
-             src: int = SENDER_IP, dst: int = RECEIVER_IP, remaining: int = 10_000) -> Packet:
+             src: int = SENDER_IP, dst: int = RECEIVER_IP, remaining: int = 10_000, dep_id: int = 1,
+             rate_kbps: int = 0, flags: int = 0) -> Packet:
     p = Packet(src, dst, PROTO_UDP, 40000, SAFS_UDP_PORT, size, payload=max(0, size - 78))
-    p.safs_version = 1
+    p.safs_version = SAFS_VERSION
     p.safs_type = int(t)
     p.flow_id = flow_id
+    p.dep_id = dep_id
     p.ts = ts
     p.epoch = epoch
+    p.rate_kbps = rate_kbps
+    p.flags = flags
     p.remaining = remaining
     return p
 
@@ -173,18 +215,22 @@ def test_control_packets_priority_7_and_non_safs_0() -> None:
 
 # ---------------------------------------------------------------------------- meters
 
-def install_flow(sw: PipelineModel, flow_id: int, slot: int, epoch: int, cir: int, cburst: int,
-                 pir: int, pburst: int) -> None:
-    sw.write([ins(grant_entry(flow_id, cir * 8 // 1000, epoch, 500, slot)),
-              mod(MeterConfig(n.FLOW_METER, slot, cir=cir, cburst=cburst, pir=pir, pburst=pburst))])
+def install_dep(sw: PipelineModel, dep_id: int, slot: int, epoch: int, cir: int, cburst: int,
+                pir: int, pburst: int) -> int:
+    """A fixed grant at the meter's committed rate; returns that rate in kbit/s (what the
+    sender holds, so its DATA pushes no GRANT)."""
+    kbps = cir * 8 // 1000
+    sw.write([ins(fixed_grant(dep_id, kbps, epoch, 500, slot)),
+              mod(MeterConfig(n.DEP_METER, slot, cir=cir, cburst=cburst, pir=pir, pburst=pburst))])
+    return kbps
 
 
 def test_meter_burst_green_then_yellow_then_red_never_dropped() -> None:
     sw, clock = make_switch()
-    install_flow(sw, 7, slot=5, epoch=1, cir=1_000_000, cburst=3000, pir=1_250_000, pburst=4500)
+    kbps = install_dep(sw, 1, slot=5, epoch=1, cir=1_000_000, cburst=3000, pir=1_250_000, pburst=4500)
     colors, prios = [], []
     for _ in range(4):  # back-to-back at one instant: only the buckets' depth counts
-        p = safs_pkt(MsgType.DATA, epoch=1, ts=wrap(clock.t + 10**9))
+        p = safs_pkt(MsgType.DATA, epoch=1, rate_kbps=kbps, ts=wrap(clock.t + 10**9))
         out = sw.ingress(p, SENDER_PORT)
         assert out == [(RECEIVER_PORT, p)]  # never dropped
         colors.append(p.color)
@@ -192,7 +238,7 @@ def test_meter_burst_green_then_yellow_then_red_never_dropped() -> None:
     assert colors == [Color.GREEN, Color.GREEN, Color.YELLOW, Color.RED]
     assert prios[:2] == [2, 2] and prios[2:] == [QUEUE_OVER_RATE, QUEUE_OVER_RATE]
     clock.t += 1_500_000  # 1.5 ms at 1 MB/s refills 1500 bytes of the committed bucket
-    p = safs_pkt(MsgType.DATA, epoch=1, ts=wrap(clock.t + 10**9))
+    p = safs_pkt(MsgType.DATA, epoch=1, rate_kbps=kbps, ts=wrap(clock.t + 10**9))
     sw.ingress(p, SENDER_PORT)
     assert p.color == Color.GREEN
 
@@ -202,13 +248,13 @@ def test_meter_burst_green_then_yellow_then_red_never_dropped() -> None:
 def test_meter_far_above_rate_green_bytes_bounded_by_cir(rate_factor: int, cir: int) -> None:
     sw, clock = make_switch()
     cburst = 3000
-    install_flow(sw, 7, slot=9, epoch=1, cir=cir, cburst=cburst, pir=cir + cir // 10, pburst=4500)
+    kbps = install_dep(sw, 1, slot=9, epoch=1, cir=cir, cburst=cburst, pir=cir + cir // 10, pburst=4500)
     gap_ns = 1500 * 10**9 // (cir * rate_factor)  # packets arrive rate_factor times too fast
     start = clock.t
     green = 0
     for _ in range(400):
         clock.t += gap_ns
-        p = safs_pkt(MsgType.DATA, epoch=1)
+        p = safs_pkt(MsgType.DATA, epoch=1, rate_kbps=kbps)
         assert len(sw.ingress(p, SENDER_PORT)) == 1
         if p.color == Color.GREEN:
             green += p.size
@@ -220,32 +266,46 @@ def test_meter_far_above_rate_green_bytes_bounded_by_cir(rate_factor: int, cir: 
     assert green >= allowed - 2 * 1500 - cburst  # the meter does let the committed rate through
 
 
-def test_unconfigured_meter_is_green_and_default_slot_meters_unknown_flows() -> None:
+def test_unconfigured_meter_is_green_and_default_slot_meters_unknown_dependencies() -> None:
     sw, _ = make_switch()
-    sw.write([ins(grant_entry(8, 1000, 1, 500, slot=77))])  # slot 77 never configured
-    for _ in range(50):
-        p = safs_pkt(MsgType.DATA, flow_id=8, epoch=1)
+    sw.write([ins(fixed_grant(8, 1000, 1, 500, slot=77))])  # slot 77 never configured
+    for i in range(50):  # several transfers of dependency 8: one grant, one slot
+        p = safs_pkt(MsgType.DATA, flow_id=100 + i % 5, dep_id=8, epoch=1, rate_kbps=1000)
         sw.ingress(p, SENDER_PORT)
         assert p.color == Color.GREEN
-    sw.write([mod(MeterConfig(n.FLOW_METER, 0, cir=1000, cburst=1500, pir=1000, pburst=1500))])
+    sw.write([mod(MeterConfig(n.DEP_METER, 0, cir=1000, cburst=1500, pir=1000, pburst=1500))])
     seen = []
     for _ in range(3):
-        p = safs_pkt(MsgType.DATA, flow_id=99)  # no flow_grant entry -> default slot 0
+        p = safs_pkt(MsgType.DATA, flow_id=8, dep_id=99)  # no dep_grant entry -> default slot 0
         sw.ingress(p, SENDER_PORT)
         seen.append(p.color)
     assert seen[0] == Color.GREEN and Color.RED in seen[1:]
-    assert sw.read_counter(n.FLOW_BYTES, 0).packet_count == 3
-    assert sw.read_counter(n.FLOW_BYTES, 77).packet_count == 50
-    assert sw.read_counter(n.FLOW_BYTES, 77).byte_count == 50 * 1500
+    assert sw.read_counter(n.DEP_BYTES, 0).packet_count == 3
+    assert sw.read_counter(n.DEP_BYTES, 77).packet_count == 50
+    assert sw.read_counter(n.DEP_BYTES, 77).byte_count == 50 * 1500
+
+
+def test_grant_is_keyed_by_sender_address_and_dep_id() -> None:
+    sw, _ = make_switch()
+    other, unknown = 0x0A000009, 0x0A00000A
+    sw.write([ins(fixed_grant(8, 2_000, 3, 700, slot=5)), ins(fixed_grant(8, 4_000, 6, 900, slot=6, src=other))])
+    for src, want in ((SENDER_IP, (2_000, 3, 700)), (other, (4_000, 6, 900)), (unknown, (DEFAULT_KBPS, 0, 500))):
+        g = safs_pkt(MsgType.REQUEST, dep_id=8, src=src)
+        sw.ingress(g, SENDER_PORT)
+        assert (g.rate_kbps, g.epoch, g.lease_us) == want
+    assert [(d.src_addr, d.dep_id) for d in sw.poll_digests()] == [(unknown, 8)]
 
 
 def test_metering_only_at_receiver_tor() -> None:
     sw, _ = make_switch(receiver=False)
-    install_flow(sw, 7, slot=5, epoch=1, cir=1, cburst=1, pir=1, pburst=1)
-    p = safs_pkt(MsgType.DATA, epoch=1)
-    sw.ingress(p, SENDER_PORT)
+    sw.write([ins(share_grant(2, slot=6))])
+    kbps = install_dep(sw, 1, slot=5, epoch=1, cir=1, cburst=1, pir=1, pburst=1)
+    p = safs_pkt(MsgType.DATA, epoch=1, rate_kbps=kbps)
+    assert sw.ingress(p, SENDER_PORT) == [(RECEIVER_PORT, p)]
     assert p.color == Color.UNMETERED and p.priority == p.qclass
-    assert sw.read_counter(n.FLOW_BYTES, 5).packet_count == 0
+    assert sw.read_counter(n.DEP_BYTES, 5).packet_count == 0
+    sw.ingress(safs_pkt(MsgType.DATA, dep_id=2), SENDER_PORT)  # a share grant: nothing counted here
+    assert sw.read_register(n.DEP_CLASS, 6) == 0 and counts(sw) == [0] * 5
 
 
 # ---------------------------------------------------------------------------- grants, digests
@@ -253,7 +313,7 @@ def test_metering_only_at_receiver_tor() -> None:
 def test_request_with_installed_grant_becomes_grant_without_digest() -> None:
     sw, clock = make_switch()
     sw.set_clock_offset(5_000)
-    sw.write([ins(grant_entry(7, 2_500_000, 4, 800, slot=3))])
+    sw.write([ins(fixed_grant(1, 2_500_000, 4, 800, slot=3))])
     p = safs_pkt(MsgType.REQUEST, ts=123, size=CONTROL_PACKET_BYTES)
     out = sw.ingress(p, SENDER_PORT)
     assert out == [(SENDER_PORT, p)]
@@ -261,63 +321,284 @@ def test_request_with_installed_grant_becomes_grant_without_digest() -> None:
     assert (p.safs_type, p.src, p.dst, p.sport, p.dport) == (
         MsgType.GRANT, RECEIVER_IP, SENDER_IP, 40000, SAFS_UDP_PORT)
     assert (p.rate_kbps, p.epoch, p.lease_us, p.priority) == (2_500_000, 4, 800, QUEUE_CONTROL)
-    assert (p.qclass, p.color) == (QUEUE_CONTROL, Color.UNMETERED)
+    assert (p.qclass, p.color, p.dep_id, p.flow_id) == (QUEUE_CONTROL, Color.UNMETERED, 1, 7)
     assert p.ts == wrap(clock.t + 5_000)
     assert sw.poll_digests() == []
 
 
-def test_request_unknown_flow_gets_default_grant_and_one_digest() -> None:
+def test_request_of_unknown_dependency_gets_default_grant_and_one_digest() -> None:
     sw, _ = make_switch()
-    p = safs_pkt(MsgType.REQUEST, flow_id=42, ts=777, remaining=9_999)
+    p = safs_pkt(MsgType.REQUEST, flow_id=42, dep_id=17, ts=777, remaining=9_999)
     assert sw.ingress(p, SENDER_PORT) == [(SENDER_PORT, p)]
-    assert (p.safs_type, p.rate_kbps, p.epoch, p.lease_us) == (MsgType.GRANT, 1_000_000, 0, 500)
-    assert sw.poll_digests() == [RequestDigest(42, SENDER_IP, RECEIVER_IP, 9_999, 777)]
+    assert (p.safs_type, p.rate_kbps, p.epoch, p.lease_us) == (MsgType.GRANT, DEFAULT_KBPS, 0, DEFAULT_LEASE_US)
+    # the digest names the dependency and carries the transfer's latest start as sent
+    assert sw.poll_digests() == [RequestDigest(42, SENDER_IP, RECEIVER_IP, 17, 9_999, 777)]
     assert sw.poll_digests() == []  # cleared
 
 
-@pytest.mark.parametrize("installed, sent, pushes", [
-    (2, 1, True), (2, 0, True), (2, 2, False), (2, 3, False),
-    (1, 0xFFFFFFFF, True),  # serial compare: 2^32-1 is just before 1
-    (0xFFFFFFFF, 1, False),  # and 1 is just after 2^32-1
-])
-def test_stale_epoch_data_pushes_fresh_grant(installed: int, sent: int, pushes: bool) -> None:
+def test_request_of_a_known_share_dependency_is_granted_by_the_switch_alone() -> None:
     sw, clock = make_switch()
-    sw.write([ins(grant_entry(7, 3_000_000, installed, 900, slot=4))])
-    p = safs_pkt(MsgType.DATA, epoch=sent, ts=wrap(clock.t + 10**6), remaining=4242)
+    sw.write([ins(share_grant(5, slot=9))])
+    p = safs_pkt(MsgType.REQUEST, dep_id=5, ts=wrap(sw.now() + SLACK_NS[2]))
+    assert sw.ingress(p, SENDER_PORT) == [(SENDER_PORT, p)]
+    assert (p.safs_type, p.rate_kbps, p.epoch, p.lease_us) == (MsgType.GRANT, share_kbps(1), 1, SHARE_LEASE_US)
+    assert sw.poll_digests() == []
+    assert sw.read_register(n.DEP_CLASS, 9) == 5  # a REQUEST counts the dependency as active (urgency 4)
+    assert counts(sw) == [0, 0, 0, 0, 1]
+
+
+# Share grants: the receiver's ToR shares the port among its active dependencies.
+
+def share_deps(sw: PipelineModel, count: int, first_slot: int = 1) -> None:
+    """Dependencies 1..count of SENDER_IP with share grants in slots first_slot.."""
+    sw.write([ins(share_grant(d, slot=first_slot + d - 1)) for d in range(1, count + 1)])
+
+
+def ask(sw: PipelineModel, dep_id: int, qclass: int = 2, flags: int = 0,
+        dst: int = RECEIVER_IP) -> tuple[int, int, int]:
+    """The (rate_kbps, epoch, lease_us) a REQUEST of ``dep_id`` in slack class ``qclass`` gets."""
+    g = safs_pkt(MsgType.REQUEST, dep_id=dep_id, ts=wrap(sw.now() + SLACK_NS[qclass]), flags=flags, dst=dst)
+    out = sw.ingress(g, SENDER_PORT)
+    assert out == [(SENDER_PORT, g)] and g.safs_type == MsgType.GRANT
+    return g.rate_kbps, g.epoch, g.lease_us
+
+
+def data(sw: PipelineModel, dep_id: int, qclass: int = 2, flags: int = 0, rate_kbps: int = 0, epoch: int = 0,
+         dst: int = RECEIVER_IP) -> list[tuple[int, Packet]]:
+    """Ingress of a DATA of ``dep_id`` in slack class ``qclass``, holding ``rate_kbps``/``epoch``."""
+    p = safs_pkt(MsgType.DATA, dep_id=dep_id, ts=wrap(sw.now() + SLACK_NS[qclass]), flags=flags,
+                 rate_kbps=rate_kbps, epoch=epoch, dst=dst)
+    return sw.ingress(p, SENDER_PORT)
+
+
+def counts(sw: PipelineModel, port: int = RECEIVER_PORT) -> list[int]:
+    """Active dependencies per urgency 0..4 at ``port`` (class_load_0..4)."""
+    return [sw.read_register(r, port) for r in n.CLASS_LOADS]
+
+
+def test_two_dependencies_in_one_class_each_get_half_the_port() -> None:
+    sw, _ = make_switch()
+    share_deps(sw, 2)
+    assert ask(sw, 1) == (share_kbps(1), 1, SHARE_LEASE_US)  # alone: the whole port
+    assert ask(sw, 2) == (share_kbps(2), 2, SHARE_LEASE_US)  # a second one: half each
+    assert ask(sw, 1) == (share_kbps(2), 2, SHARE_LEASE_US)  # the same counts: the same epoch
+    assert 2 * share_kbps(2) <= PORT_KBPS
+    assert [sw.read_register(n.DEP_CLASS, s) for s in (1, 2)] == [5, 5]
+    assert counts(sw) == [0, 0, 0, 0, 2] and counts(sw, SECOND_RECEIVER_PORT) == [0] * 5
+
+
+def test_a_more_urgent_dependency_takes_the_port_and_the_others_wait_on_the_reserve() -> None:
+    sw, _ = make_switch()
+    share_deps(sw, 3)
+    ask(sw, 1, qclass=2)
+    ask(sw, 2, qclass=3)
+    assert ask(sw, 3, qclass=6) == (share_kbps(1, n.SHARE_TOP), 3, SHARE_LEASE_US)  # late: top, others wait
+    assert counts(sw) == [1, 0, 0, 1, 1]
+    assert ask(sw, 1, qclass=2)[0] == share_kbps(2, n.SHARE_WAITING)  # the reserve, split among the two waiting
+    assert ask(sw, 2, qclass=3)[0] == share_kbps(2, n.SHARE_WAITING)
+    assert share_kbps(1, n.SHARE_TOP) + 2 * share_kbps(2, n.SHARE_WAITING) <= PORT_KBPS
+    rate, epoch, _ = ask(sw, 2, qclass=6)  # its slack ran out: it shares the top class
+    assert (rate, epoch) == (share_kbps(2, n.SHARE_TOP), 4) and counts(sw) == [2, 0, 0, 0, 1]
+
+
+def test_background_counts_as_least_urgent_whatever_its_slack() -> None:
+    sw, _ = make_switch()
+    share_deps(sw, 2)
+    ask(sw, 1, qclass=6, flags=FLAG_BACKGROUND)
+    assert sw.read_register(n.DEP_CLASS, 1) == 5
+    assert ask(sw, 2, qclass=4) == (share_kbps(1, n.SHARE_TOP), 2, SHARE_LEASE_US)
+    assert ask(sw, 1, qclass=6, flags=FLAG_BACKGROUND)[0] == share_kbps(1, n.SHARE_WAITING)
+
+
+def test_last_makes_a_dependency_idle_and_the_waiting_one_gets_the_port() -> None:
+    sw, _ = make_switch()
+    share_deps(sw, 2)
+    ask(sw, 1, qclass=6)
+    _, gen, _ = ask(sw, 2)
+    out = data(sw, 1, qclass=6, flags=FLAG_LAST)  # its last packet: no push, idle
+    assert len(out) == 1 and out[0][1].safs_type == MsgType.DATA
+    assert sw.read_register(n.DEP_CLASS, 1) == 0 and counts(sw) == [0, 0, 0, 0, 1]
+    assert ask(sw, 2) == (share_kbps(1), gen + 1, SHARE_LEASE_US)  # alone again: the whole port
+    data(sw, 1, qclass=6, flags=FLAG_LAST)  # a duplicate LAST: nothing more to remove
+    assert counts(sw) == [0, 0, 0, 0, 1]
+    assert ask(sw, 1, qclass=6)[0] == share_kbps(1, n.SHARE_TOP)  # its next transfer counts again
+
+
+def test_counts_never_go_below_zero() -> None:
+    """The entry is keyed by sender and dep_id, not by port: a dependency counted at one port
+    whose LAST arrives for another (or after a restart zeroed the counts) removes nothing there."""
+    sw, _ = make_switch()
+    share_deps(sw, 1)
+    ask(sw, 1, qclass=6)  # counted at RECEIVER_PORT, urgency 0
+    data(sw, 1, flags=FLAG_LAST, dst=SECOND_RECEIVER_IP)
+    assert counts(sw, SECOND_RECEIVER_PORT) == [0] * 5
+    assert counts(sw) == [1, 0, 0, 0, 0]  # left counted at RECEIVER_PORT until it goes idle there
+    assert sw.read_register(n.DEP_CLASS, 1) == 0
+
+
+def test_generation_grows_only_when_a_count_changes_and_skips_zero() -> None:
+    sw, _ = make_switch()
+    share_deps(sw, 3)
+    gens = [sw.read_register(n.PORT_GEN, RECEIVER_PORT)]
+    for dep_id, qclass in ((1, 2), (1, 2), (2, 4), (2, 4), (1, 6), (3, 3)):
+        ask(sw, dep_id, qclass)
+        gens.append(sw.read_register(n.PORT_GEN, RECEIVER_PORT))
+    assert gens == [0, 1, 1, 2, 2, 3, 4]  # repeats in the same class leave counts and generation alone
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), st.sampled_from([6, 5, 4, 3, 2]), st.booleans(), st.booleans(),
+                          st.booleans()), max_size=40))
+def test_class_counts_are_the_dependencies_held_and_rates_follow_the_most_urgent_class(seq) -> None:
+    sw, _ = make_switch()
+    share_deps(sw, 4)
+    held = {d: 0 for d in range(1, 5)}
+    gen = 0
+    for dep_id, qclass, is_data, last, background in seq:
+        flags = (FLAG_LAST if last else 0) | (FLAG_BACKGROUND if background else 0)
+        before = counts(sw)
+        if is_data:
+            data(sw, dep_id, qclass, flags=flags)
+        else:
+            rate, _, _ = ask(sw, dep_id, qclass, flags=flags)  # LAST means nothing on a REQUEST
+        urgency = 4 if background else 6 - qclass
+        held[dep_id] = 0 if (is_data and last) else urgency + 1
+        want = [sum(1 for c in held.values() if c == u + 1) for u in range(5)]
+        assert counts(sw) == want
+        assert [sw.read_register(n.DEP_CLASS, d) for d in range(1, 5)] == [held[d] for d in range(1, 5)]
+        gen += want != before
+        assert sw.read_register(n.PORT_GEN, RECEIVER_PORT) == gen
+        if not is_data:
+            top = next(u for u in range(5) if want[u])
+            rest = sum(want) - want[top]
+            if urgency == top:
+                assert rate == share_kbps(want[top], n.SHARE_TOP if rest else n.SHARE_ALONE)
+            else:
+                assert rate == share_kbps(rest, n.SHARE_WAITING)
+
+
+def test_load_above_max_load_gets_the_default_grant_until_it_falls() -> None:
+    sw, _ = make_switch()
+    count = n.MAX_LOAD + 1
+    share_deps(sw, count)
+    for d in range(1, count):
+        rate, epoch, _ = ask(sw, d, qclass=6)
+        assert rate == share_kbps(d) and epoch > 0
+    assert ask(sw, count, qclass=6) == (DEFAULT_KBPS, 0, DEFAULT_LEASE_US)  # MAX_LOAD + 1: no port_share entry
+    assert counts(sw)[0] == n.MAX_LOAD + 1  # counted all the same
+    assert ask(sw, 1, qclass=6)[1] == 0  # the others of the class too, while the count stays above MAX_LOAD
+    data(sw, count, qclass=6, flags=FLAG_LAST)
+    rate, epoch, lease = ask(sw, 1, qclass=6)
+    assert (rate, lease) == (share_kbps(n.MAX_LOAD), SHARE_LEASE_US) and epoch > 0
+
+
+def test_restart_zeroes_registers_and_the_next_data_readmits() -> None:
+    sw, _ = make_switch()
+    share_deps(sw, 2)
+    ask(sw, 1, qclass=6)
+    ask(sw, 2, qclass=4)
+    assert counts(sw) == [1, 0, 1, 0, 0]
+    sw.restart()
+    assert [sw.read_register(n.DEP_CLASS, i) for i in (1, 2)] == [0, 0]
+    assert counts(sw) == [0] * 5 and sw.read_register(n.PORT_GEN, RECEIVER_PORT) == 0
+    assert sw.entries(n.DEP_GRANT) == [] and sw.entries(n.PORT_SHARE) == []  # the tables are gone too
+    sw.write(setup_updates())  # the controller re-installs (Scheduler.reinstall)
+    share_deps(sw, 2)
+    out = data(sw, 2, qclass=4)  # dependency 1 was idle at the restart: not counted until its next packet
+    assert counts(sw) == [0, 0, 1, 0, 0]
+    assert sw.read_register(n.PORT_GEN, RECEIVER_PORT) == 1
+    (_, g), = [o for o in out if o[1].safs_type == MsgType.GRANT]
+    assert (g.rate_kbps, g.epoch) == (share_kbps(1), 1)
+
+
+def test_read_register_names_and_range() -> None:
+    sw, _ = make_switch()
+    with pytest.raises(InvalidInput) as e:
+        sw.read_register("SafsIngress.nope", 0)
+    assert e.value.field == "register" and n.CLASS_LOADS[0] in e.value.message
+    with pytest.raises(InvalidInput) as e:
+        sw.read_register(n.DEP_CLASS, n.DEP_SLOTS)
+    assert e.value.field == "index"
+    assert sw.read_register(n.PORT_GEN, n.NUM_PORTS - 1) == 0
+
+
+# In-band pushes: a DATA whose held rate is off the grant's gets a fresh GRANT.
+
+@pytest.mark.parametrize("held, pushes", [
+    (31_000, False),  # 1/32 of the grant's 32,000 kbit/s below it: close enough
+    (30_999, True),  # more than 1/32 below: the sender may speed up (its deadline)
+    (32_000, False),
+    (34_000, False),  # 1/16 above: close enough
+    (34_001, True),  # more than 1/16 above: the sender must slow down (capacity)
+    (0, True),
+    ((1 << 32) - 1, True),  # the largest held rate: no overflow in the comparison
+])
+def test_push_when_the_held_rate_is_off_by_more_than_1_32_below_or_1_16_above(held: int, pushes: bool) -> None:
+    sw, clock = make_switch()
+    sw.write([ins(fixed_grant(1, 32_000, 2, 900, slot=4))])
+    p = safs_pkt(MsgType.DATA, epoch=2, rate_kbps=held, ts=wrap(clock.t + 10**6), remaining=4242)
     out = sw.ingress(p, SENDER_PORT)
     assert out[0] == (RECEIVER_PORT, p) and p.safs_type == MsgType.DATA
     assert len(out) == (2 if pushes else 1)
     if pushes:
         port, g = out[1]
         assert port == SENDER_PORT and g is not p
-        assert (g.safs_type, g.src, g.dst, g.flow_id) == (MsgType.GRANT, RECEIVER_IP, SENDER_IP, 7)
+        assert (g.safs_type, g.src, g.dst, g.flow_id, g.dep_id) == (MsgType.GRANT, RECEIVER_IP, SENDER_IP, 7, 1)
         assert (g.sport, g.dport, g.color) == (SAFS_UDP_PORT, SAFS_UDP_PORT, Color.UNMETERED)
-        assert (g.rate_kbps, g.epoch, g.lease_us, g.priority) == (3_000_000, installed, 900, QUEUE_CONTROL)
+        assert (g.rate_kbps, g.epoch, g.lease_us, g.priority) == (32_000, 2, 900, QUEUE_CONTROL)
         assert g.size == CONTROL_PACKET_BYTES and g.remaining == 4242
     assert sw.poll_digests() == []
 
 
+@pytest.mark.parametrize("epoch, flags, pushes", [
+    (0, 0, True),  # holds the default grant: push
+    (2, FLAG_RENEW, True),  # asks for a renewal: push
+    (2, 0, False),  # holds the grant: nothing
+    (0, FLAG_LAST, False),  # never for the last packet
+    (2, FLAG_RENEW | FLAG_LAST, False),
+    (1, 0, False),  # a held epoch other than the installed one, at its rate: the rate decides
+])
+def test_push_on_epoch_0_or_renew_but_never_for_last(epoch: int, flags: int, pushes: bool) -> None:
+    sw, _ = make_switch()
+    sw.write([ins(fixed_grant(1, 32_000, 2, 900, slot=4))])
+    out = sw.ingress(safs_pkt(MsgType.DATA, epoch=epoch, rate_kbps=32_000, flags=flags), SENDER_PORT)
+    assert len(out) == (2 if pushes else 1)
+    if pushes:
+        assert (out[1][1].rate_kbps, out[1][1].epoch, out[1][1].flags) == (32_000, 2, flags)  # flags echoed
+
+
+def test_a_share_change_is_pushed_in_band_to_a_sender_of_the_old_share() -> None:
+    sw, _ = make_switch()
+    share_deps(sw, 2)
+    rate, epoch, _ = ask(sw, 1)
+    assert len(data(sw, 1, rate_kbps=rate, epoch=epoch)) == 1  # holds its share: nothing to push
+    ask(sw, 2)  # a second dependency becomes active: the share halves
+    out = data(sw, 1, rate_kbps=rate, epoch=epoch)
+    assert [g.safs_type for _, g in out] == [MsgType.DATA, MsgType.GRANT]
+    assert (out[1][1].rate_kbps, out[1][1].epoch) == (share_kbps(2), epoch + 1)
+
+
 def stale_data(sw: PipelineModel, clock: Clock) -> list:
-    """Ingress of a DATA of flow 7 with epoch 1 while epoch 5 is installed (a stale epoch)."""
-    sw.write([ins(grant_entry(7, 3_000_000, 5, 900, slot=4))])
-    return sw.ingress(safs_pkt(MsgType.DATA, epoch=1, ts=wrap(clock.t + 10**6)), SENDER_PORT)
+    """Ingress of a DATA of dependency 1 holding epoch 0 while a grant is installed (a push)."""
+    sw.write([ins(fixed_grant(1, 3_000_000, 5, 900, slot=4))])
+    return sw.ingress(safs_pkt(MsgType.DATA, epoch=0, ts=wrap(clock.t + 10**6)), SENDER_PORT)
 
 
-def test_stale_epoch_grant_needs_the_clone_session_of_its_port() -> None:
+def test_pushed_grant_needs_the_clone_session_of_its_port() -> None:
     sw, clock = make_switch(clone_sessions=False)
     assert [port for port, _ in stale_data(sw, clock)] == [RECEIVER_PORT]  # BMv2: clone to nothing
     # a session for another port does not help: the clone goes to session grant port + 1
     sw.write([ins(CloneSession.for_port(FABRIC_PORT))])
-    assert [port for port, _ in sw.ingress(safs_pkt(MsgType.DATA, epoch=1), SENDER_PORT)] == [RECEIVER_PORT]
+    assert [port for port, _ in sw.ingress(safs_pkt(MsgType.DATA), SENDER_PORT)] == [RECEIVER_PORT]
     sw.write([ins(CloneSession.for_port(SENDER_PORT))])
-    out = sw.ingress(safs_pkt(MsgType.DATA, epoch=1), SENDER_PORT)
+    out = sw.ingress(safs_pkt(MsgType.DATA), SENDER_PORT)
     assert [(port, g.safs_type) for port, g in out] == [(RECEIVER_PORT, MsgType.DATA), (SENDER_PORT, MsgType.GRANT)]
     # the clone leaves on the session's replica port, as BMv2 sends it
     sw.write([mod(CloneSession(SENDER_PORT + n.CLONE_SESSION_BASE, FABRIC_PORT))])
-    out = sw.ingress(safs_pkt(MsgType.DATA, epoch=1), SENDER_PORT)
+    out = sw.ingress(safs_pkt(MsgType.DATA), SENDER_PORT)
     assert [(port, g.safs_type) for port, g in out] == [(RECEIVER_PORT, MsgType.DATA), (FABRIC_PORT, MsgType.GRANT)]
     sw.write([Update(Op.DELETE, CloneSession(SENDER_PORT + n.CLONE_SESSION_BASE, 0))])
-    assert len(sw.ingress(safs_pkt(MsgType.DATA, epoch=1), SENDER_PORT)) == 1
+    assert len(sw.ingress(safs_pkt(MsgType.DATA), SENDER_PORT)) == 1
     assert sw.clone_sessions() == [CloneSession.for_port(FABRIC_PORT)]
 
 
@@ -345,17 +626,19 @@ def test_clone_session_op_codes_and_ranges() -> None:
 
 def test_no_route_back_means_no_grant_no_digest() -> None:
     sw, clock = make_switch(back_routes=False)
-    sw.write([ins(grant_entry(7, 3_000_000, 5, 900, slot=4))])
-    p = safs_pkt(MsgType.REQUEST, flow_id=8)
+    sw.write([ins(fixed_grant(1, 3_000_000, 5, 900, slot=4))])
+    p = safs_pkt(MsgType.REQUEST, dep_id=8)
     assert sw.ingress(p, SENDER_PORT) == [(RECEIVER_PORT, p)]  # delivered to the host as is
     assert p.safs_type == MsgType.REQUEST and p.priority == QUEUE_CONTROL
     assert sw.poll_digests() == []
-    assert len(sw.ingress(safs_pkt(MsgType.DATA, epoch=1), SENDER_PORT)) == 1
+    assert len(sw.ingress(safs_pkt(MsgType.DATA, epoch=0), SENDER_PORT)) == 1
 
 
 def test_data_without_entry_never_pushes_grant() -> None:
     sw, _ = make_switch()
-    assert len(sw.ingress(safs_pkt(MsgType.DATA, flow_id=5, epoch=0), SENDER_PORT)) == 1
+    assert len(sw.ingress(safs_pkt(MsgType.DATA, dep_id=5, epoch=0), SENDER_PORT)) == 1
+    assert len(sw.ingress(safs_pkt(MsgType.DATA, dep_id=5, epoch=0, flags=FLAG_RENEW), SENDER_PORT)) == 1
+    assert sw.poll_digests() == []  # DATA is never digested, only REQUESTs
 
 
 # ---------------------------------------------------------------------------- egress
@@ -402,67 +685,83 @@ def test_qdepth_stamp_and_port_counters() -> None:
 
 @pytest.mark.parametrize("mutate, index", [
     (lambda p: setattr(p, "safs_truncated", True), 0),
-    (lambda p: setattr(p, "safs_version", 2), 1),
+    (lambda p: setattr(p, "safs_version", 1), 1),  # version 1, the per-transfer protocol, is malformed now
     (lambda p: setattr(p, "safs_type", 9), 2),
 ])
 def test_malformed_safs_forwarded_as_best_effort_and_counted(mutate, index: int) -> None:
     sw, _ = make_switch()
-    sw.write([ins(grant_entry(7, 1, 5, 1, slot=2))])
+    sw.write([ins(fixed_grant(1, 1, 5, 1, slot=2)), ins(share_grant(2, slot=3))])
+    shared = safs_pkt(MsgType.DATA, dep_id=2)
+    mutate(shared)
+    sw.ingress(shared, SENDER_PORT)
+    assert counts(sw) == [0] * 5  # no share counted either
     p = safs_pkt(MsgType.REQUEST)
     mutate(p)
     assert sw.ingress(p, SENDER_PORT) == [(RECEIVER_PORT, p)]
     assert p.priority == QUEUE_BEST_EFFORT and p.dst == RECEIVER_IP  # not turned into a GRANT
     assert sw.poll_digests() == []
     cells = [sw.read_counter(n.MALFORMED, i).packet_count for i in range(3)]
-    assert cells == [1 if i == index else 0 for i in range(3)]
+    assert cells == [2 if i == index else 0 for i in range(3)]
     sw.egress(p, RECEIVER_PORT, 9)
     assert p.qdepth == 0
     lost = safs_pkt(MsgType.DATA, dst=0x0B000001)  # counted before forwarding, then dropped
     mutate(lost)
     assert sw.ingress(lost, SENDER_PORT) == []
-    assert sw.read_counter(n.MALFORMED, index).packet_count == 2
+    assert sw.read_counter(n.MALFORMED, index).packet_count == 3
 
 
 # ---------------------------------------------------------------------------- control plane
 
 def test_p4runtime_error_codes_and_partial_batch() -> None:
     sw, _ = make_switch()
-    good = grant_entry(11, 1, 1, 1, 1)
+    good = fixed_grant(11, 1, 1, 1, 1)
+    key = {n.F_SRC_ADDR: SENDER_IP, n.F_DEP_ID: 15}
     batch = [
         ins(good),                                                         # 0 ok
         ins(good),                                                         # 1 ALREADY_EXISTS
-        mod(grant_entry(12, 1, 1, 1, 1)),                                  # 2 NOT_FOUND
-        Update(Op.DELETE, grant_entry(13, 1, 1, 1, 1)),                    # 3 NOT_FOUND
-        Update(Op.INSERT, MeterConfig(n.FLOW_METER, 1, 1, 1, 1, 1)),       # 4 INVALID_ARGUMENT
-        Update(Op.DELETE, MeterConfig(n.FLOW_METER, 1, 1, 1, 1, 1)),       # 5 INVALID_ARGUMENT
-        ins(entry("SafsIngress.nope", {n.F_FLOW_ID: 1}, n.ACT_SET_GRANT)),  # 6 unknown table
-        ins(entry(n.FLOW_GRANT, {n.F_FLOW_ID: 14}, "SafsIngress.nope")),   # 7 unknown action
-        ins(entry(n.FLOW_GRANT, {n.F_FLOW_ID: 15}, n.ACT_SET_GRANT, rate_kbps=1, epoch=1,
+        mod(fixed_grant(12, 1, 1, 1, 1)),                                  # 2 NOT_FOUND
+        Update(Op.DELETE, fixed_grant(13, 1, 1, 1, 1)),                    # 3 NOT_FOUND
+        Update(Op.INSERT, MeterConfig(n.DEP_METER, 1, 1, 1, 1, 1)),        # 4 INVALID_ARGUMENT
+        Update(Op.DELETE, MeterConfig(n.DEP_METER, 1, 1, 1, 1, 1)),        # 5 INVALID_ARGUMENT
+        ins(entry("SafsIngress.nope", key, n.ACT_SET_SHARE_GRANT, meter_slot=1)),  # 6 unknown table
+        ins(entry(n.DEP_GRANT, key, "SafsIngress.nope")),                  # 7 unknown action
+        ins(entry(n.DEP_GRANT, key, n.ACT_SET_FIXED_GRANT, rate_kbps=1, epoch=1,
                   lease_us=1, meter_slot=1, bogus=1)),                     # 8 unknown param
-        ins(grant_entry(16, 1, 1, 1, 1 << 16)),                            # 9 too wide
-        ins(grant_entry(1 << 32, 1, 1, 1, 1)),                             # 10 key too wide
+        ins(fixed_grant(16, 1, 1, 1, 1 << 16)),                            # 9 too wide
+        ins(fixed_grant(1 << 16, 1, 1, 1, 1)),                             # 10 key too wide
         ins(route(0x0A000001, 24, 1)),                                     # 11 bits past prefix
         ins(entry(n.SLACK_CLASS, {n.F_SLACK_KEY: Range(5, 9)}, n.ACT_SET_SLACK_CLASS, qclass=3)),  # 12 no prio
-        mod(MeterConfig(n.FLOW_METER, 2, cir=10, cburst=1, pir=5, pburst=1)),  # 13 pir < cir
-        mod(MeterConfig(n.FLOW_METER, n.FLOW_METER_SIZE, 1, 1, 1, 1)),      # 14 index
+        mod(MeterConfig(n.DEP_METER, 2, cir=10, cburst=1, pir=5, pburst=1)),  # 13 pir < cir
+        mod(MeterConfig(n.DEP_METER, n.DEP_SLOTS, 1, 1, 1, 1)),            # 14 index
         Update(Op.INSERT, default(n.ECN_THRESHOLD, n.ACT_SET_ECN_THRESHOLD, qdepth_pkts=1)),  # 15
-        mod(grant_entry(11, 2, 2, 2, 2)),                                  # 16 ok
+        ins(entry(n.DEP_GRANT, {n.F_SRC_ADDR: SENDER_IP}, n.ACT_SET_SHARE_GRANT, meter_slot=1)),  # 16 no dep_id
+        ins(entry(n.DEP_GRANT, key, n.ACT_SET_SHARE_GRANT, meter_slot=1, epoch=1)),  # 17 a fixed grant's param
+        ins(entry(n.DEP_GRANT, key, n.ACT_NO_GRANT)),                      # 18 default-only action
+        ins(entry(n.PORT_SHARE, {n.F_EGRESS_PORT: RECEIVER_PORT, n.F_LOAD: 1, n.F_MODE: 4}, n.ACT_SET_SHARE,
+                  rate_kbps=5)),                                           # 19 mode beyond 2 bits
+        ins(entry(n.PORT_SHARE, {n.F_EGRESS_PORT: RECEIVER_PORT, n.F_LOAD: 1, n.F_MODE: 0}, n.ACT_SET_SHARE,
+                  rate_kbps=5)),                                           # 20 ALREADY_EXISTS (setup wrote it)
+        mod(fixed_grant(11, 2, 2, 2, 2)),                                  # 21 ok
     ]
     with pytest.raises(TargetError) as err:
         sw.write(batch)
     codes = {f.index: f.code for f in err.value.failures}
     assert codes == {1: "ALREADY_EXISTS", 2: "NOT_FOUND", 3: "NOT_FOUND",
-                     **{i: "INVALID_ARGUMENT" for i in range(4, 16)}}
+                     **{i: "INVALID_ARGUMENT" for i in range(4, 20)}, 20: "ALREADY_EXISTS"}
     assert all(f.message for f in err.value.failures)
-    assert sw.entries(n.FLOW_GRANT) == [grant_entry(11, 2, 2, 2, 2)]  # successes applied
+    assert sw.entries(n.DEP_GRANT) == [fixed_grant(11, 2, 2, 2, 2)]  # successes applied
     assert sw.meter_config(2) is None and sw.meter_config(1) is None
 
 
 def test_delete_then_reinsert_and_range_priority_identity() -> None:
     sw, _ = make_switch()
-    e = grant_entry(11, 1, 1, 1, 1)
+    e = fixed_grant(11, 1, 1, 1, 1)
     sw.write([ins(e), Update(Op.DELETE, e), ins(e)])
-    assert sw.entries(n.FLOW_GRANT) == [e]
+    assert sw.entries(n.DEP_GRANT) == [e]
+    # a share grant replaces the fixed one under the same key
+    sw.write([mod(share_grant(11, slot=1))])
+    assert sw.entries(n.DEP_GRANT) == [share_grant(11, slot=1)]
+    assert ask(sw, 11)[0] == share_kbps(1)
     # same range, different priority = different entry (P4Runtime key includes priority)
     r = Range(slack_to_key(0), slack_to_key(5))
     sw.write([ins(entry(n.SLACK_CLASS, {n.F_SLACK_KEY: r}, n.ACT_SET_SLACK_CLASS, priority=50, qclass=6)),
@@ -480,15 +779,20 @@ def test_default_actions_settings_and_clock_offset() -> None:
     sw.set_clock_offset(-20)
     assert sw.default_action(n.CLOCK_OFFSET).params["offset_ns"] == wrap(-20)
     assert sw.now() == wrap(-10)
+    assert sw.default_action(n.SLACK_CLASS).params == {"qclass": QUEUE_SLACK_LEAST_URGENT}
+    assert sw.default_action(n.SHARE_LEASE).params == {"lease_us": 0}
     sw.write([mod(default(n.SLACK_CLASS, n.ACT_SET_SLACK_CLASS, qclass=4)),
-              mod(default(n.IPV4_LPM, n.ACT_SET_EGRESS, port=8, dst_mac=1))])
+              mod(default(n.IPV4_LPM, n.ACT_SET_EGRESS, port=8, dst_mac=1)),
+              mod(default(n.SHARE_LEASE, n.ACT_SET_SHARE_LEASE, lease_us=1234))])
     p = safs_pkt(MsgType.DATA)
     assert sw.ingress(p, 0) == [(8, p)]  # default route, default class
     assert p.qclass == 4
+    assert sw.default_action(n.SHARE_LEASE).params == {"lease_us": 1234}
     with pytest.raises(TargetError) as err:  # const defaults
         sw.write([mod(default(n.RECEIVER_PORT, n.ACT_MARK_RECEIVER)),
-                  mod(default(n.FLOW_GRANT, n.ACT_NO_GRANT))])
-    assert [f.code for f in err.value.failures] == ["INVALID_ARGUMENT"] * 2
+                  mod(default(n.DEP_GRANT, n.ACT_NO_GRANT)),
+                  mod(default(n.PORT_SHARE, n.ACT_SET_SHARE, rate_kbps=1))])
+    assert [f.code for f in err.value.failures] == ["INVALID_ARGUMENT"] * 3
 
 
 def test_read_counter_and_entries_bad_names() -> None:

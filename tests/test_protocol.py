@@ -41,7 +41,7 @@ def test_doc_layout_is_contiguous_and_36_bytes():
     fields = [f for _, _, f in rows]
     assert fields[:2] == ["version", "type"]
     assert fields[2:] == ["flags", "qclass", "color", "flow_id", "remaining_bytes", "timestamp_ns",
-                          "rate_kbps", "epoch", "lease_us", "qdepth", "reserved"]
+                          "rate_kbps", "epoch", "lease_us", "qdepth", "dep_id"]
     end = 1  # version and type share byte 0
     for off, size, _ in rows[2:]:
         assert off == end
@@ -63,7 +63,7 @@ def test_malformed_index_matches_counter_doc():
     assert [m.name for m in Malformed] == ["TRUNCATED", "BAD_VERSION", "BAD_TYPE"]
 
 
-def _hdr(version: int = 1, type_: int = 1, length: int = HEADER_LEN) -> bytes:
+def _hdr(version: int = protocol.SAFS_VERSION, type_: int = 1, length: int = HEADER_LEN) -> bytes:
     return (bytes([(version << 4) | type_]) + bytes(HEADER_LEN - 1))[:length] + bytes(
         max(0, length - HEADER_LEN))
 
@@ -73,7 +73,12 @@ def test_truncated(length):
     assert malformed_reason(_hdr(length=length)) is Malformed.TRUNCATED
 
 
-@pytest.mark.parametrize("version", [0, 2, 15])
+def test_version_is_2():
+    assert protocol.SAFS_VERSION == 2
+    assert malformed_reason(_hdr(version=2)) is None
+
+
+@pytest.mark.parametrize("version", [0, 1, 15])  # 1: the per-transfer protocol before dependency grants
 def test_bad_version(version):
     assert malformed_reason(_hdr(version=version)) is Malformed.BAD_VERSION
 
@@ -86,6 +91,32 @@ def test_bad_type(type_):
 @pytest.mark.parametrize("t", list(MsgType))
 def test_well_formed_with_trailing_payload(t):
     assert malformed_reason(_hdr(type_=t.value, length=HEADER_LEN + 100)) is None
+
+
+def test_doc_names_the_flag_bits():
+    text = DOC.read_text()
+    for bit, name in ((protocol.FLAG_BACKGROUND, "BACKGROUND"), (protocol.FLAG_LAST, "LAST"),
+                      (protocol.FLAG_RENEW, "RENEW")):
+        assert f"bit {bit.bit_length() - 1} {name}" in text
+    assert len({protocol.FLAG_BACKGROUND, protocol.FLAG_LAST, protocol.FLAG_RENEW}) == 3
+
+
+@pytest.mark.parametrize("flow_id,dep_id", [(1, 2), (65534, 65535), (65535, 1), (65536, 2),
+                                            ((1 << 32) - 1, (((1 << 32) - 1) % 65535) + 1)])
+def test_transfer_dep_id_is_flow_id_mod_65535_plus_1(flow_id, dep_id):
+    got = protocol.transfer_dep_id(flow_id)
+    assert got == dep_id
+    assert protocol.DEP_ID_MIN <= got <= protocol.DEP_ID_MAX
+
+
+def test_header_round_trip_carries_dep_id_flags_and_held_rate():
+    raw = protocol.pack_header(MsgType.DATA, 7, remaining_bytes=(1 << 48) - 1, timestamp_ns=(1 << 47) + 3,
+                               rate_kbps=25_000_000, epoch=9, flags=protocol.FLAG_LAST | protocol.FLAG_RENEW,
+                               dep_id=65535)
+    assert len(raw) == HEADER_LEN and raw[0] == 0x21  # version 2, type DATA
+    assert raw[34:36] == b"\xff\xff"
+    assert protocol.unpack_header(raw) == (1, protocol.FLAG_LAST | protocol.FLAG_RENEW, 0, 0, 7, (1 << 48) - 1,
+                                           (1 << 47) + 3, 25_000_000, 9, 0, 0, 65535)
 
 
 def test_truncation_checked_before_version():

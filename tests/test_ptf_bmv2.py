@@ -18,6 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 RUNNER = REPO / "ptf_tests" / "run.py"
+PTF_TESTS = 23  # test classes in ptf_tests/ (docs/dataplane.md, "PTF suite"): none may go missing
 
 
 @pytest.mark.bmv2
@@ -25,11 +26,12 @@ RUNNER = REPO / "ptf_tests" / "run.py"
 def test_ptf_suite_passes_on_bmv2() -> None:
     if importlib.util.find_spec("ptf") is None:
         pytest.skip("needs PTF: pip install ptf (0.12.0)")
-    # Expected packets get 10 s each (busy CI cores); the whole run takes ~15 s when idle.
+    # Expected packets get 10 s each (busy CI cores); the whole run takes about 45 s on the shared
+    # 2-core machine, 60-90 s with two more CPU-bound processes; the bound only stops a hung run.
     proc = subprocess.run([sys.executable, str(RUNNER), "--test-timeout", "10"],
-                          capture_output=True, text=True, timeout=170, cwd=str(REPO),
+                          capture_output=True, text=True, timeout=600, cwd=str(REPO),
                           env={**os.environ, "PYTHONPATH": ""})
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     ran = re.search(r"Ran (\d+) tests?", out)
-    assert ran and int(ran.group(1)) >= 11 and "\nOK" in out, out[-3000:]
+    assert ran and int(ran.group(1)) >= PTF_TESTS and "\nOK" in out, out[-3000:]

@@ -1,4 +1,8 @@
-"""Scheduler tests: a real topology (inline YAML via the loader) and PipelineModel targets."""
+"""Scheduler tests: a real topology (inline YAML via the loader) and PipelineModel targets.
+
+Dependency grants (the default, ``grant_mode="share"``) and the allocator-driven per-transfer
+path (``grant_mode="per-transfer"``, policy ``safs-per-transfer``), whose grants are dep_grant
+fixed entries keyed by (sender address, ``transfer_dep_id(flow_id)``)."""
 
 from __future__ import annotations
 
@@ -9,11 +13,20 @@ from two_tors import MS, two_tors  # the shared two-ToR test topology
 from safs.core import p4names as n
 from safs.core.allocator import AllocatorConfig
 from safs.core.errors import InvalidInput, TargetError, UpdateFailure
-from safs.core.hints import FlowClass, FlowHint
+from safs.core.hints import DIGEST_LABEL, DependencyHint, FlowClass, FlowHint
 from safs.core.packet import PROTO_TCP, PROTO_UDP, Packet
-from safs.core.protocol import SAFS_UDP_PORT, WIRE_OVERHEAD_BYTES, MsgType, lease_ns_to_us, rate_bps_to_kbps
+from safs.core.protocol import (
+    SAFS_UDP_PORT,
+    SAFS_VERSION,
+    WIRE_OVERHEAD_BYTES,
+    MsgType,
+    latest_start_ns,
+    lease_ns_to_us,
+    rate_bps_to_kbps,
+)
+from safs.core.protocol import transfer_dep_id as T
 from safs.core.scheduler import Scheduler, SchedulerConfig, node_mac, wire_epoch
-from safs.core.target import CloneSession, Op, RequestDigest, Update
+from safs.core.target import CloneSession, MeterConfig, Op, RequestDigest, TableEntry, Update
 from safs.core.timebase import wrap
 from safs.core.topology import build_topology
 from safs.targets.pipeline_model import PipelineModel
@@ -27,15 +40,17 @@ class Clock:
         return self.t
 
 
-# Most tests exercise the install path, so they allocate at announce; the default mode
-# (allocate at the first REQUEST) has its own tests below.
-AT_ANNOUNCE = SchedulerConfig(admit_on_request=False)
+# The per-transfer path: most of its tests exercise the install path, so they allocate at
+# announce; its default (allocate at the first REQUEST) has its own tests below.
+PER_TRANSFER = SchedulerConfig(grant_mode="per-transfer")
+AT_ANNOUNCE = SchedulerConfig(grant_mode="per-transfer", admit_on_request=False)
+SHARE = SchedulerConfig()  # dependency grants: the default
 
 
-def make(config: SchedulerConfig | None = None):
+def make(config: SchedulerConfig | None = None, model: type[PipelineModel] = PipelineModel):
     topo = two_tors()
     clock = Clock()
-    targets = {sw: PipelineModel(sw, clock) for sw in topo.switches()}
+    targets = {sw: model(sw, clock) for sw in topo.switches()}
     sched = Scheduler(topo, targets, config or AT_ANNOUNCE)
     sched.setup(0)
     return topo, clock, targets, sched
@@ -47,7 +62,25 @@ def hint(fid: int, sender: str, receiver: str, size: int, deadline_ns: int,
 
 
 def grant_entries(target: PipelineModel) -> dict[int, dict]:
-    return {e.match[n.F_FLOW_ID]: dict(e.params) for e in target.entries(n.FLOW_GRANT)}
+    """The fixed (per-transfer) dep_grant entries by dep_id: flow f's is ``T(f)``."""
+    return {e.match[n.F_DEP_ID]: dict(e.params) for e in target.entries(n.DEP_GRANT)
+            if e.action == n.ACT_SET_FIXED_GRANT}
+
+
+def share_entries(target: PipelineModel) -> dict[tuple[int, int], int]:
+    """The share dep_grant entries: (sender address, dep_id) -> meter slot."""
+    return {(e.match[n.F_SRC_ADDR], e.match[n.F_DEP_ID]): e.params["meter_slot"]
+            for e in target.entries(n.DEP_GRANT) if e.action == n.ACT_SET_SHARE_GRANT}
+
+
+def safs(topo, msg: MsgType, src: str, dst: str, flow_id: int, dep_id: int, size: int = 78, **fields) -> Packet:
+    """A v2 SAFS packet from host ``src`` to ``dst``; ``fields`` sets header attributes."""
+    payload = max(0, size - WIRE_OVERHEAD_BYTES) if msg == MsgType.DATA else 0
+    p = Packet(topo.host_ip(src), topo.host_ip(dst), PROTO_UDP, 40000, SAFS_UDP_PORT, size, payload)
+    p.safs_version, p.safs_type, p.flow_id, p.dep_id = SAFS_VERSION, int(msg), flow_id, dep_id
+    for name, value in fields.items():
+        setattr(p, name, value)
+    return p
 
 
 def writes(sched: Scheduler) -> tuple[int, int, int]:
@@ -58,7 +91,7 @@ def writes(sched: Scheduler) -> tuple[int, int, int]:
 # ---------------------------------------------------------------------------- setup
 
 def test_setup_installs_routes_receiver_ports_classes_defaults_and_is_idempotent() -> None:
-    topo, clock, targets, sched = make()
+    topo, clock, targets, sched = make(SHARE)
     tor0, tor1 = targets["tor0"], targets["tor1"]
     # a plain packet a -> d crosses tor0 then tor1 and reaches d's port
     p = Packet(topo.host_ip("a"), topo.host_ip("d"), PROTO_TCP, 1, 2, 1000)
@@ -104,9 +137,11 @@ def test_announce_installs_grant_and_meter_at_receiver_tor_only() -> None:
     grant = sched.allocator.grants()[5]
     slot = sched.slot_of(5)
     assert slot == 1
-    assert grant_entries(targets["tor1"]) == {5: {
+    assert grant_entries(targets["tor1"]) == {T(5): {
         "rate_kbps": rate_bps_to_kbps(grant.rate_bps), "epoch": 1,
         "lease_us": lease_ns_to_us(grant.lease_ns), "meter_slot": slot}}
+    (entry,) = targets["tor1"].entries(n.DEP_GRANT)
+    assert entry.match == {n.F_SRC_ADDR: topo.host_ip("a"), n.F_DEP_ID: T(5)}  # keyed by the sender
     assert grant_entries(targets["tor0"]) == {}
     meter = targets["tor1"].meter_config(slot)
     assert meter.cir == grant.rate_bps // 8
@@ -119,8 +154,7 @@ def test_announce_installs_grant_and_meter_at_receiver_tor_only() -> None:
 def test_request_answered_with_installed_grant_after_announce() -> None:
     topo, clock, targets, sched = make()
     sched.announce(hint(5, "a", "d", 1_000_000, 2 * MS), 0)
-    req = Packet(topo.host_ip("a"), topo.host_ip("d"), PROTO_UDP, 40000, SAFS_UDP_PORT, 78)
-    req.safs_version, req.safs_type, req.flow_id, req.remaining = 1, int(MsgType.REQUEST), 5, 1_000_000
+    req = safs(topo, MsgType.REQUEST, "a", "d", 5, T(5), remaining=1_000_000)
     out = targets["tor1"].ingress(req, topo.port_of("tor1", "tor0"))
     assert out == [(topo.port_of("tor1", "tor0"), req)]
     assert req.safs_type == MsgType.GRANT and req.dst == topo.host_ip("a")
@@ -142,15 +176,15 @@ def test_no_writes_when_nothing_changed() -> None:
 def test_rate_change_rewrites_entry_and_meter_with_new_epoch() -> None:
     topo, clock, targets, sched = make()
     sched.announce(hint(5, "a", "d", 4_000_000, 20 * MS), 0)
-    alone = grant_entries(targets["tor1"])[5]["rate_kbps"]
+    alone = grant_entries(targets["tor1"])[T(5)]["rate_kbps"]
     sched.announce(hint(6, "b", "d", 4_000_000, 10 * MS), 0)  # shares d's link, more urgent
     entries = grant_entries(targets["tor1"])
-    assert entries[5]["rate_kbps"] < alone and entries[5]["epoch"] == 2
-    assert entries[5]["meter_slot"] != entries[6]["meter_slot"]
+    assert entries[T(5)]["rate_kbps"] < alone and entries[T(5)]["epoch"] == 2
+    assert entries[T(5)]["meter_slot"] != entries[T(6)]["meter_slot"]
     usable = sched.allocator.receiver_usable_bps("d")
-    assert (entries[5]["rate_kbps"] + entries[6]["rate_kbps"]) * 1000 <= usable
+    assert (entries[T(5)]["rate_kbps"] + entries[T(6)]["rate_kbps"]) * 1000 <= usable
     for fid in (5, 6):
-        slot = entries[fid]["meter_slot"]
+        slot = entries[T(fid)]["meter_slot"]
         assert targets["tor1"].meter_config(slot).cir == sched.allocator.grants()[fid].rate_bps // 8
 
 
@@ -162,7 +196,7 @@ def test_complete_deletes_entry_frees_slot_and_reuses_it() -> None:
     slot5 = sched.slot_of(5)
     assert sched.free_slots("tor1") == free0 - 2
     sched.complete(5, 10)
-    assert 5 not in grant_entries(targets["tor1"])
+    assert T(5) not in grant_entries(targets["tor1"])
     assert sched.free_slots("tor1") == free0 - 1
     with pytest.raises(InvalidInput):
         sched.slot_of(5)
@@ -182,10 +216,7 @@ def test_tick_estimates_remaining_from_the_flow_byte_counter() -> None:
     assert sched.allocator.flows()[5].remaining_bytes == size
     payload, packets = 8_000, 3
     for _ in range(packets):
-        data = Packet(topo.host_ip("a"), topo.host_ip("d"), PROTO_UDP, 40000, SAFS_UDP_PORT,
-                      payload + WIRE_OVERHEAD_BYTES, payload)
-        data.safs_version, data.safs_type, data.flow_id, data.epoch = 1, int(MsgType.DATA), 5, 1
-        data.remaining = size
+        data = safs(topo, MsgType.DATA, "a", "d", 5, T(5), payload + WIRE_OVERHEAD_BYTES, epoch=1, remaining=size)
         targets["tor1"].ingress(data, topo.port_of("tor1", "tor0"))
     t = 20 * MS
     sched.tick(t)
@@ -226,7 +257,7 @@ def test_tick_repairs_a_target_that_refused_writes() -> None:
     assert 5 in sched2.registry  # admitted despite the failed write
     assert grant_entries(fresh["tor1"]) == {}
     sched2.tick(0)
-    assert 5 in grant_entries(fresh["tor1"])
+    assert T(5) in grant_entries(fresh["tor1"])
     assert sched2.stats.write_failures == 2  # the meter and the entry
 
 
@@ -239,7 +270,7 @@ def test_controller_restart_reconciles_with_installed_state() -> None:
     sched2.setup(0)  # INSERTs of existing entries fall back to MODIFY
     assert sched2.stats.write_failures == 0
     sched2.announce(hint(5, "a", "d", 1_000_000, 2 * MS), 0)
-    assert grant_entries(targets["tor1"])[5]["epoch"] == 1
+    assert grant_entries(targets["tor1"])[T(5)]["epoch"] == 1
 
 
 # ---------------------------------------------------------------------------- digests
@@ -247,41 +278,39 @@ def test_controller_restart_reconciles_with_installed_state() -> None:
 def test_digest_for_unknown_flow_creates_hint_and_grant_end_to_end() -> None:
     topo, clock, targets, sched = make()
     tor1 = targets["tor1"]
-    req = Packet(topo.host_ip("a"), topo.host_ip("d"), PROTO_UDP, 40000, SAFS_UDP_PORT, 78)
-    req.safs_version, req.safs_type, req.flow_id = 1, int(MsgType.REQUEST), 9
-    req.remaining, req.ts = 2_000_000, 3 * MS
+    # the REQUEST carries the latest start; the controller adds the bytes at a's line rate back
+    req = safs(topo, MsgType.REQUEST, "a", "d", 9, T(9), remaining=2_000_000,
+               ts=latest_start_ns(3 * MS, 2_000_000, topo.host_link_bps("a")))
     tor1.ingress(req, topo.port_of("tor1", "tor0"))
     assert req.epoch == 0 and req.rate_kbps == rate_bps_to_kbps(sched.config.default_rate_bps)
     assert sched.poll(0) == 1
     h = sched.registry.get(9)
     assert (h.sender, h.receiver, h.remaining_bytes, h.no_bubble_ts_ns) == ("a", "d", 2_000_000, 3 * MS)
     assert sched.registry.is_provisional(9)
-    assert grant_entries(tor1)[9]["epoch"] == 1
+    assert grant_entries(tor1)[T(9)]["epoch"] == 1
     # a DATA sent under the default grant (epoch 0) now triggers a fresh GRANT in-band
-    data = Packet(topo.host_ip("a"), topo.host_ip("d"), PROTO_UDP, 40000, SAFS_UDP_PORT, 1500)
-    data.safs_version, data.safs_type, data.flow_id, data.epoch = 1, int(MsgType.DATA), 9, 0
+    data = safs(topo, MsgType.DATA, "a", "d", 9, T(9), 1500, epoch=0)
     out = tor1.ingress(data, topo.port_of("tor1", "tor0"))
     assert len(out) == 2 and out[1][1].epoch == wire_epoch(1)
     # the same REQUEST again: no new digest (entry exists)
-    req2 = Packet(topo.host_ip("a"), topo.host_ip("d"), PROTO_UDP, 40000, SAFS_UDP_PORT, 78)
-    req2.safs_version, req2.safs_type, req2.flow_id = 1, int(MsgType.REQUEST), 9
+    req2 = safs(topo, MsgType.REQUEST, "a", "d", 9, T(9))
     tor1.ingress(req2, topo.port_of("tor1", "tor0"))
     assert req2.epoch == 1 and tor1.poll_digests() == []
 
 
 def test_digest_merge_only_lowers_remaining_and_bad_digests_are_counted() -> None:
-    topo, clock, targets, sched = make(SchedulerConfig())  # admitted at the first REQUEST
+    topo, clock, targets, sched = make(PER_TRANSFER)  # admitted at the first REQUEST
     sched.announce(hint(5, "a", "d", 1_000_000, 20 * MS), 0)
     ip_a, ip_d = topo.host_ip("a"), topo.host_ip("d")
-    assert sched.on_digest("tor1", RequestDigest(5, ip_a, ip_d, 500_000, 0), 0)
+    assert sched.on_digest("tor1", RequestDigest(5, ip_a, ip_d, T(5), 500_000, 0), 0)
     assert sched.allocator.flows()[5].remaining_bytes == 500_000
     with pytest.raises(InvalidInput):
-        sched.on_digest("tor1", RequestDigest(6, 0x0B000001, ip_d, 10, 0), 0)
+        sched.on_digest("tor1", RequestDigest(6, 0x0B000001, ip_d, T(6), 10, 0), 0)
     with pytest.raises(InvalidInput):
-        sched.on_digest("nope", RequestDigest(6, ip_a, ip_d, 10, 0), 0)
+        sched.on_digest("nope", RequestDigest(6, ip_a, ip_d, T(6), 10, 0), 0)
     # via poll: the bad one is skipped and counted, the good one admitted
-    targets["tor1"]._digests.extend([RequestDigest(7, 0x0B000001, ip_d, 10, 0),
-                                     RequestDigest(8, ip_a, ip_d, 10, 0)])
+    targets["tor1"]._digests.extend([RequestDigest(7, 0x0B000001, ip_d, T(7), 10, 0),
+                                     RequestDigest(8, ip_a, ip_d, T(8), 10, 0)])
     assert sched.poll(0) == 1
     assert sched.stats.digests_rejected == 1 and 8 in sched.registry
 
@@ -314,14 +343,14 @@ def test_bad_hint_raises_and_loses_nothing(bad: FlowHint, field: str) -> None:
 
 
 def test_no_free_meter_slot_refuses_new_flow_keeps_old() -> None:
-    topo, clock, targets, sched = make(SchedulerConfig(meter_slots=2, admit_on_request=False))
+    topo, clock, targets, sched = make(AT_ANNOUNCE.replace(meter_slots=2))
     sched.announce(hint(5, "a", "d", 1_000_000, 2 * MS), 0)
     with pytest.raises(InvalidInput) as err:
         sched.announce(hint(6, "b", "d", 1_000_000, 2 * MS), 0)
     assert err.value.field == "hint.receiver"
-    assert 6 not in sched.registry and list(grant_entries(targets["tor1"])) == [5]
+    assert 6 not in sched.registry and list(grant_entries(targets["tor1"])) == [T(5)]
     sched.announce(hint(7, "d", "a", 1_000_000, 2 * MS), 0)  # another ToR has its own slots
-    assert list(grant_entries(targets["tor0"])) == [7]
+    assert list(grant_entries(targets["tor0"])) == [T(7)]
 
 
 @pytest.mark.parametrize("kwargs, field", [
@@ -337,8 +366,7 @@ def test_bad_config(kwargs: dict, field: str) -> None:
 
 
 def test_background_flow_gets_only_leftover() -> None:
-    topo, clock, targets, sched = make(SchedulerConfig(allocator=AllocatorConfig(safety_margin=0.0),
-    admit_on_request=False))
+    topo, clock, targets, sched = make(AT_ANNOUNCE.replace(allocator=AllocatorConfig(safety_margin=0.0)))
     sched.announce(hint(5, "a", "d", 1_000_000, 2 * MS, FlowClass.BACKGROUND), 0)
     sched.announce(hint(6, "b", "d", 1_000_000, 1 * MS), 0)  # 8 Gbit/s demand of 9.5 usable
     g = sched.allocator.grants()
@@ -369,15 +397,17 @@ def test_reinstall_after_switch_restart_restores_tables_and_grants() -> None:
 def test_default_mode_allocates_at_the_first_request_not_at_announce() -> None:
     """A hint announced ahead holds no rate; its REQUEST's digest admits it with the hint's
     semantics; a flow that finishes before any REQUEST leaves nothing behind."""
-    topo, clock, targets, sched = make(SchedulerConfig())
+    topo, clock, targets, sched = make(PER_TRANSFER)
     sched.announce(hint(5, "a", "d", 1_000_000, 2 * MS), 0)
     sched.announce(hint(6, "b", "d", 1_000_000, 3 * MS), 0)
     assert sched.allocator.flows() == {} and grant_entries(targets["tor1"]) == {}
-    digest = RequestDigest(5, topo.host_ip("a"), topo.host_ip("d"), 1_000_000, 2 * MS)
+    digest = RequestDigest(5, topo.host_ip("a"), topo.host_ip("d"), T(5), 1_000_000,
+                           latest_start_ns(2 * MS, 1_000_000, topo.host_link_bps("a")))
     assert sched.on_digest("tor1", digest, 10) is True
     assert set(sched.allocator.flows()) == {5}
     assert sched.registry.get(5).label == "test/5"  # the hint's semantics, not "digest"
-    assert set(grant_entries(targets["tor1"])) == {5}
+    assert sched.registry.get(5).no_bubble_ts_ns == 2 * MS
+    assert set(grant_entries(targets["tor1"])) == {T(5)}
     assert sched.on_digest("tor1", digest, 20) is False  # a repeated REQUEST changes nothing
     sched.complete(6, 30)  # never sent a REQUEST
     assert 6 not in sched.registry and set(sched.allocator.flows()) == {5}
@@ -443,9 +473,8 @@ def test_setup_installs_a_clone_session_per_port_at_tors_only_and_is_idempotent(
 def test_stale_epoch_data_gets_a_grant_through_the_sessions_setup_wrote() -> None:
     topo, clock, targets, sched = make()
     sched.announce(hint(5, "a", "d", 1_000_000, 2 * MS), 0)
-    epoch = grant_entries(targets["tor1"])[5]["epoch"]
-    p = Packet(topo.host_ip("a"), topo.host_ip("d"), PROTO_UDP, 40000, SAFS_UDP_PORT, 1500)
-    p.safs_version, p.safs_type, p.flow_id, p.epoch = 1, int(MsgType.DATA), 5, 0  # default-grant sender
+    epoch = grant_entries(targets["tor1"])[T(5)]["epoch"]
+    p = safs(topo, MsgType.DATA, "a", "d", 5, T(5), 1500, epoch=0)  # a default-grant sender
     out = targets["tor1"].ingress(p, topo.port_of("tor1", "tor0"))
     assert [(port, q.safs_type, q.epoch) for port, q in out] == [
         (topo.port_of("tor1", "d"), MsgType.DATA, 0),
@@ -469,7 +498,7 @@ def test_digest_of_an_admitted_flow_is_an_echo_and_changes_nothing() -> None:
     reads = []
     targets["tor1"].read_counter = lambda *a: reads.append(a)  # type: ignore[method-assign]
     ip_a, ip_d = topo.host_ip("a"), topo.host_ip("d")
-    assert sched.on_digest("tor1", RequestDigest(5, ip_a, ip_d, 400_000, 0), 1 * MS) is False
+    assert sched.on_digest("tor1", RequestDigest(5, ip_a, ip_d, T(5), 400_000, 0), 1 * MS) is False
     assert (dict(sched.allocator.flows()), writes(sched)) == before and reads == []
     assert sched.stats.digests_echoed == 1 and sched.registry.get(5).remaining_bytes == 1_000_000
 
@@ -481,6 +510,198 @@ def test_stale_digest_of_a_completed_flow_changes_nothing() -> None:
     sched.activate(5, 0)
     sched.complete(5, 1 * MS)
     ip_a, ip_d = topo.host_ip("a"), topo.host_ip("d")
-    assert not sched.on_digest("tor1", RequestDigest(5, ip_a, ip_d, 1000, 0), 2 * MS)
+    assert not sched.on_digest("tor1", RequestDigest(5, ip_a, ip_d, T(5), 1000, 0), 2 * MS)
     assert 5 not in sched.registry and sched.stats.digests_rejected == 0
-    assert 5 not in grant_entries(targets["tor1"])
+    assert T(5) not in grant_entries(targets["tor1"])
+
+
+# ---------------------------------------------------------------------------- dependency grants
+
+def dep(dep_id: int, sender: str, receiver: str, label: str = "", flow_class: FlowClass = FlowClass.PIPELINE):
+    return DependencyHint(dep_id, sender, receiver, label or f"{sender}->{receiver}", flow_class)
+
+
+def share_make(config: SchedulerConfig = SHARE):
+    """A scheduler in share mode on recording models, with setup's writes forgotten."""
+    topo, clock, targets, sched = make(config, RecordingModel)
+    for t in targets.values():
+        t.written.clear()
+    return topo, clock, targets, sched
+
+
+def test_setup_writes_port_share_per_host_port_and_the_share_lease() -> None:
+    topo, clock, targets, sched = make(SHARE.replace(background_share=0.25, share_lease_ns=7_500_000))
+    for tor in ("tor0", "tor1"):
+        host_ports = {p for p, nb in topo.ports(tor).items() if topo.is_host(nb)}
+        shares: dict[tuple[int, int], dict[int, int]] = {}
+        for e in targets[tor].entries(n.PORT_SHARE):
+            key = (e.match[n.F_EGRESS_PORT], e.match[n.F_MODE])
+            shares.setdefault(key, {})[e.match[n.F_LOAD]] = e.params["rate_kbps"]
+        # every mode of every host port, not the port between the ToRs
+        assert set(shares) == {(p, mode) for p in host_ports for mode in n.SHARE_MODES}
+        for port in host_ports:
+            link = topo.host_link_bps(topo.neighbor_at(tor, port))
+            usable = sched.allocator.config.usable_bps(link)
+            usable -= int(usable * 0.25)  # the background share stays free
+            reserve = int(usable * sched.config.waiting_share)
+            for mode, rate in ((n.SHARE_ALONE, usable), (n.SHARE_TOP, usable - reserve), (n.SHARE_WAITING, reserve)):
+                assert shares[(port, mode)] == {load: rate_bps_to_kbps(rate // load)
+                                                for load in range(1, n.MAX_LOAD + 1)}
+            assert shares[(port, n.SHARE_ALONE)][1] * 1000 < link
+            # the top class's grants and the reserve add up to the usable rate at most
+            assert (shares[(port, n.SHARE_TOP)][1] + shares[(port, n.SHARE_WAITING)][1]) * 1000 <= usable
+        assert targets[tor].default_action(n.SHARE_LEASE).params == {"lease_us": 7_500}
+    # per-transfer mode writes no shares
+    topo, clock, targets, sched = make(AT_ANNOUNCE)
+    assert all(t.entries(n.PORT_SHARE) == [] for t in targets.values())
+
+
+def test_waiting_share_sets_the_reserve_and_is_range_checked() -> None:
+    topo, clock, targets, sched = make(SHARE.replace(waiting_share=0.25))
+    port = topo.port_of("tor1", "d")
+    rates = {e.match[n.F_MODE]: e.params["rate_kbps"] for e in targets["tor1"].entries(n.PORT_SHARE)
+             if e.match[n.F_EGRESS_PORT] == port and e.match[n.F_LOAD] == 1}
+    usable = sched.allocator.config.usable_bps(topo.host_link_bps("d"))
+    usable -= int(usable * sched.config.background_share)
+    assert rates[n.SHARE_WAITING] == rate_bps_to_kbps(int(usable * 0.25))
+    assert rates[n.SHARE_TOP] == rate_bps_to_kbps(usable - int(usable * 0.25))
+    for bad in (0.0, 0.6):
+        with pytest.raises(InvalidInput) as err:
+            SchedulerConfig(waiting_share=bad)
+        assert err.value.field == "config.waiting_share"
+
+
+def test_announce_dependency_writes_one_meter_and_one_entry_at_the_receivers_tor_only() -> None:
+    topo, clock, targets, sched = share_make()
+    before = writes(sched)
+    assert sched.announce_dependency(dep(3, "a", "d"), 0) is True
+    slot = 1
+    usable = sched.allocator.config.usable_bps(topo.host_link_bps("d"))
+    assert targets["tor1"].written == [
+        Update(Op.MODIFY, sched.config.meter_for(slot, usable)),
+        Update(Op.INSERT, TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: topo.host_ip("a"), n.F_DEP_ID: 3},
+                                     n.ACT_SET_SHARE_GRANT, {"meter_slot": slot})),
+    ]
+    assert targets["tor0"].written == []
+    assert writes(sched) == (before[0] + 1, before[1] + 1, before[2] + 1)  # one batch
+    assert sched.stats.dependencies == 1 and sched.free_slots("tor1") == sched.config.meter_slots - 2
+    meter = targets["tor1"].meter_config(slot)
+    assert isinstance(meter, MeterConfig) and meter.cir == usable // 8  # the most a share can be
+    assert share_entries(targets["tor1"]) == {(topo.host_ip("a"), 3): slot}
+    assert sched.dependencies.get(("a", 3)).label == "a->d"
+
+
+def test_reannouncing_a_dependency_writes_nothing() -> None:
+    topo, clock, targets, sched = share_make()
+    sched.announce_dependency(dep(3, "a", "d"), 0)
+    targets["tor1"].written.clear()
+    before = writes(sched)
+    assert sched.announce_dependency(dep(3, "a", "d"), 10) is False
+    assert sched.announce_dependency(dep(3, "a", "d", label="renamed"), 20) is False
+    sched.tick(30 * MS)  # share mode: time alone changes nothing either
+    assert writes(sched) == before and targets["tor1"].written == [] and targets["tor0"].written == []
+    assert sched.stats.dependencies == 1
+
+
+def test_bad_or_conflicting_dependency_names_its_field_and_writes_nothing() -> None:
+    topo, clock, targets, sched = share_make()
+    sched.announce_dependency(dep(3, "a", "d"), 0)
+    targets["tor1"].written.clear()
+    for bad, field in ((dep(0, "a", "d"), "dependency.dep_id"), (dep(4, "a", "zz"), "dependency.receiver"),
+                       (dep(4, "zz", "d"), "dependency.sender"), (dep(3, "a", "b"), "dependency.dep_id"),
+                       (dep(3, "a", "d", flow_class=FlowClass.BACKGROUND), "dependency.dep_id")):
+        with pytest.raises(InvalidInput) as err:
+            sched.announce_dependency(bad, 0)
+        assert err.value.field == field
+    assert all(t.written == [] for t in targets.values())
+    assert len(sched.dependencies) == 1 and sched.dependencies.get(("a", 3)).receiver == "d"
+
+
+def test_no_free_slot_refuses_the_dependency_naming_its_receiver_and_writes_nothing() -> None:
+    topo, clock, targets, sched = share_make(SHARE.replace(meter_slots=2))  # one slot per switch
+    sched.announce_dependency(dep(1, "a", "d"), 0)
+    targets["tor1"].written.clear()
+    with pytest.raises(InvalidInput) as err:
+        sched.announce_dependency(dep(1, "b", "d"), 0)
+    assert err.value.field == "dependency.receiver"
+    assert ("b", 1) not in sched.dependencies and targets["tor1"].written == []
+    sched.announce_dependency(dep(1, "d", "a"), 0)  # tor0 has its own slot
+    assert share_entries(targets["tor0"]) == {(topo.host_ip("d"), 1): 1}
+    # a REQUEST digest finds no slot either: refused and counted by poll, nothing written
+    targets["tor1"]._digests.append(RequestDigest(9, topo.host_ip("c"), topo.host_ip("d"), 2, 10, 0))
+    assert sched.poll(0) == 0 and sched.stats.digests_rejected == 1
+    assert ("c", 2) not in sched.dependencies and len(share_entries(targets["tor1"])) == 1
+
+
+def test_end_dependency_deletes_its_entry_and_frees_the_slot() -> None:
+    topo, clock, targets, sched = share_make()
+    free = sched.free_slots("tor1")
+    sched.announce_dependency(dep(3, "a", "d"), 0)
+    sched.announce_dependency(dep(4, "b", "d"), 0)
+    (entry,) = [e for e in targets["tor1"].entries(n.DEP_GRANT) if e.match[n.F_DEP_ID] == 3]
+    targets["tor1"].written.clear()
+    sched.end_dependency("a", 3, 10)
+    assert targets["tor1"].written == [Update(Op.DELETE, entry)]
+    assert share_entries(targets["tor1"]) == {(topo.host_ip("b"), 4): 2}
+    assert sched.free_slots("tor1") == free - 1 and ("a", 3) not in sched.dependencies
+    with pytest.raises(InvalidInput) as err:
+        sched.end_dependency("a", 3, 20)  # ended already
+    assert err.value.field == "dep_id"
+    sched.announce_dependency(dep(3, "a", "d"), 30)  # the id and the slot may be used again
+    assert share_entries(targets["tor1"])[(topo.host_ip("a"), 3)] == 1
+
+
+def test_request_digest_of_an_unknown_dependency_installs_it() -> None:
+    topo, clock, targets, sched = share_make()
+    tor1, port = targets["tor1"], topo.port_of("tor1", "tor0")
+    req = safs(topo, MsgType.REQUEST, "a", "d", 40, 7, remaining=50_000, ts=5 * MS)
+    tor1.ingress(req, port)
+    assert (req.safs_type, req.epoch) == (MsgType.GRANT, 0)  # the default grant meanwhile
+    assert sched.poll(0) == 1
+    got = sched.dependencies.get(("a", 7))
+    assert (got.receiver, got.label, got.flow_class) == ("d", DIGEST_LABEL, FlowClass.PIPELINE)
+    assert share_entries(tor1) == {(topo.host_ip("a"), 7): 1} and sched.stats.digests_merged == 1
+    # the next transfer of the dependency is granted by the switch alone: its share, no digest
+    req2 = safs(topo, MsgType.REQUEST, "a", "d", 41, 7, remaining=50_000, ts=wrap(tor1.now() + 50 * MS))
+    tor1.ingress(req2, port)
+    usable = sched.allocator.config.usable_bps(topo.host_link_bps("d"))
+    assert (req2.rate_kbps, req2.epoch) == (rate_bps_to_kbps(usable), 1) and tor1.poll_digests() == []
+    # an echo (a REQUEST that passed before the entry landed) and the application's announce
+    # change nothing on the switch
+    tor1.written.clear()
+    assert sched.on_digest("tor1", RequestDigest(42, topo.host_ip("a"), topo.host_ip("d"), 7, 1, 0), 0) is False
+    assert sched.stats.digests_echoed == 1
+    assert sched.announce_dependency(dep(7, "a", "d", label="A2F a->d"), 0) is False
+    assert sched.dependencies.get(("a", 7)).label == "A2F a->d" and tor1.written == []
+
+
+def test_two_announced_dependencies_share_the_receiver_port_through_the_pipeline() -> None:
+    topo, clock, targets, sched = make(SHARE)
+    sched.announce_dependency(dep(1, "a", "d"), 0)
+    sched.announce_dependency(dep(1, "b", "d"), 0)
+    tor1, port = targets["tor1"], topo.port_of("tor1", "tor0")
+    rates = []
+    for sender in ("a", "b", "a"):
+        req = safs(topo, MsgType.REQUEST, sender, "d", 5, 1, ts=wrap(tor1.now() + 50 * MS))
+        tor1.ingress(req, port)
+        rates.append(req.rate_kbps)
+    usable = sched.allocator.config.usable_bps(topo.host_link_bps("d"))
+    assert rates == [rate_bps_to_kbps(usable), rate_bps_to_kbps(usable // 2), rate_bps_to_kbps(usable // 2)]
+    assert tor1.poll_digests() == []
+
+
+def test_dependencies_in_per_transfer_mode_are_recorded_only() -> None:
+    topo, clock, targets, sched = share_make(AT_ANNOUNCE)
+    assert sched.announce_dependency(dep(3, "a", "d"), 0) is True
+    assert ("a", 3) in sched.dependencies
+    assert all(t.written == [] for t in targets.values()) and sched.stats.dependencies == 0
+
+
+def test_reinstall_restores_dependency_grants_and_meters() -> None:
+    topo, clock, targets, sched = make(SHARE)
+    sched.announce_dependency(dep(3, "a", "d"), 0)
+    restarted = PipelineModel("tor1", clock)
+    sched.reinstall("tor1", 0, target=restarted)
+    assert restarted.entries(n.DEP_GRANT) == targets["tor1"].entries(n.DEP_GRANT) != []
+    assert restarted.meter_config(1) == targets["tor1"].meter_config(1)
+    assert len(restarted.entries(n.PORT_SHARE)) == n.MAX_LOAD * len(n.SHARE_MODES)

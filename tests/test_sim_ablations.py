@@ -1,6 +1,6 @@
-"""SAFS ablations "safs-no-grants" and "safs-no-classes": each differs from "safs" in exactly
-the intended way (what the controller writes, which queue SAFS DATA takes), and bad names or
-flag values are refused."""
+"""SAFS ablations "safs-no-grants" and "safs-no-classes" and the first design "safs-per-transfer":
+each differs from "safs" in exactly the intended way (what the controller is told and writes,
+which queue SAFS DATA takes), and bad names or flag values are refused."""
 
 from __future__ import annotations
 
@@ -25,8 +25,7 @@ from safs.hosts.safs import SafsSender
 US = 1_000
 DATA, GRANT = int(MsgType.DATA), int(MsgType.GRANT)
 SLACK_QUEUES = set(range(QUEUE_SLACK_LEAST_URGENT, QUEUE_CONTROL))  # 2..6
-
-
+SENDERS = [f"h{i}" for i in range(1, 7)]  # the pipeline senders of incast(), one dependency each
 
 
 
@@ -41,7 +40,8 @@ def incast() -> list[FlowSpec]:
 
 def run(policy: str):
     """Run the incast; returns (sim, result, Counter of (safs_type, queue) of packets the ToR
-    enqueued towards h0, the receiver); ``sim.announced`` lists the flows hinted."""
+    enqueued towards h0, the receiver); ``sim.announced`` lists the flows hinted one by one,
+    ``sim.deps_announced`` the senders of the dependencies announced."""
     sim = Simulation(star(9), policy, 1, SimConfig(max_time_ns=20_000 * US))
     tor = sim.network.switches["tor0"]
     rx_port = sim.topology.port_of("tor0", "h0")
@@ -64,6 +64,14 @@ def run(policy: str):
         return announce(hint, now_ns)
 
     sim.scheduler.announce = counting  # type: ignore[method-assign]
+    announce_dep = sim.scheduler.announce_dependency
+    sim.deps_announced = []  # type: ignore[attr-defined]
+
+    def counting_deps(dep, now_ns):
+        sim.deps_announced.append(dep.sender)  # type: ignore[attr-defined]
+        return announce_dep(dep, now_ns)
+
+    sim.scheduler.announce_dependency = counting_deps  # type: ignore[method-assign]
     res = sim.run(AllAtZero(incast()))
     assert res.workload_done
     return sim, res, seen
@@ -75,19 +83,26 @@ def data_queues(seen: Counter) -> set[int]:
 
 @pytest.fixture(scope="module")
 def runs():
-    return {p: run(p) for p in ("safs", "safs-no-grants", "safs-no-classes")}
+    return {p: run(p) for p in ("safs", "safs-no-grants", "safs-no-classes", "safs-per-transfer")}
+
+
+def share_grants(sim) -> list:
+    return [e for e in sim.network.switches["tor0"].pipeline.entries(n.DEP_GRANT) if e.action == n.ACT_SET_SHARE_GRANT]
 
 
 def test_policies_registered() -> None:
-    assert {"safs-no-grants", "safs-no-classes"} <= set(POLICIES)
+    assert {"safs-no-grants", "safs-no-classes", "safs-per-transfer"} <= set(POLICIES)
 
 
-def test_safs_uses_several_slack_classes_and_grants(runs) -> None:
+def test_safs_uses_several_slack_classes_and_dependency_grants(runs) -> None:
     sim, res, seen = runs["safs"]
-    assert sorted(sim.announced) == [1, 2, 3, 4, 5, 6]
+    assert sim.announced == [] and sorted(sim.deps_announced) == SENDERS  # per dependency, not per transfer
     assert len(data_queues(seen) & SLACK_QUEUES) >= 2
-    assert sim.scheduler.stats.grant_changes > 0 and sim.scheduler.stats.meter_updates > 0
+    stats = sim.scheduler.stats
+    assert stats.dependencies == 6 and stats.meter_updates > 0 and stats.grant_changes == 0  # no allocator
+    assert len(share_grants(sim)) == 6
     assert sim.network.switches["tor0"].pipeline.entries(n.SLACK_CLASS)
+    assert res.control.updates == 0  # everything was installed at launch: no write on the run's clock
 
 
 def test_no_grants_writes_no_grant_yet_keeps_the_slack_classes(runs) -> None:
@@ -95,10 +110,11 @@ def test_no_grants_writes_no_grant_yet_keeps_the_slack_classes(runs) -> None:
     stats = sim.scheduler.stats
     assert stats.grant_changes == 0 and stats.meter_updates == 0  # not even the default meter
     pipe = sim.network.switches["tor0"].pipeline
-    assert pipe.entries(n.FLOW_GRANT) == [] and pipe.meter_config(n.DEFAULT_METER_SLOT) is None
+    assert pipe.entries(n.DEP_GRANT) == [] and pipe.meter_config(n.DEFAULT_METER_SLOT) is None
+    assert pipe.entries(n.PORT_SHARE) == []  # no shares either
     assert pipe.entries(n.SLACK_CLASS) == runs["safs"][0].network.switches["tor0"].pipeline.entries(n.SLACK_CLASS)
-    # the hints did reach the scheduler (announced, then completed)
-    assert sorted(sim.announced) == [1, 2, 3, 4, 5, 6]
+    # its senders are DCTCP: the controller is told nothing (no hints, no dependencies)
+    assert sim.announced == [] and sim.deps_announced == []
     # DATA in the slack classes, several of them, never demoted; no GRANT, no SAFS control bytes
     queues = data_queues(seen)
     assert len(queues & SLACK_QUEUES) >= 2 and QUEUE_OVER_RATE not in queues and 0 not in queues
@@ -118,12 +134,25 @@ def test_no_grants_senders_are_dctcp_under_the_safs_shim() -> None:
 
 def test_no_classes_grants_as_safs_but_one_data_queue(runs) -> None:
     sim, res, seen = runs["safs-no-classes"]
-    assert sim.scheduler.stats.grant_changes > 0 and sim.scheduler.stats.meter_updates > 0
+    assert sim.scheduler.stats.dependencies == 6 and sim.scheduler.stats.meter_updates > 0
+    assert sorted(sim.deps_announced) == SENDERS and len(share_grants(sim)) == 6
     assert res.control_bytes > 0
     assert sim.network.switches["tor0"].pipeline.entries(n.SLACK_CLASS) == []
     assert data_queues(seen) <= {QUEUE_SLACK_LEAST_URGENT, QUEUE_OVER_RATE}
     assert QUEUE_SLACK_LEAST_URGENT in data_queues(seen)
     assert all(type(s) in (SafsSender, DctcpSender) for s in sim.senders.values())
+
+
+def test_per_transfer_hints_and_grants_every_transfer_on_the_runs_clock(runs) -> None:
+    sim, res, seen = runs["safs-per-transfer"]
+    assert sorted(sim.announced) == [1, 2, 3, 4, 5, 6] and sim.deps_announced == []
+    stats = sim.scheduler.stats
+    assert stats.grant_changes > 0 and stats.dependencies == 0
+    assert res.control.updates > 0 and res.control.hints >= 12  # announce and complete, each charged
+    assert share_grants(sim) == [] and sim.network.switches["tor0"].pipeline.entries(n.PORT_SHARE) == []
+    assert len(data_queues(seen) & SLACK_QUEUES) >= 2
+    assert sim.binding.deps == {}  # every transfer is its own dependency (transfer_dep_id) ...
+    assert sim.binding.safs_cfg.grant_poll_ns == 10_000  # ... and waiting senders poll, as first built
 
 
 def test_scheduler_flags_are_checked_and_listed() -> None:

@@ -44,17 +44,17 @@ POLICIES = ("safs", "dctcp")
 # Pinned today's behaviour (see the module docstring before changing any of these).
 GOLDEN: dict[tuple[str, str], str] = {
     ('afd-bulk', 'safs'):
-        '623bcbea807c32a4af2eba71b0ca6474733b09c9d0a18817a0a575aa692e493e',  # events=78663, drops=267, data_bytes=116335482, control_bytes=355458, sim_time_ns=3288663, ecn_marked_packets=697, flows=578
+        '53fbcc89c37c50764c1aed617d105164b8adde7b08466186c2c2952d9d32b104',  # events=53689, drops=313, data_bytes=88428138, control_bytes=339456, sim_time_ns=3085438, ecn_marked_packets=550, flows=578
     ('afd-bulk', 'dctcp'):
-        'a3e9afa38fb1a0a0513b7590f353e564e19a6159706d9f1b501d00b5ed877d79',  # events=106703, drops=951, data_bytes=173411346, control_bytes=0, sim_time_ns=6154366, ecn_marked_packets=2824, flows=578
+        '98b0b685d13c3dc17ed234cec9ee4310e4eadfcc562828ba0584a3077eafe60f',  # events=106703, drops=951, data_bytes=173411346, control_bytes=0, sim_time_ns=6154366, ecn_marked_packets=2824, flows=578
     ('afd-poisson', 'safs'):
-        'a52aa9e532e5da0989bf116c2624c8925f27b2a915ac99a22d1a712d19f135d3',  # events=40783, drops=44, data_bytes=60838238, control_bytes=206466, sim_time_ns=2236626, ecn_marked_packets=153, flows=395
+        'ec24c8a2ae7153c6e885fe3ff5ead979cc3a884163c6f0d50a61e1d01f17a38f',  # events=32132, drops=3, data_bytes=51777495, control_bytes=224016, sim_time_ns=2235449, ecn_marked_packets=74, flows=395
     ('afd-poisson', 'dctcp'):
-        '0125cd1cce37f667dad519debddaad2ffb62035804c86a723c8cd25ccb889a92',  # events=50447, drops=664, data_bytes=80554755, control_bytes=0, sim_time_ns=3736265, ecn_marked_packets=1798, flows=399
+        '1174e72f2a1f088f79ad99cd5915f2561b129575560548914177569778854310',  # events=50447, drops=664, data_bytes=80554755, control_bytes=0, sim_time_ns=3736265, ecn_marked_packets=1798, flows=399
     ('zerobubble-bulk', 'safs'):
-        '5255cb51902729026c4749a70ea6bef04d9dc0f2605a66b4d1880fe20825f8e8',  # events=109440, drops=75, data_bytes=128714954, control_bytes=13104, sim_time_ns=4844225, ecn_marked_packets=5001, flows=26
+        'ade4b4ba49b3381fa3c947b1c363614822022f7b055f7847faa2b7768675916a',  # events=108798, drops=75, data_bytes=128778052, control_bytes=5148, sim_time_ns=4840517, ecn_marked_packets=4991, flows=26
     ('zerobubble-bulk', 'dctcp'):
-        '18511e8c4afcf655aaed42692e15c75d12939d47d27345c161da3d61d2451bab',  # events=230951, drops=71, data_bytes=262469692, control_bytes=0, sim_time_ns=10262051, ecn_marked_packets=11897, flows=26
+        '00c5d053ed6936f108fabb0babd8021565b4ccac19dd80e39e52a4edf24a9200',  # events=230951, drops=71, data_bytes=262469692, control_bytes=0, sim_time_ns=10262051, ecn_marked_packets=11897, flows=26
 }
 
 
@@ -84,6 +84,8 @@ def run_case(name: str, policy: str) -> dict[str, Any]:
         "events": res.events,
         "sim_time_ns": res.sim_time_ns,
         "transport": dataclasses.asdict(res.transport),
+        "control": dataclasses.asdict(res.control),
+        "control_profile": res.control_profile,
     }
 
 
@@ -120,9 +122,13 @@ def test_fast_grant_keys_equal_table_entry_keys() -> None:
     from safs.core.scheduler import Scheduler, _entry_key
     from safs.core.target import Lpm, TableEntry
 
-    for fid in (1, 77, 2**32 - 1):
-        entry = TableEntry(n.FLOW_GRANT, {n.F_FLOW_ID: fid}, n.ACT_SET_GRANT)
-        assert Scheduler._grant_key(fid) == entry.key() == _entry_key(entry)
+    for src, dep_id in ((1, 1), (0x0A000001, 77), (2**32 - 1, 2**16 - 1)):
+        for action in (n.ACT_SET_SHARE_GRANT, n.ACT_SET_FIXED_GRANT):
+            entry = TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: src, n.F_DEP_ID: dep_id}, action)
+            assert Scheduler._dep_key(src, dep_id) == entry.key() == _entry_key(entry)
+            # the match written in the other order is the same entry
+            swapped = TableEntry(n.DEP_GRANT, {n.F_DEP_ID: dep_id, n.F_SRC_ADDR: src}, action)
+            assert _entry_key(swapped) == Scheduler._dep_key(src, dep_id)
     lpm = TableEntry(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(0x0A000000, 8)}, n.ACT_DROP)
     assert _entry_key(lpm) == lpm.key()
 
@@ -133,26 +139,30 @@ def test_trusted_write_keeps_op_checks_and_public_write_still_validates() -> Non
     from safs.core.target import MeterConfig, Op, TableEntry, Update
     from safs.targets.pipeline_model import PipelineModel
 
-    def grant(fid: int, kbps: int) -> TableEntry:
-        return TableEntry(n.FLOW_GRANT, {n.F_FLOW_ID: fid}, n.ACT_SET_GRANT,
+    src = 0x0A000001
+
+    def grant(dep_id: int, kbps: int) -> TableEntry:
+        return TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: src, n.F_DEP_ID: dep_id}, n.ACT_SET_FIXED_GRANT,
                           {"rate_kbps": kbps, "epoch": 1, "lease_us": 10, "meter_slot": 3})
 
-    meter = MeterConfig(n.FLOW_METER, 3, cir=1000, cburst=3000, pir=1100, pburst=3000)
+    share = TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: src, n.F_DEP_ID: 9}, n.ACT_SET_SHARE_GRANT, {"meter_slot": 4})
+    meter = MeterConfig(n.DEP_METER, 3, cir=1000, cburst=3000, pir=1100, pburst=3000)
     checked, trusted = PipelineModel("a", lambda: 0), PipelineModel("b", lambda: 0)
-    batch = [Update(Op.MODIFY, meter), Update(Op.INSERT, grant(5, 100)), Update(Op.MODIFY, grant(5, 200))]
+    batch = [Update(Op.MODIFY, meter), Update(Op.INSERT, grant(5, 100)), Update(Op.MODIFY, grant(5, 200)),
+             Update(Op.INSERT, share)]
     checked.write(batch)
     trusted.write_trusted(batch)
-    assert checked.entries(n.FLOW_GRANT) == trusted.entries(n.FLOW_GRANT) == [grant(5, 200)]
+    assert checked.entries(n.DEP_GRANT) == trusted.entries(n.DEP_GRANT) == [grant(5, 200), share]
     assert checked.meter_config(3) == trusted.meter_config(3) == meter
-    assert trusted._grants == checked._grants == {5: (200, 1, 10, 3)}
+    assert trusted._grants == checked._grants == {(src, 5): (False, 200, 1, 10, 3), (src, 9): (True, 0, 0, 0, 4)}
     with pytest.raises(TargetError) as err:  # op semantics still apply on the trusted path
         trusted.write_trusted([Update(Op.INSERT, grant(5, 1)), Update(Op.DELETE, grant(6, 1))])
     assert [f.code for f in err.value.failures] == ["ALREADY_EXISTS", "NOT_FOUND"]
     with pytest.raises(TargetError) as err:  # the public path still checks widths
         checked.write([Update(Op.MODIFY, grant(5, 1 << 32))])
     assert err.value.failures[0].code == "INVALID_ARGUMENT"
-    trusted.write_trusted([Update(Op.DELETE, grant(5, 200))])
-    assert trusted.entries(n.FLOW_GRANT) == [] and trusted._grants == {}
+    trusted.write_trusted([Update(Op.DELETE, grant(5, 200)), Update(Op.DELETE, share)])
+    assert trusted.entries(n.DEP_GRANT) == [] and trusted._grants == {}
 
     class Refusing(PipelineModel):  # a subclass's own write wins over the trusted path
         def write(self, updates) -> None:

@@ -8,8 +8,9 @@ from safs.core.errors import InvalidInput
 from safs.core.topology import build_topology
 from safs.experiments.policies import POLICIES
 from safs.experiments.sim.backend import simulate
+from safs.experiments.sim.bindings import PER_TRANSFER_POLL_NS, SafsFlows, SafsPerTransferFlows
 from safs.experiments.sim.config import SimConfig
-from safs.experiments.workloads.api import FlowSpec
+from safs.experiments.workloads.api import DependencySpec, FlowSpec
 
 US = 1_000
 
@@ -45,6 +46,14 @@ class FixedFlows:
 
     def metrics(self) -> dict[str, float]:
         return {"finished": float(len(self.finish))}
+
+    def dependencies(self) -> list[DependencySpec]:
+        """The pipeline flows' dependencies, declared at launch as the real workloads do."""
+        pairs = dict.fromkeys((s.sender, s.receiver) for s in self.specs if s.flow_class == "pipeline")
+        return [DependencySpec.of(a, b) for a, b in pairs]
+
+    def warmup_end_ns(self) -> int | None:
+        return None
 
 
 def incast(n: int = 8, size: int = 2_000_000, bulk: int = 2) -> list[FlowSpec]:
@@ -118,25 +127,58 @@ def test_horizon_leaves_flows_unfinished_and_missed() -> None:
     assert rec.finish_ns is None and rec.missed
 
 
-def test_safs_beats_dctcp_on_urgent_incast_with_background_bulk() -> None:
-    topo = star_topology(11)
-    cfg = SimConfig(max_time_ns=20_000 * US)
-    out = {}
-    for policy in POLICIES:
-        res = simulate(topo, FixedFlows(incast()), policy, 1, cfg)
-        assert res.workload_done
-        urgent = [f for f in res.flows if f.flow_class == "pipeline"]
-        assert len(urgent) == 8 and all(f.finish_ns is not None for f in urgent)
-        out[policy] = (sum(f.missed for f in urgent), res)
-    safs_missed, safs_res = out["safs"]
-    dctcp_missed, dctcp_res = out["dctcp"]
-    # DCTCP shares fairly, so the early no-bubble timestamps are missed; SAFS serves by urgency.
-    assert safs_missed <= dctcp_missed // 2 and dctcp_missed >= 4
+def run_incast(policy: str, profile: str = "tofino", **sim: int):
+    """The urgent incast with background bulk under ``policy``: (urgent misses, result)."""
+    res = simulate(star_topology(11), FixedFlows(incast()), policy, 1,
+                   SimConfig(max_time_ns=20_000 * US, control_profile=profile, **sim))
+    assert res.workload_done, policy
+    urgent = [f for f in res.flows if f.flow_class == "pipeline"]
+    assert len(urgent) == 8 and all(f.finish_ns is not None for f in urgent)
+    return sum(f.missed for f in urgent), res
+
+
+@pytest.fixture(scope="module")
+def incast_runs():
+    """Every policy on the incast under the default control profile; the per-transfer design
+    under the free one (an ablation): under a real profile its controller falls behind."""
+    out = {p: run_incast(p) for p in POLICIES if p != "safs-per-transfer"}
+    out["safs-per-transfer"] = run_incast("safs-per-transfer", "ideal")
+    return out
+
+
+def test_every_policy_finishes_the_incast_and_safs_grants_are_reusable(incast_runs) -> None:
+    _, safs_res = incast_runs["safs"]
+    _, dctcp_res = incast_runs["dctcp"]
     # Grants are reusable: control traffic is a small fraction of data, and only SAFS has any.
     assert 0 < safs_res.control_bytes < 0.005 * safs_res.data_bytes
     assert dctcp_res.control_bytes == 0 and safs_res.scheduler_control_messages > dctcp_res.scheduler_control_messages
+    # Dependencies announced at launch: no switch write on the run's clock.
+    assert safs_res.control.updates == 0 and safs_res.control_profile == "tofino"
     # background flows ran through the same switch under both policies (DCTCP marks seen)
     assert safs_res.ecn_marked_packets > 0 and dctcp_res.ecn_marked_packets > 0
+
+
+def test_per_transfer_safs_beats_dctcp_on_urgent_incast(incast_runs) -> None:
+    # DCTCP shares fairly, so the early no-bubble timestamps are missed; the allocator serves by urgency.
+    per_transfer_missed, res = incast_runs["safs-per-transfer"]
+    dctcp_missed, _ = incast_runs["dctcp"]
+    assert per_transfer_missed < dctcp_missed and dctcp_missed >= 4
+    assert res.control_profile == "ideal" and res.control.updates > 0
+
+
+def test_per_transfer_safs_loses_urgent_deadlines_to_the_hint_rpc() -> None:
+    # Each transfer waits for its activation hint (20 us RPC under ideal) before the controller
+    # grants it: on this tight incast that alone costs the first no-bubble timestamps (4 of 8 on
+    # 2026-12-02); with a 1 ns hint every one is met. Dependency grants never wait for a hint.
+    slow, _ = run_incast("safs-per-transfer", "ideal")
+    fast, _ = run_incast("safs-per-transfer", "ideal", hint_latency_ns=1)
+    assert fast == 0 < slow
+
+
+def test_safs_beats_dctcp_on_urgent_incast_with_background_bulk(incast_runs) -> None:
+    safs_missed, _ = incast_runs["safs"]
+    dctcp_missed, _ = incast_runs["dctcp"]
+    assert safs_missed <= dctcp_missed // 2 and dctcp_missed >= 4
 
 
 def test_safs_timers_scale_through_sim_config() -> None:
@@ -145,5 +187,11 @@ def test_safs_timers_scale_through_sim_config() -> None:
 
     cfg = SimConfig(safs_grant_poll_ns=2_000_000, safs_reorder_window_ns=5_000_000).safs_config()
     assert (cfg.grant_poll_ns, cfg.reorder_window_ns) == (2_000_000, 5_000_000)
+    assert SimConfig().safs_config().grant_poll_ns == 0  # dependency grants: senders never poll
+    # the scenario's poll is for the per-transfer design only: dependency senders never poll
+    slow = SimConfig(safs_grant_poll_ns=2_000_000)
+    assert SafsFlows(star_topology(2), slow).safs_cfg.grant_poll_ns == 0
+    assert SafsPerTransferFlows(star_topology(2), slow).safs_cfg.grant_poll_ns == 2_000_000
+    assert SafsPerTransferFlows(star_topology(2), SimConfig()).safs_cfg.grant_poll_ns == PER_TRANSFER_POLL_NS
     with pytest.raises(InvalidInput, match="sim.safs_grant_poll_ns"):
-        SimConfig(safs_grant_poll_ns=0)
+        SimConfig(safs_grant_poll_ns=-1)

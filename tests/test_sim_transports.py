@@ -1,8 +1,9 @@
 """SAFS and DCTCP host transports on a one-switch star with a stand-in receiver ToR.
 
-The stand-in answers REQUESTs with a grant the test controls and pushes a GRANT when DATA
-carries an older epoch (the receiver-ToR behaviour of docs/protocol.md), so the transport's
-grant handling is tested apart from the allocator and the pipeline model.
+The stand-in answers REQUESTs with a grant the test controls and pushes a GRANT by the v2 rule
+of docs/protocol.md (the rate a DATA holds is off the grant's, it holds epoch 0 or sets RENEW;
+never for LAST), so the transport's grant handling (:class:`SafsDependency`) is tested apart
+from the allocator and the pipeline model.
 """
 
 from __future__ import annotations
@@ -11,35 +12,62 @@ import pytest
 
 from safs.core.errors import InvalidInput
 from safs.core.packet import PROTO_UDP, Packet
-from safs.core.protocol import ECN_CE, ECN_ECT0, EPOCH_NONE, QUEUE_CONTROL, MsgType, epoch_newer
+from safs.core.protocol import (
+    ECN_CE,
+    ECN_ECT0,
+    EPOCH_NONE,
+    FLAG_LAST,
+    FLAG_RENEW,
+    QUEUE_CONTROL,
+    SAFS_VERSION,
+    MsgType,
+)
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.network import Network
 from safs.hosts.dctcp import DctcpConfig, DctcpReceiver, DctcpSender, dctcp_k_packets
-from safs.hosts.safs import DATA_OVERHEAD_BYTES, SafsConfig, SafsReceiver, SafsSender
+from safs.hosts.safs import DATA_OVERHEAD_BYTES, SafsConfig, SafsDependency, SafsReceiver, SafsSender
 from safs.hosts.stats import TransportStats
 
 G = 1_000_000_000
 
 
+def push_wanted(held_kbps: int, grant_kbps: int, epoch: int, flags: int) -> bool:
+    """The receiver ToR's in-band push rule (docs/protocol.md, "What switches do")."""
+    if flags & FLAG_LAST:
+        return False
+    # held more than 1/32 of the grant below it, or more than 1/16 above it
+    off = held_kbps < grant_kbps - (grant_kbps >> 5) or held_kbps - grant_kbps > (grant_kbps >> 4)
+    return off or epoch == EPOCH_NONE or bool(flags & FLAG_RENEW)
+
+
 class StandInToR:
     """Routes by destination; control 7, SAFS DATA 4, others 0; ECN above ``k``; answers
-    REQUESTs for hosts in ``receivers`` with ``grant`` = (rate_bps, epoch, lease_ns)."""
+    REQUESTs for hosts in ``receivers`` with ``grant`` = (rate_bps, epoch, lease_ns) and pushes
+    it to DATA by :func:`push_wanted`. Records the REQUESTs, the pushes, the DATA that asked for
+    a renewal and every DATA's (time, flow id, flags, epoch, held rate)."""
 
     def __init__(self, routes: dict[int, int], receivers: set[int], k: int = 10**9) -> None:
         self.routes = routes
         self.receivers = receivers
         self.k = k
+        self.clock = lambda: 0
         self.grant: tuple[int, int, int] | None = None
         self.answering = True
         self.requests = 0
+        self.request_times: list[int] = []
+        self.pushes = 0
+        self.push_times: list[int] = []
+        self.renewals = 0  # DATA with RENEW
+        self.data_log: list[tuple[int, int, int, int, int]] = []  # (time, flow_id, flags, epoch, rate_kbps)
         self.drop_data: set[tuple[int, int]] = set()  # (flow_id, remaining) to drop once
         self.drop_done_once = False
 
     def _grant_pkt(self, to: Packet) -> Packet:
         rate, epoch, lease = self.grant  # type: ignore[misc]
         g = Packet(to.dst, to.src, PROTO_UDP, to.dport, to.sport, 78)
-        g.safs_version, g.safs_type, g.flow_id = 1, int(MsgType.GRANT), to.flow_id
+        g.safs_version, g.safs_type, g.flow_id, g.dep_id = SAFS_VERSION, int(MsgType.GRANT), to.flow_id, to.dep_id
         g.rate_kbps, g.epoch, g.lease_us = rate // 1000, epoch, lease // 1000
+        g.flags = to.flags
         g.priority = QUEUE_CONTROL
         return g
 
@@ -56,12 +84,17 @@ class StandInToR:
                 return []
             pkt.priority = 4
             out = [(port, pkt)]
+            self.data_log.append((self.clock(), pkt.flow_id, pkt.flags, pkt.epoch, pkt.rate_kbps))
+            self.renewals += bool(pkt.flags & FLAG_RENEW)
             if (port in self.receivers and self.answering and self.grant is not None
-                    and epoch_newer(self.grant[1], pkt.epoch)):
+                    and push_wanted(pkt.rate_kbps, self.grant[0] // 1000, pkt.epoch, pkt.flags)):
+                self.pushes += 1
+                self.push_times.append(self.clock())
                 out.append((self.routes[pkt.src], self._grant_pkt(pkt)))
             return out
         if t == MsgType.REQUEST and port in self.receivers:
             self.requests += 1
+            self.request_times.append(self.clock())
             if not self.answering or self.grant is None:
                 return []
             return [(self.routes[pkt.src], self._grant_pkt(pkt))]
@@ -83,7 +116,12 @@ def star(n: int, rate_bps: int, buffer_bytes: int = 1 << 20, k: int = 10**9, del
     for i, ip in enumerate(ips):
         net.add_host(f"h{i}", ip)
     tor = StandInToR({ip: i + 1 for i, ip in enumerate(ips)}, receivers=set(range(1, n + 1)), k=k)
-    net.add_switch("tor", lambda name, clock: tor)
+
+    def make(name, clock):
+        tor.clock = clock
+        return tor
+
+    net.add_switch("tor", make)
     for i in range(n):
         net.connect(f"h{i}", 0, "tor", i + 1, rate_bps, delay_ns, buffer_bytes)
     return eng, net, tor
@@ -105,7 +143,8 @@ class Flow:
 
 
 def safs_flow(eng, net, src: int, dst: int, fid: int, size: int, cfg: SafsConfig, stats: TransportStats,
-              nbts: int | None = None) -> tuple[SafsSender, SafsReceiver, Flow]:
+              nbts: int | None = None, dep: SafsDependency | None = None) -> tuple[SafsSender, SafsReceiver, Flow]:
+    """Transfer ``fid`` of ``dep`` (None: a dependency of its own, per-transfer mode), started now."""
     s, d = net.hosts[f"h{src}"], net.hosts[f"h{dst}"]
     rec = Flow()
     rx = SafsReceiver(eng, d, s.ip, fid, size, nbts, cfg, stats, rec.on_finish)
@@ -116,10 +155,19 @@ def safs_flow(eng, net, src: int, dst: int, fid: int, size: int, cfg: SafsConfig
         orig(pkt)
 
     d.receivers[fid] = type("Spy", (), {"receive": staticmethod(spy)})()
-    tx = SafsSender(eng, s, d.ip, fid, size, nbts, False, cfg, stats, rec.on_closed)
+    tx = SafsSender(eng, s, d.ip, fid, size, nbts, False, cfg, stats, rec.on_closed, dep)
     s.senders[fid] = tx
     tx.start()
     return tx, rx, rec
+
+
+def dependency(eng, net, src: int, dst: int, dep_id: int, cfg: SafsConfig, stats: TransportStats) -> SafsDependency:
+    """The sender side of dependency ``dep_id`` from h<src> to h<dst>, registered at its host
+    (GRANTs reach it by dep_id, whichever transfer they name)."""
+    s, d = net.hosts[f"h{src}"], net.hosts[f"h{dst}"]
+    dep = SafsDependency(eng, s, d.ip, dep_id, False, cfg, stats)
+    s.dependencies[dep_id] = dep
+    return dep
 
 
 def rate_between(arrivals: list[tuple[int, int]], t0: int, t1: int) -> float:
@@ -165,7 +213,7 @@ def test_safs_without_grant_stays_at_default_rate() -> None:
     assert 0.98 * 2 * G <= rate_between(rec.arrivals, 100_000, rec.finish_ns - 100_000) <= 1.02 * 2 * G
 
 
-def test_safs_renews_its_lease_before_it_runs_out() -> None:
+def test_safs_renews_its_lease_in_band_before_it_runs_out() -> None:
     eng, net, tor = star(2, 100 * G)
     cfg = SafsConfig(default_rate_bps=1 * G)
     stats = TransportStats()
@@ -174,9 +222,11 @@ def test_safs_renews_its_lease_before_it_runs_out() -> None:
     eng.run(10**9)
     assert rec.finish_ns is not None and rec.finish_ns > 7_000_000
     assert stats.lease_fallbacks == 0
-    # One REQUEST at start plus one per 0.75 ms of lease while data is left.
-    expected = 1 + rec.finish_ns // 750_000
-    assert expected - 2 <= tor.requests <= expected + 1
+    # One REQUEST at start; then a DATA with RENEW once per 0.75 ms of lease while data is left,
+    # each answered by a GRANT that renews the lease (no more REQUESTs).
+    assert tor.requests == 1
+    expected = rec.finish_ns // 750_000
+    assert expected - 2 <= tor.renewals <= expected + 1
     assert 0.98 * 2 * G <= rate_between(rec.arrivals, 500_000, rec.finish_ns - 100_000) <= 1.02 * 2 * G
 
 
@@ -188,14 +238,17 @@ def test_safs_falls_back_to_default_rate_when_lease_expires() -> None:
     tx, _, rec = safs_flow(eng, net, 1, 0, 1, 3_000_000, cfg, stats, nbts=10**9)
     eng.run(2_000_000)
     assert tx.rate_bps == 4 * G and tx.epoch == 1
+    assert tor.requests == 1
     tor.answering = False  # controller and switch stop granting: renewals go unanswered
     eng.run(3_200_000)  # the last renewal was at most 1 ms before: the lease has expired
     assert stats.lease_fallbacks == 1
     assert tx.rate_bps == 1 * G and tx.epoch == EPOCH_NONE and tx.lease_expiry_ns is None
+    assert tor.requests == 2  # one REQUEST at the fallback, with data left to send
     eng.run(10**9)
     assert rec.finish_ns is not None
     assert 0.98 * G <= rate_between(rec.arrivals, 3_500_000, rec.finish_ns - 100_000) <= 1.02 * G
     assert stats.lease_fallbacks == 1  # default grants carry no lease: no repeated fallback
+    assert tor.requests == 2  # grant_poll_ns 0: no REQUEST poll while it waits
 
 
 def test_safs_refreshes_on_newer_epoch_pushed_in_band() -> None:
@@ -218,7 +271,7 @@ def test_safs_refreshes_on_newer_epoch_pushed_in_band() -> None:
     late = Packet(net.hosts["h0"].ip, net.hosts["h1"].ip, PROTO_UDP, 1, 1, 78)
     late.safs_type, late.epoch, late.rate_kbps, late.lease_us = int(MsgType.GRANT), 1, 1, 1000
     tx2 = SafsSender(eng, net.hosts["h1"], net.hosts["h0"].ip, 9, 1000, None, False, cfg, stats, lambda f: None)
-    tx2.epoch, tx2.rate_bps = 2, 8 * G
+    tx2.dep.epoch, tx2.dep.rate_bps = 2, 8 * G
     tx2.receive(late)
     assert (tx2.epoch, tx2.rate_bps) == (2, 8 * G)
     # ... but the switch's default grant (epoch 0: no entry installed) always applies (rule 2)
@@ -226,6 +279,123 @@ def test_safs_refreshes_on_newer_epoch_pushed_in_band() -> None:
     default.safs_type, default.epoch, default.rate_kbps = int(MsgType.GRANT), EPOCH_NONE, 3_000_000
     tx2.receive(default)
     assert (tx2.epoch, tx2.rate_bps) == (EPOCH_NONE, 3 * G)
+
+
+def frame_gap_ns(cfg: SafsConfig, rate_bps: int) -> int:
+    """Pacing gap of a full DATA packet at ``rate_bps``."""
+    return -(-(cfg.segment_bytes + DATA_OVERHEAD_BYTES) * 8 * G // rate_bps)
+
+
+def test_second_transfer_of_a_dependency_with_a_valid_grant_sends_no_request_and_starts_at_its_rate() -> None:
+    eng, net, tor = star(2, 100 * G)
+    cfg = SafsConfig(default_rate_bps=1 * G)
+    stats = TransportStats()
+    tor.grant = (5 * G, 1, 20_000_000)  # a 20 ms lease
+    dep = dependency(eng, net, 1, 0, 3, cfg, stats)
+    _, _, rec1 = safs_flow(eng, net, 1, 0, 1, 500_000, cfg, stats, nbts=10**9, dep=dep)
+    eng.run(2_000_000)
+    assert rec1.closed and tor.requests == dep.requests == 1
+    assert (dep.rate_bps, dep.epoch) == (5 * G, 1) and dep.lease_expiry_ns > eng.now
+    _, _, rec2 = safs_flow(eng, net, 1, 0, 2, 500_000, cfg, stats, nbts=10**9, dep=dep)
+    eng.run(10**9)
+    assert rec2.closed
+    assert tor.requests == dep.requests == 1  # the held grant was reused
+    first = [(t, flags, epoch, kbps) for t, fid, flags, epoch, kbps in tor.data_log if fid == 1]
+    second = [(t, flags, epoch, kbps) for t, fid, flags, epoch, kbps in tor.data_log if fid == 2]
+    assert (second[0][2], second[0][3]) == (1, 5 * G // 1000)  # under the held grant from its first DATA
+    gap = frame_gap_ns(cfg, 5 * G)
+    gaps2 = [b[0] - a[0] for a, b in zip(second, second[1:-1])]  # the last, short one arrives sooner
+    assert min(gaps2) >= gap - 1  # paced from its first byte: no unscheduled burst ...
+    gaps1 = [b[0] - a[0] for a, b in zip(first, first[1:])]
+    assert min(gaps1) < gap // 4  # ... which the first transfer, without a grant, did send
+    assert tor.pushes == sum(1 for _, flags, epoch, _ in first if epoch == EPOCH_NONE)  # only epoch-0 DATA
+
+
+def test_grants_reach_the_dependency_whichever_transfer_they_name() -> None:
+    eng, net, tor = star(2, 100 * G)
+    cfg = SafsConfig(default_rate_bps=1 * G)
+    stats = TransportStats()
+    tor.grant = (5 * G, 1, 20_000_000)
+    dep = dependency(eng, net, 1, 0, 3, cfg, stats)
+    tx1, _, rec1 = safs_flow(eng, net, 1, 0, 1, 100_000, cfg, stats, nbts=10**9, dep=dep)
+    eng.run(2_000_000)
+    assert rec1.closed and tx1.closed
+    g = Packet(net.hosts["h0"].ip, net.hosts["h1"].ip, PROTO_UDP, 1, 1, 78)
+    g.safs_version, g.safs_type, g.flow_id, g.dep_id = SAFS_VERSION, int(MsgType.GRANT), 1, 3
+    g.rate_kbps, g.epoch, g.lease_us = 7_000_000, 2, 20_000
+    net.hosts["h1"].receive(g, 0)  # names the finished transfer 1: still the dependency's grant
+    assert (dep.rate_bps, dep.epoch) == (7 * G, 2)
+
+
+def test_last_is_set_on_the_last_packet_of_the_dependency_only() -> None:
+    eng, net, tor = star(2, 100 * G)
+    cfg = SafsConfig(default_rate_bps=1 * G)
+    stats = TransportStats()
+    tor.grant = (5 * G, 1, 20_000_000)
+    dep = dependency(eng, net, 1, 0, 3, cfg, stats)
+    recs = [safs_flow(eng, net, 1, 0, fid, size, cfg, stats, nbts=10**9, dep=dep)[2]
+            for fid, size in ((1, 300_000), (2, 120_000))]  # two transfers at once
+    eng.run(3_000_000)
+    assert all(r.closed for r in recs)
+    last = [i for i, (_, _, flags, _, _) in enumerate(tor.data_log) if flags & FLAG_LAST]
+    assert last == [len(tor.data_log) - 1]  # not at the end of the first transfer to finish
+    sent = len(tor.data_log)
+    rec3 = safs_flow(eng, net, 1, 0, 3, 50_000, cfg, stats, nbts=10**9, dep=dep)[2]  # active again
+    eng.run(10**9)
+    assert rec3.closed
+    later = tor.data_log[sent:]
+    assert [bool(flags & FLAG_LAST) for _, _, flags, _, _ in later] == [False] * (len(later) - 1) + [True]
+
+
+def test_renew_is_set_once_renew_fraction_of_the_lease_has_passed() -> None:
+    eng, net, tor = star(2, 100 * G)
+    cfg = SafsConfig(default_rate_bps=1 * G, renew_fraction=0.5)
+    stats = TransportStats()
+    lease = 2_000_000
+    tor.grant = (2 * G, 1, lease)
+    safs_flow(eng, net, 1, 0, 1, 2_000_000, cfg, stats, nbts=10**9)  # ~8 ms at 2 Gbit/s
+    eng.run(10**9)
+    renew_times = [t for t, _, flags, _, _ in tor.data_log if flags & FLAG_RENEW]
+    first = renew_times[0]
+    granted = max(t for t in tor.request_times + tor.push_times if t < first)  # the last GRANT it got
+    rtt_slack = 20_000
+    assert granted + lease // 2 <= first <= granted + lease // 2 + frame_gap_ns(cfg, 2 * G) + rtt_slack
+    assert tor.requests == 1 and stats.lease_fallbacks == 0  # renewed in-band every half lease
+    assert len(renew_times) >= 8 * 1_000_000 // (lease // 2) - 2
+
+
+def test_an_idle_dependency_does_not_renew_and_asks_again_only_with_data() -> None:
+    eng, net, tor = star(2, 100 * G)
+    cfg = SafsConfig(default_rate_bps=1 * G)
+    stats = TransportStats()
+    tor.grant = (5 * G, 1, 1_000_000)  # a 1 ms lease
+    dep = dependency(eng, net, 1, 0, 3, cfg, stats)
+    safs_flow(eng, net, 1, 0, 1, 100_000, cfg, stats, nbts=10**9, dep=dep)
+    eng.at(5_000_000, lambda _: None)  # the clock reaches 5 ms even with nothing to do
+    eng.run(5_000_000)  # idle long after its lease ran out
+    assert eng.now == 5_000_000 and dep.lease_expiry_ns < eng.now
+    assert tor.requests == 1 and not any(flags & FLAG_RENEW for _, _, flags, _, _ in tor.data_log)
+    assert max(t for t, *_ in tor.data_log) < 1_000_000  # nothing sent while idle
+    assert stats.lease_fallbacks == 0  # nothing to send: no fallback, no REQUEST yet
+    _, _, rec2 = safs_flow(eng, net, 1, 0, 2, 100_000, cfg, stats, nbts=10**9, dep=dep)
+    assert dep.epoch == EPOCH_NONE and dep.rate_bps == 1 * G and dep.fallbacks == 1
+    eng.run(10**9)
+    assert rec2.closed and tor.requests == 2  # one REQUEST, for the transfer that has data
+    assert dep.epoch == 1
+
+
+@pytest.mark.parametrize("poll_ns", [0, 10_000])
+def test_a_sender_without_a_grant_polls_only_with_grant_poll_ns(poll_ns: int) -> None:
+    eng, net, tor = star(2, 100 * G)
+    cfg = SafsConfig(default_rate_bps=1 * G, grant_poll_ns=poll_ns)
+    stats = TransportStats()  # tor.grant None: REQUESTs go unanswered, nothing is pushed
+    _, _, rec = safs_flow(eng, net, 1, 0, 1, 1_000_000, cfg, stats, nbts=10**9)
+    eng.run(10**9)
+    assert rec.finish_ns is not None and rec.finish_ns > 7_000_000  # at the default rate
+    if poll_ns:
+        assert tor.requests >= rec.finish_ns // poll_ns // 2  # per-transfer mode: one every poll
+    else:
+        assert tor.requests == 1  # dependency grants: no sender polls
 
 
 def test_safs_recovers_lost_data_and_lost_done() -> None:

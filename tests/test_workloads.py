@@ -16,7 +16,7 @@ from safs.core.errors import InvalidInput
 from safs.core.topology import load_topology
 from safs.experiments.workloads import build_workload
 from safs.experiments.workloads.afd import MODEL_LAYERS, AfdDecode, load_trace
-from safs.experiments.workloads.api import FlowSpec
+from safs.experiments.workloads.api import DependencySpec, FlowSpec
 from safs.experiments.workloads.background import BulkFlows, PoissonArrivals
 from safs.experiments.workloads.ideal import IdealNetwork, transfer_ns
 from safs.experiments.workloads.trace import load_trace_file
@@ -338,3 +338,53 @@ def test_serial_instance_drops_old_ops_and_keeps_working() -> None:
     assert len(inst.ops) <= 70 and inst.has(999) and not inst.has(0)
     inst.add(1_000, 10, 1)  # waits for one input
     assert inst.ready_time(1_000) == net.now() and inst.no_bubble_ts(1_000, net.now(), 5) == net.now() + 5
+
+
+# ---- dependencies declared at launch -------------------------------------------------------
+
+def _declared_covers_every_transfer(w, net) -> set[tuple[str, str, str, str]]:
+    declared = [(d.sender, d.receiver, d.name, d.flow_class) for d in w.dependencies()]
+    assert len(declared) == len(set(declared))
+    used = {(f.spec.sender, f.spec.receiver, f.spec.dependency_key(), f.spec.flow_class)
+            for f in net.flows if f.spec.flow_class == "pipeline"}
+    assert used and used <= set(declared)  # no transfer needs a digest to find its dependency
+    return used
+
+
+def test_zerobubble_declares_its_stage_pairs_and_warms_up_over_the_first_iteration(zb_topo):
+    w = build_workload("zerobubble", {"stages": 4, "microbatches": 4, "iterations": 2}, zb_topo, background_flows=1)
+    assert w.warmup_end_ns() is None  # not yet run
+    net = IdealNetwork(zb_topo)
+    net.run(w)
+    used = _declared_covers_every_transfer(w, net)
+    assert len(w.dependencies()) == len(used) == 2 * 3  # activations down, gradients up, 3 boundaries
+    first = w.main.iteration_times_ns[0]
+    assert w.warmup_end_ns() is not None and first <= w.warmup_end_ns() < sum(w.main.iteration_times_ns)
+
+
+def test_afd_declares_a2f_and_f2a_and_warms_up_over_the_first_step(afd_topo):
+    w = AfdDecode({"layers_simulated": 1, "decode_steps": 3}, afd_topo)
+    net = IdealNetwork(afd_topo)
+    net.run(w)
+    used = _declared_covers_every_transfer(w, net)
+    assert len(w.dependencies()) == 2 * len(w.attn) * len(w.ffn) == len(used)
+    assert w.warmup_end_ns() == w.step_end_ns[0]
+
+
+def test_trace_declares_one_dependency_per_pipeline_pair_and_has_no_warmup():
+    topo = load_topology(TOPO / "leaf-spine.yaml")
+    w = build_workload("trace", {"path": str(EXAMPLE)}, topo)
+    net = IdealNetwork(topo)
+    net.run(w)
+    _declared_covers_every_transfer(w, net)
+    assert w.warmup_end_ns() is None
+
+
+def test_flowspec_dependency_names():
+    spec = FlowSpec("a", "b", 10, 5, "x")
+    assert spec.dependency_key() == "b/pipeline" == DependencySpec.of("a", "b").name
+    assert FlowSpec("a", "b", 10, 5, "x", dependency="layer-kv").dependency_key() == "layer-kv"
+    for bad in ("", 7):
+        with pytest.raises(InvalidInput) as err:
+            FlowSpec("a", "b", 10, 5, "x", dependency=bad)
+        assert err.value.field == "flow.dependency"

@@ -14,13 +14,15 @@ typedef bit<48> bytes48_t;     // remaining bytes
 typedef bit<32> rate_kbps_t;   // granted rate, kbit/s
 typedef bit<32> epoch_t;       // grant epoch, serial-number compared
 typedef bit<32> lease_us_t;    // grant lease, microseconds
-typedef bit<16> meter_slot_t;  // index into flow_meter / flow_bytes
+typedef bit<16> meter_slot_t;  // index into dep_meter / dep_bytes / dep_class
+typedef bit<16> dep_id_t;      // dependency id, per sender (0 = none)
+typedef bit<16> load_t;        // active dependencies of one urgency class at a receiver port
 typedef bit<3>  qclass_t;      // BMv2 priority queue, 7 = highest
 
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<8>  IP_PROTO_UDP   = 17;
 const bit<16> SAFS_UDP_PORT  = 0x5AF5;   // 23285
-const bit<4>  SAFS_VERSION   = 1;
+const bit<4>  SAFS_VERSION   = 2;
 const bit<16> SAFS_HDR_LEN   = 36;
 const bit<16> UDP_HDR_LEN    = 8;
 
@@ -29,10 +31,21 @@ const bit<4> SAFS_REQUEST = 2;
 const bit<4> SAFS_GRANT   = 3;
 const bit<4> SAFS_DONE    = 4;
 
+// Flag bits (docs/protocol.md "Header layout").
+const bit<8> FLAG_BACKGROUND = 0x01;   // dependency hinted as background class
+const bit<8> FLAG_LAST       = 0x02;   // DATA: the dependency has no new data after this packet
+const bit<8> FLAG_RENEW      = 0x04;   // DATA: the sender's lease is running out: send a GRANT
+
 const qclass_t QUEUE_CONTROL     = 7;
 const qclass_t QUEUE_OVER_RATE   = 1;
 const qclass_t QUEUE_BEST_EFFORT = 0;
-const qclass_t QUEUE_SLACK_DEFAULT = 2;  // least urgent slack class (slack_class miss)
+const qclass_t QUEUE_SLACK_MOST_URGENT = 6;  // slack class of late transfers (urgency 0)
+const qclass_t QUEUE_SLACK_DEFAULT = 2;  // least urgent slack class (slack_class miss; urgency 4)
+
+// port_share modes (grant_enforcer.p4): the key's load counts different dependencies per mode.
+const bit<2> SHARE_ALONE   = 0;  // the most urgent class, nothing waiting: load = its dependencies
+const bit<2> SHARE_TOP     = 1;  // the most urgent class, others waiting: load = its dependencies
+const bit<2> SHARE_WAITING = 2;  // behind a more urgent class: load = all waiting dependencies
 
 const bit<8> COLOR_GREEN = 0;
 const bit<8> COLOR_UNMETERED = 3;
@@ -46,12 +59,14 @@ const bit<32> MALFORMED_BAD_TYPE    = 2;
 
 const bit<32> PKT_INSTANCE_TYPE_INGRESS_CLONE = 1;
 
-// Table and extern sizes (safs/p4names.py mirrors the meter size).
+// Table and extern sizes (safs/core/p4names.py mirrors the slot count and the load limit).
 #define IPV4_LPM_SIZE     1024
 #define RECEIVER_PORT_SIZE 512
 #define SLACK_CLASS_SIZE    16
-#define FLOW_GRANT_SIZE   4096
-#define FLOW_METER_SIZE   4096
+#define DEP_GRANT_SIZE    4096   // dependencies known per receiver ToR
+#define DEP_SLOTS         4096   // meter / counter / dep_class slots (slot 0: the default grant)
+#define MAX_LOAD           128   // largest load with a port_share entry (dependencies per class or waiting)
+#define PORT_SHARE_SIZE  32768   // 64 host ports x 3 modes x MAX_LOAD loads, and spare
 #define NUM_PORTS          512
 #define QDEPTH_BUCKETS       8
 #define CLONE_SESSION_BASE   1   // clone session id = egress port + base

@@ -1,12 +1,35 @@
 /*
- * Grant enforcer, at the receiver's ToR only (egress port marked by receiver_port):
+ * Grant enforcer, at the receiver's ToR only (egress port marked by receiver_port). It grants
+ * every transfer of a dependency it knows without the controller (docs/protocol.md "Grants"):
  *
- *   flow_grant(flow_id) -> set_grant(rate, epoch, lease, meter_slot)   miss -> default grant
- *   DATA    : flow_meter[slot] -> colour; not green -> queue 1 (over rate), never dropped;
- *             flow_bytes[slot] counts; epoch older than installed -> clone a GRANT to the sender
- *   REQUEST : rewritten in place into a GRANT to the sender (installed or default grant);
- *             no grant entry -> digest request_digest_t to the controller
+ *   dep_grant(src_addr, dep_id) -> set_share_grant(slot)            rate = the port's share
+ *                               -> set_fixed_grant(rate, epoch, lease, slot)  (per-transfer mode)
+ *                          miss -> default grant (slot 0), REQUEST digested to the controller
+ *
+ *   share grants, strict priority by urgency (the packet's slack class: 0 late .. 4 relaxed;
+ *   background dependencies 4), equal shares within the most urgent class:
+ *     dep_class[slot]     = 1 + the urgency the dependency is counted in (0: idle)
+ *     class_load_u[port]  = active dependencies of urgency u at the port (u = 0..4)
+ *     port_gen[port]      grows whenever a count changes (the grants' epoch)
+ *       DATA/REQUEST, not LAST: the dependency moves to the packet's urgency
+ *       DATA with LAST:         it goes idle
+ *     then, with top = the most urgent non-empty class:
+ *       urgency == top, nothing less urgent  -> port_share(port, n_top, SHARE_ALONE)
+ *       urgency == top, others waiting       -> port_share(port, n_top, SHARE_TOP)
+ *       urgency  > top (waiting)             -> port_share(port, n_waiting, SHARE_WAITING)
+ *     (the controller's entries: usable / n, (usable - reserve) / n and reserve / n; waiting
+ *     dependencies keep a trickle so their packets keep passing and their urgency is seen;
+ *     no entry, i.e. a load above MAX_LOAD: the default grant)
+ *
+ *   DATA    : dep_meter[slot] -> colour; not green -> queue 1 (over rate), never dropped;
+ *             dep_bytes[slot] counts; unless LAST is set: the rate the packet carries is off
+ *             the grant's (lower by more than 1/32 of the grant's or higher by more than 1/16),
+ *             its epoch is 0 or RENEW is set -> clone a GRANT to the sender
+ *   REQUEST : rewritten in place into a GRANT to the sender (share, fixed or default grant)
  * Elsewhere SAFS packets are not metered (colour 3 = unmetered).
+ *
+ * Every register array is read-modified-written at most once per packet (one RegisterAction
+ * each on TNA); no division, no variable shift.
  */
 #ifndef SAFS_GRANT_ENFORCER_P4
 #define SAFS_GRANT_ENFORCER_P4
@@ -15,12 +38,30 @@
 
 control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
                       inout standard_metadata_t standard_metadata) {
-    @name(".SafsIngress.flow_meter")
-    meter(FLOW_METER_SIZE, MeterType.bytes) flow_meter;
-    @name(".SafsIngress.flow_bytes")
-    counter(FLOW_METER_SIZE, CounterType.packets_and_bytes) flow_bytes;
-    @name(".SafsIngress.flow_grant_counter")
-    direct_counter(CounterType.packets_and_bytes) flow_grant_counter;
+    @name(".SafsIngress.dep_meter")
+    meter(DEP_SLOTS, MeterType.bytes) dep_meter;
+    @name(".SafsIngress.dep_bytes")
+    counter(DEP_SLOTS, CounterType.packets_and_bytes) dep_bytes;
+    @name(".SafsIngress.dep_grant_counter")
+    direct_counter(CounterType.packets_and_bytes) dep_grant_counter;
+    @name(".SafsIngress.port_share_counter")
+    direct_counter(CounterType.packets_and_bytes) port_share_counter;
+    // Soft state: zero after a switch restart and rebuilt by the next packet of each active
+    // dependency (registers are not readable over P4Runtime on BMv2).
+    @name(".SafsIngress.dep_class")
+    register<bit<8>>(DEP_SLOTS) dep_class;
+    @name(".SafsIngress.class_load_0")
+    register<load_t>(NUM_PORTS) class_load_0;
+    @name(".SafsIngress.class_load_1")
+    register<load_t>(NUM_PORTS) class_load_1;
+    @name(".SafsIngress.class_load_2")
+    register<load_t>(NUM_PORTS) class_load_2;
+    @name(".SafsIngress.class_load_3")
+    register<load_t>(NUM_PORTS) class_load_3;
+    @name(".SafsIngress.class_load_4")
+    register<load_t>(NUM_PORTS) class_load_4;
+    @name(".SafsIngress.port_gen")
+    register<epoch_t>(NUM_PORTS) port_gen;
 
     @name(".SafsIngress.set_default_grant")
     action set_default_grant(@name("rate_kbps") rate_kbps_t rate_kbps,
@@ -38,10 +79,29 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         size = 1;
     }
 
-    @name(".SafsIngress.set_grant")
-    action set_grant(@name("rate_kbps") rate_kbps_t rate_kbps, @name("epoch") epoch_t epoch,
-                     @name("lease_us") lease_us_t lease_us, @name("meter_slot") meter_slot_t meter_slot) {
+    lease_us_t share_lease_us;
+    @name(".SafsIngress.set_share_lease")
+    action set_share_lease(@name("lease_us") lease_us_t lease_us) {
+        share_lease_us = lease_us;
+    }
+    @name(".SafsIngress.share_lease")
+    table share_lease {
+        actions = { set_share_lease; }
+        default_action = set_share_lease(0);
+        size = 1;
+    }
+
+    @name(".SafsIngress.set_share_grant")
+    action set_share_grant(@name("meter_slot") meter_slot_t meter_slot) {
         meta.has_grant = 1;
+        meta.share = 1;
+        meta.meter_slot = meter_slot;
+    }
+    @name(".SafsIngress.set_fixed_grant")
+    action set_fixed_grant(@name("rate_kbps") rate_kbps_t rate_kbps, @name("epoch") epoch_t epoch,
+                           @name("lease_us") lease_us_t lease_us, @name("meter_slot") meter_slot_t meter_slot) {
+        meta.has_grant = 1;
+        meta.share = 0;
         meta.rate_kbps = rate_kbps;
         meta.epoch = epoch;
         meta.lease_us = lease_us;
@@ -51,13 +111,41 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
     action no_grant() {
         meta.has_grant = 0;
     }
-    @name(".SafsIngress.flow_grant")
-    table flow_grant {
-        key = { hdr.safs.flow_id: exact @name("flow_id"); }
-        actions = { set_grant; @defaultonly no_grant; }
+    @name(".SafsIngress.dep_grant")
+    table dep_grant {
+        key = {
+            hdr.ipv4.src_addr: exact @name("src_addr");
+            hdr.safs.dep_id: exact @name("dep_id");
+        }
+        actions = { set_share_grant; set_fixed_grant; @defaultonly no_grant; }
         const default_action = no_grant();
-        size = FLOW_GRANT_SIZE;
-        counters = flow_grant_counter;
+        size = DEP_GRANT_SIZE;
+        counters = dep_grant_counter;
+    }
+
+    // A dependency's share of its port at a load and mode, from the controller.
+    bit<1> has_share;
+    @name(".SafsIngress.set_share")
+    action set_share(@name("rate_kbps") rate_kbps_t rate_kbps) {
+        meta.rate_kbps = rate_kbps;
+        meta.lease_us = share_lease_us;
+        has_share = 1;
+    }
+    @name(".SafsIngress.no_share")
+    action no_share() {
+        has_share = 0;
+    }
+    @name(".SafsIngress.port_share")
+    table port_share {
+        key = {
+            standard_metadata.egress_spec: exact @name("egress_port");
+            meta.load: exact @name("load");
+            meta.share_mode: exact @name("mode");
+        }
+        actions = { set_share; @defaultonly no_share; }
+        const default_action = no_share();
+        size = PORT_SHARE_SIZE;
+        counters = port_share_counter;
     }
 
     @hidden
@@ -68,20 +156,105 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         meta.grant_now_ns = meta.now_ns;
     }
 
+    // One urgency class's count at the port after this packet: - 1 if the dependency leaves
+    // it, + 1 if it joins it (never below 0: a restart zeroes counts, not the senders' LASTs).
+#define CLASS_COUNT(U, REG, N) \
+        REG.read(N, port); \
+        if (held == U + 1 && held != cls && N != 0) { N = N - 1; } \
+        if (cls == U + 1 && held != cls) { N = N + 1; } \
+        REG.write(port, N);
+
+    // The share grant of this packet's dependency: move it to the packet's urgency (idle on
+    // LAST), update the port's class counts and generation, and pick the port_share key.
+    @hidden
+    action update_share() {
+        bit<32> slot = (bit<32>) meta.meter_slot;
+        bit<32> port = (bit<32>) standard_metadata.egress_spec;
+        bit<3> urgency = meta.urgency;  // a class outside 2..6 wraps to 5..7: the least urgent
+        if (urgency > 4 || (hdr.safs.flags & FLAG_BACKGROUND) != 0) {
+            urgency = 4;
+        }
+        bit<8> cls = 1 + (bit<8>) urgency;
+        if (hdr.safs.msg_type == SAFS_DATA && (hdr.safs.flags & FLAG_LAST) != 0) {
+            cls = 0;
+        }
+        bit<8> held;
+        dep_class.read(held, slot);
+        dep_class.write(slot, cls);
+        load_t n0; load_t n1; load_t n2; load_t n3; load_t n4;
+        CLASS_COUNT(0, class_load_0, n0)
+        CLASS_COUNT(1, class_load_1, n1)
+        CLASS_COUNT(2, class_load_2, n2)
+        CLASS_COUNT(3, class_load_3, n3)
+        CLASS_COUNT(4, class_load_4, n4)
+        epoch_t gen;
+        port_gen.read(gen, port);
+        if (held != cls) {
+            gen = gen + 1;
+            if (gen == 0) {
+                gen = 1;  // epoch 0 means "no grant"
+            }
+        }
+        port_gen.write(port, gen);
+        meta.dep_class = cls;
+        meta.epoch = gen;
+        // top: the most urgent non-empty class (none: 4 with load 0, i.e. the default grant; only
+        // for a dependency counted at another port); rest: the dependencies behind top.
+        bit<3> top = 4;
+        load_t n_top = n4;
+        if (n0 != 0) { top = 0; n_top = n0; }
+        else if (n1 != 0) { top = 1; n_top = n1; }
+        else if (n2 != 0) { top = 2; n_top = n2; }
+        else if (n3 != 0) { top = 3; n_top = n3; }
+        load_t rest = n0 + n1 + n2 + n3 + n4 - n_top;
+        if (urgency == top) {
+            meta.load = n_top;
+            meta.share_mode = SHARE_TOP;
+            if (rest == 0) {
+                meta.share_mode = SHARE_ALONE;
+            }
+        } else {
+            meta.load = rest;
+            meta.share_mode = SHARE_WAITING;
+        }
+    }
+#undef CLASS_COUNT
+
     apply {
+        has_share = 0;
+        share_lease_us = 0;
         if (meta.safs_ok == 1 && meta.receiver_port == 1) {
             default_grant.apply();
-            flow_grant.apply();
+            share_lease.apply();
+            dep_grant.apply();
+            if (meta.share == 1 && (hdr.safs.msg_type == SAFS_DATA || hdr.safs.msg_type == SAFS_REQUEST)) {
+                update_share();
+                if (meta.dep_class != 0) {
+                    port_share.apply();
+                    if (has_share == 0) {
+                        meta.epoch = 0;  // over the largest load: the default grant stays
+                    }
+                } else {
+                    meta.epoch = 0;  // LAST: the default grant (never pushed)
+                }
+            }
             if (hdr.safs.msg_type == SAFS_DATA) {
-                flow_meter.execute_meter((bit<32>) meta.meter_slot, meta.color);
+                dep_meter.execute_meter((bit<32>) meta.meter_slot, meta.color);
                 hdr.safs.color = (bit<8>) meta.color;
                 if (meta.color != 0) {
                     standard_metadata.priority = QUEUE_OVER_RATE;
                 }
-                flow_bytes.count((bit<32>) meta.meter_slot);
-                // Serial-number compare (RFC 1982): the packet's epoch is older than installed.
-                bit<32> age = meta.epoch - hdr.safs.epoch;
-                if (meta.has_grant == 1 && age != 0 && age < 32w0x80000000 && meta.has_grant_route == 1) {
+                dep_bytes.count((bit<32>) meta.meter_slot);
+                // Push a fresh GRANT when the rate the sender holds is off the grant's (lower
+                // by more than 1/32 of it or higher by more than 1/16), it holds no grant
+                // (epoch 0) or asks for a renewal; never for the last packet. Written so that
+                // no 32-bit intermediate overflows.
+                rate_kbps_t held = hdr.safs.rate_kbps;
+                rate_kbps_t rate = meta.rate_kbps;
+                bool off = held < rate - (rate >> 5) || (held > rate && held - rate > (rate >> 4));
+                bool wanted = hdr.safs.epoch == 0 || (hdr.safs.flags & FLAG_RENEW) != 0;
+                if (meta.has_grant == 1 && meta.has_grant_route == 1 && (hdr.safs.flags & FLAG_LAST) == 0
+                        && (off || wanted)) {
                     stash_grant();
                     meta.make_grant = 1;
                     clone_preserving_field_list(CloneType.I2E,
@@ -90,7 +263,7 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
             } else if (hdr.safs.msg_type == SAFS_REQUEST && meta.has_grant_route == 1) {
                 if (meta.has_grant == 0) {
                     digest<request_digest_t>(1, { hdr.safs.flow_id, hdr.ipv4.src_addr,
-                        hdr.ipv4.dst_addr, hdr.safs.remaining_bytes, hdr.safs.timestamp_ns });
+                        hdr.ipv4.dst_addr, hdr.safs.dep_id, hdr.safs.remaining_bytes, hdr.safs.timestamp_ns });
                 }
                 // Turn the REQUEST around into a GRANT toward the sender.
                 ipv4_addr_t sender = hdr.ipv4.src_addr;

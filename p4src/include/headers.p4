@@ -41,12 +41,12 @@ header safs_t {
     bit<8>      color;           // switch-filled
     flow_id_t   flow_id;
     bytes48_t   remaining_bytes;
-    ns_t        timestamp_ns;    // DATA: latest start; REQUEST/DONE: no-bubble ts; GRANT: switch time
-    rate_kbps_t rate_kbps;
-    epoch_t     epoch;
+    ns_t        timestamp_ns;    // DATA/REQUEST: latest start; DONE: no-bubble ts; GRANT: switch time
+    rate_kbps_t rate_kbps;       // GRANT: granted rate; DATA: the rate the sender holds
+    epoch_t     epoch;           // GRANT: grant epoch; DATA: the epoch the sender holds
     lease_us_t  lease_us;
     bit<16>     qdepth;          // switch-filled in egress
-    bit<16>     reserved;
+    dep_id_t    dep_id;          // the sender's dependency id (the grant key with the source address)
 }
 
 struct headers_t {
@@ -56,13 +56,14 @@ struct headers_t {
     safs_t     safs;
 }
 
-// Digest to the controller for a REQUEST of a flow without a grant entry.
+// Digest to the controller for a REQUEST of a dependency without a dep_grant entry.
 struct request_digest_t {
     flow_id_t   flow_id;
     ipv4_addr_t src_addr;
     ipv4_addr_t dst_addr;
+    dep_id_t    dep_id;
     bytes48_t   remaining_bytes;
-    ns_t        no_bubble_ts;
+    ns_t        latest_start;
 }
 
 struct metadata_t {
@@ -77,6 +78,11 @@ struct metadata_t {
     ns_t         now_ns;           // switch time converted to fabric time
     bit<48>      slack_key;        // (latest_start - now) with bit 47 flipped
     meter_slot_t meter_slot;
+    bit<1>       share;            // the dependency's rate is its share of the port (else fixed)
+    bit<3>       urgency;          // 6 - slack class: 0 late (most urgent) .. 4 (from slack_class)
+    bit<8>       dep_class;        // 1 + the urgency the dependency is counted in after this packet (0: idle)
+    load_t       load;             // port_share key: dependencies sharing with this one (see mode)
+    bit<2>       share_mode;       // port_share key: SHARE_ALONE, SHARE_TOP or SHARE_WAITING
     rate_kbps_t  rate_kbps;
     epoch_t      epoch;
     lease_us_t   lease_us;

@@ -1,5 +1,6 @@
 /*
- * Slack classifier: every SAFS DATA packet gets a strict-priority queue from its slack.
+ * Slack classifier: every SAFS DATA packet gets a strict-priority queue from its slack, and
+ * DATA and REQUEST an urgency (6 - class: 0 late .. 4) for the receiver's ToR (grant_enforcer.p4).
  *
  *   now       = ingress_global_timestamp (BMv2: us since switch start) * 1000 + clock offset
  *   slack     = latest_start_ns - now            (mod 2^48, one subtraction)
@@ -34,6 +35,7 @@ control SlackClassifier(inout headers_t hdr, inout metadata_t meta,
     @name(".SafsIngress.set_slack_class")
     action set_slack_class(@name("qclass") qclass_t qclass) {
         standard_metadata.priority = qclass;
+        meta.urgency = QUEUE_SLACK_MOST_URGENT - qclass;
     }
     @name(".SafsIngress.slack_class")
     table slack_class {
@@ -47,10 +49,11 @@ control SlackClassifier(inout headers_t hdr, inout metadata_t meta,
     apply {
         clock_offset.apply();
         if (meta.safs_ok == 1) {
-            if (hdr.safs.msg_type == SAFS_DATA) {
+            if (hdr.safs.msg_type == SAFS_DATA || hdr.safs.msg_type == SAFS_REQUEST) {
                 meta.slack_key = (hdr.safs.timestamp_ns - meta.now_ns) ^ 48w0x800000000000;
                 slack_class.apply();
-            } else {
+            }
+            if (hdr.safs.msg_type != SAFS_DATA) {
                 standard_metadata.priority = QUEUE_CONTROL;
             }
             hdr.safs.qclass = (bit<8>) standard_metadata.priority;

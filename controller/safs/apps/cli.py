@@ -173,7 +173,10 @@ def summary_table(name: str, records: list[dict[str, Any]]) -> Table:
     has_load = any(r["load"] for r in records)
     runs = len({(r["seed"], r["repetition"]) for r in records})
     target = records[0]["target"] if records else "?"
-    table = Table(title=f"{name} (target {target}; {runs} run(s) per row, means; misses summed)")
+    profiles = sorted({str(r["control_profile"]) for r in records if "control_profile" in r})
+    has_control = any("control_updates_per_s" in r for r in records)
+    profile_note = "".join(f"; control profile {p}{' (ablation)' if p.startswith('ideal') else ''}" for p in profiles)
+    table = Table(title=f"{name} (target {target}{profile_note}; {runs} run(s) per row, means; misses summed)")
     for col in ("policy", "bg"):
         table.add_column(col)
     if has_load:
@@ -184,6 +187,9 @@ def summary_table(name: str, records: list[dict[str, Any]]) -> Table:
         table.add_column("iter ms (/ideal)", justify="right")
     for col in ("misses", "late p99 ms", "pipe FCT ms mean/p99", "bg FCT ms mean/p99", "ctrl/data B"):
         table.add_column(col, justify="right")
+    if has_control:
+        for col in ("upd/s avg/peak", "write p99 ms"):
+            table.add_column(col, justify="right")
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["background_flows"], r["load"], r["policy"]), []).append(r)
@@ -202,6 +208,9 @@ def summary_table(name: str, records: list[dict[str, Any]]) -> Table:
             f"{_fmt(_mean(rows, 'background_fct_mean_ms'))}/{_fmt(_mean(rows, 'background_fct_p99_ms'))}",
             _fmt(_mean(rows, "control_bytes_per_data_byte"), 2),
         ]
+        if has_control:
+            cells += [f"{_fmt(_mean(rows, 'control_updates_per_s'))}/{_fmt(_mean(rows, 'control_updates_per_s_peak'))}",
+                      _fmt(_mean(rows, "control_write_delay_p99_ms"))]
         table.add_row(*cells)
     return table
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
 from safs.core.errors import InvalidInput
-from safs.core.protocol import FLOW_ID_MAX, FLOW_ID_MIN, REMAINING_BYTES_MAX
+from safs.core.protocol import DEP_ID_MAX, DEP_ID_MIN, FLOW_ID_MAX, FLOW_ID_MIN, REMAINING_BYTES_MAX
 from safs.core.timebase import TIME_MASK, before, wrap
 
 LABEL_MAX_LEN = 128  # characters
@@ -291,3 +291,120 @@ class HintRegistry:
         if len(self._recently_completed) > RECENTLY_COMPLETED_MAX:
             self._recently_completed.popitem(last=False)
         return hint
+
+
+@dataclass(frozen=True)
+class DependencyHint:
+    """One dependency: a stream of transfers from ``sender`` to ``receiver`` that the
+    receiver's ToR grants as one (docs/protocol.md, "Grants"). Announced once; its transfers
+    are not announced (their bytes and latest start times travel in-band).
+
+    Attributes:
+        dep_id: 1..65535, the sender's id for it (the switch keys the grant on the sender's
+            address and this id).
+        sender, receiver: host names from the topology (must differ).
+        label: free text up to 128 characters (e.g. ``"A2F a3->f1"``).
+        flow_class: :class:`FlowClass`: background dependencies get the lowest share weight.
+    """
+
+    dep_id: int
+    sender: str
+    receiver: str
+    label: str = ""
+    flow_class: FlowClass = FlowClass.PIPELINE
+
+
+class DependencyRegistry:
+    """The known dependencies, keyed by ``(sender, dep_id)``.
+
+    Args:
+        hosts: host name -> IPv4 address as int (from the topology).
+    """
+
+    def __init__(self, hosts: Mapping[str, int]) -> None:
+        self._hosts = dict(hosts)
+        self._ip_to_host = {ip: h for h, ip in self._hosts.items()}
+        self._deps: dict[tuple[str, int], DependencyHint] = {}
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._deps
+
+    def __len__(self) -> int:
+        return len(self._deps)
+
+    def __iter__(self) -> Iterator[DependencyHint]:
+        return iter(list(self._deps.values()))
+
+    def get(self, key: tuple[str, int]) -> DependencyHint:
+        """The dependency ``(sender, dep_id)``. Raises InvalidInput("dep_id") when unknown."""
+        dep = self._deps.get(key)
+        if dep is None:
+            raise InvalidInput("dep_id", f"unknown dependency {key[1]!r} of {key[0]!r}")
+        return dep
+
+    def validated(self, dep: DependencyHint) -> DependencyHint:
+        """A normalised copy (class as :class:`FlowClass`), or InvalidInput naming the field."""
+        if not isinstance(dep, DependencyHint):
+            raise InvalidInput("dependency", f"must be a DependencyHint, got {type(dep).__name__}")
+        _check_int("dependency.dep_id", dep.dep_id, DEP_ID_MIN, DEP_ID_MAX, f"{DEP_ID_MIN}..{DEP_ID_MAX}")
+        for name in ("sender", "receiver"):
+            value = getattr(dep, name)
+            if not isinstance(value, str) or value not in self._hosts:
+                raise InvalidInput(f"dependency.{name}", f"unknown host {value!r}")
+        if dep.sender == dep.receiver:
+            raise InvalidInput("dependency.receiver", f"must differ from the sender ({dep.sender!r})")
+        if not isinstance(dep.label, str) or len(dep.label) > LABEL_MAX_LEN:
+            raise InvalidInput("dependency.label", f"must be text of at most {LABEL_MAX_LEN} characters")
+        try:
+            flow_class = FlowClass(dep.flow_class)
+        except ValueError:
+            raise InvalidInput("dependency.flow_class",
+                               f"must be one of {', '.join(FLOW_CLASSES)}, got {dep.flow_class!r}") from None
+        return replace(dep, flow_class=flow_class)
+
+    def announce(self, dep: DependencyHint) -> bool:
+        """Record a dependency; True when it is new. Announcing the same content again is a
+        no-op; the same key with another receiver or class is refused (an application must end
+        a dependency before it reuses its id), a new label replaces a digest's placeholder.
+
+        Raises:
+            InvalidInput: a bad field, or a conflicting re-announce (field ``dependency.dep_id``).
+        """
+        dep = self.validated(dep)
+        key = (dep.sender, dep.dep_id)
+        old = self._deps.get(key)
+        if old is not None:
+            if (old.receiver, old.flow_class) != (dep.receiver, dep.flow_class):
+                raise InvalidInput("dependency.dep_id", f"{dep.sender!r} already uses {dep.dep_id} for "
+                                   f"{old.receiver!r} ({old.flow_class.value}); end it first")
+            if old.label != dep.label:
+                self._deps[key] = dep
+            return False
+        self._deps[key] = dep
+        return True
+
+    def from_digest(self, src_ip: int, dst_ip: int, dep_id: int) -> DependencyHint:
+        """The dependency a REQUEST digest names (a placeholder labelled ``"digest"`` when new).
+
+        Raises:
+            InvalidInput: addresses of no known host (``digest.src_addr``/``digest.dst_addr``),
+                or a ``dep_id`` out of range.
+        """
+        sender = self._ip_to_host.get(src_ip)
+        receiver = self._ip_to_host.get(dst_ip)
+        if sender is None:
+            raise InvalidInput("digest.src_addr", f"no host has address {src_ip!r}")
+        if receiver is None:
+            raise InvalidInput("digest.dst_addr", f"no host has address {dst_ip!r}")
+        key = (sender, dep_id)
+        if key in self._deps:
+            return self._deps[key]
+        dep = DependencyHint(dep_id, sender, receiver, DIGEST_LABEL)
+        self.announce(dep)
+        return self._deps[key]
+
+    def end(self, key: tuple[str, int]) -> DependencyHint:
+        """Forget a dependency; returns it. Raises InvalidInput("dep_id") when unknown."""
+        dep = self.get(key)
+        del self._deps[key]
+        return dep

@@ -16,17 +16,32 @@ RECEIVER_PORT = "SafsIngress.receiver_port"  # key egress_port (exact, 9): ports
 ACT_MARK_RECEIVER = "SafsIngress.mark_receiver_port"  # no params
 
 SLACK_CLASS = "SafsIngress.slack_class"  # key slack_key (range, 48) -> set_slack_class(qclass)
-ACT_SET_SLACK_CLASS = "SafsIngress.set_slack_class"  # params: qclass (3 bits, 2..6)
+ACT_SET_SLACK_CLASS = "SafsIngress.set_slack_class"  # params: qclass (3 bits, 2..6); urgency = 6 - qclass
 
-FLOW_GRANT = "SafsIngress.flow_grant"  # key flow_id (exact, 32) -> set_grant(...)
-ACT_SET_GRANT = "SafsIngress.set_grant"  # params: rate_kbps(32) epoch(32) lease_us(32) meter_slot(16)
+# Dependency grants at the receiver's ToR, keyed by the sender's address and its dependency id.
+DEP_GRANT = "SafsIngress.dep_grant"  # key src_addr (exact, 32), dep_id (exact, 16)
+ACT_SET_SHARE_GRANT = "SafsIngress.set_share_grant"  # params: meter_slot(16): rate = the port's share
+ACT_SET_FIXED_GRANT = "SafsIngress.set_fixed_grant"  # params: rate_kbps(32) epoch(32) lease_us(32) meter_slot(16)
 ACT_NO_GRANT = "SafsIngress.no_grant"  # default: use the default grant and meter slot
+
+# Share rates: per receiver port, load and mode, the rate of one dependency, written by the
+# controller at setup (grant_enforcer.p4): SHARE_ALONE usable / load (the most urgent class,
+# nothing waiting), SHARE_TOP (usable - reserve) / load (others waiting), SHARE_WAITING
+# reserve / load (behind a more urgent class; load = all waiting dependencies).
+PORT_SHARE = "SafsIngress.port_share"  # key egress_port (exact, 9), load (exact, 16), mode (exact, 2)
+ACT_SET_SHARE = "SafsIngress.set_share"  # params: rate_kbps (32)
+MAX_LOAD = 128  # largest load with a port_share entry (p4src/include/defines.p4); above: the default grant
+SHARE_ALONE, SHARE_TOP, SHARE_WAITING = 0, 1, 2  # port_share modes (defines.p4)
+SHARE_MODES = (SHARE_ALONE, SHARE_TOP, SHARE_WAITING)
+URGENCY_CLASSES = 5  # urgency 0 (late, slack class 6) .. 4 (slack class 2, and background)
 
 # Single-entry settings tables (keyless; the setting is the default action's parameters).
 CLOCK_OFFSET = "SafsIngress.clock_offset"
 ACT_SET_CLOCK_OFFSET = "SafsIngress.set_clock_offset"  # params: offset_ns (48)
 DEFAULT_GRANT = "SafsIngress.default_grant"
 ACT_SET_DEFAULT_GRANT = "SafsIngress.set_default_grant"  # params: rate_kbps(32) lease_us(32) meter_slot(16)
+SHARE_LEASE = "SafsIngress.share_lease"
+ACT_SET_SHARE_LEASE = "SafsIngress.set_share_lease"  # params: lease_us (32): the lease of share grants
 ECN_THRESHOLD = "SafsEgress.ecn_threshold"
 ACT_SET_ECN_THRESHOLD = "SafsEgress.set_ecn_threshold"  # params: qdepth_pkts (19)
 
@@ -34,21 +49,28 @@ ACT_SET_ECN_THRESHOLD = "SafsEgress.set_ecn_threshold"  # params: qdepth_pkts (1
 F_DST_ADDR = "dst_addr"
 F_EGRESS_PORT = "egress_port"
 F_SLACK_KEY = "slack_key"
-F_FLOW_ID = "flow_id"
+F_DEP_ID = "dep_id"
+F_LOAD = "load"
+F_MODE = "mode"
 
 # Externs ------------------------------------------------------------------------------
-FLOW_METER = "SafsIngress.flow_meter"  # indirect, bytes; index = meter_slot; slot 0 = default
-FLOW_METER_SIZE = 4096
+DEP_METER = "SafsIngress.dep_meter"  # indirect, bytes; index = meter_slot; slot 0 = default
+DEP_SLOTS = 4096  # meter, counter and dep_class slots per switch (DEP_SLOTS in defines.p4)
 DEFAULT_METER_SLOT = 0
 
-FLOW_BYTES = "SafsIngress.flow_bytes"  # indirect counter (bytes and packets) by meter_slot
+DEP_BYTES = "SafsIngress.dep_bytes"  # indirect counter (bytes and packets) by meter_slot
+# Registers (soft state, not readable over P4Runtime on BMv2; rebuilt by in-band traffic).
+DEP_CLASS = "SafsIngress.dep_class"  # by meter_slot: 1 + the urgency the dependency is counted in (0 idle)
+CLASS_LOADS = tuple(f"SafsIngress.class_load_{u}" for u in range(URGENCY_CLASSES))  # by egress port:
+# active dependencies of urgency u
+PORT_GEN = "SafsIngress.port_gen"  # by egress port: grows whenever a class count changes (share epochs)
 PORT_TX_BYTES = "SafsEgress.port_tx_bytes"  # indirect counter by egress port
 QDEPTH_HIST = "SafsEgress.qdepth_hist"  # indirect counter, index = port * 8 + bucket
 QDEPTH_BUCKETS = 8  # bucket b counts packets enqueued with depth in [2^b - 1, 2^(b+1) - 1)
 MALFORMED = "SafsIngress.malformed"  # indirect counter, index 0 truncated, 1 bad version, 2 bad type
 ECN_MARKED = "SafsEgress.ecn_marked"  # indirect counter by egress port
 
-REQUEST_DIGEST = "request_digest_t"  # digest: flow_id, src_addr, dst_addr, remaining_bytes, no_bubble_ts
+REQUEST_DIGEST = "request_digest_t"  # digest: flow_id, src_addr, dst_addr, dep_id, remaining_bytes, latest_start
 
 NUM_PORTS = 512  # 9-bit port space of v1model
 

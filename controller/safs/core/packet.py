@@ -32,7 +32,7 @@ class Packet:
         priority: queue 0..7 chosen by the switch (standard_metadata.priority in v1model).
         safs_version, safs_type: SAFS header version/type; safs_type 0 = not a SAFS packet.
         safs_truncated: bool, the UDP payload to the SAFS port is shorter than the header.
-        flags, qclass, color, flow_id, remaining, ts, rate_kbps, epoch, lease_us, qdepth:
+        flags, qclass, color, flow_id, remaining, ts, rate_kbps, epoch, lease_us, qdepth, dep_id:
             SAFS header fields (docs/protocol.md).
         seq, ack, tcp_flags: TCP fields for the DCTCP transports (seq/ack in bytes).
         sent_ns: when the sender handed it to its NIC (for RTT samples).
@@ -42,7 +42,7 @@ class Packet:
     __slots__ = (
         "src", "dst", "proto", "sport", "dport", "size", "payload", "ecn", "priority",
         "safs_version", "safs_type", "safs_truncated", "flags", "qclass", "color", "flow_id",
-        "remaining", "ts", "rate_kbps", "epoch", "lease_us", "qdepth",
+        "remaining", "ts", "rate_kbps", "epoch", "lease_us", "qdepth", "dep_id",
         "seq", "ack", "tcp_flags", "sent_ns", "conn",
     )
 
@@ -70,6 +70,7 @@ class Packet:
         self.epoch = 0
         self.lease_us = 0
         self.qdepth = 0
+        self.dep_id = 0
         self.seq = 0
         self.ack = 0
         self.tcp_flags = 0

@@ -6,18 +6,19 @@ order, 36 bytes), documented in docs/protocol.md:
 ====== ==== ================ ===========================================================
 offset size field            meaning
 ====== ==== ================ ===========================================================
-0      1    version(4)|type(4) version 1; type DATA=1 REQUEST=2 GRANT=3 DONE=4
-1      1    flags            bit0 BACKGROUND (flow hinted as background class)
+0      1    version(4)|type(4) version 2; type DATA=1 REQUEST=2 GRANT=3 DONE=4
+1      1    flags            bit0 BACKGROUND, bit1 LAST (DATA: no new data of the dependency
+                             after it), bit2 RENEW (DATA: lease running out, send a GRANT)
 2      1    qclass           switch-filled: queue class chosen (0..7), 0 from sender
 3      1    color            switch-filled: meter colour 0 green, 1 yellow, 2 red, 3 unmetered
-4      4    flow_id          flow id, 1..2^32-1
-8      6    remaining_bytes  bytes of the flow left including this packet's payload
-14     6    timestamp_ns     DATA: latest start; REQUEST/DONE: no-bubble ts; GRANT: switch time
-20     4    rate_kbps        GRANT: granted rate (kbit/s); other types: 0
+4      4    flow_id          transfer id, 1..2^32-1
+8      6    remaining_bytes  bytes of the transfer left including this packet's payload
+14     6    timestamp_ns     DATA/REQUEST: latest start; DONE: no-bubble ts; GRANT: switch time
+20     4    rate_kbps        GRANT: granted rate (kbit/s); DATA: the rate the sender holds; else 0
 24     4    epoch            GRANT: grant epoch; DATA: epoch of the grant it is sent under
 28     4    lease_us         GRANT: lease (microseconds); other types: 0
 32     2    qdepth           switch-filled: egress queue depth at enqueue (packets, saturating)
-34     2    reserved         0
+34     2    dep_id           the sender's dependency id (1..65535; 0 = none)
 ====== ==== ================ ===========================================================
 """
 
@@ -30,7 +31,7 @@ from safs.core.errors import InvalidInput
 from safs.core.timebase import wrap
 
 SAFS_UDP_PORT = 0x5AF5  # 23285
-SAFS_VERSION = 1
+SAFS_VERSION = 2  # 2: dependency grants (dep_id, LAST/RENEW, held rate in DATA)
 HEADER_LEN = 36  # bytes
 # Bytes on the wire around a SAFS header: Ethernet 14 + IPv4 20 + UDP 8 + SAFS 36 = 78; a DATA
 # packet is this plus its payload, a control message (REQUEST/GRANT/DONE) exactly this.
@@ -43,7 +44,20 @@ EPOCH_MAX = (1 << 32) - 1
 LEASE_US_MAX = (1 << 32) - 1
 QDEPTH_MAX = (1 << 16) - 1
 
-FLAG_BACKGROUND = 0x01
+DEP_ID_MIN, DEP_ID_MAX = 1, (1 << 16) - 1
+
+
+
+def transfer_dep_id(flow_id: int) -> int:
+    """The dependency id of a transfer that is its own dependency (per-transfer mode, policy
+    ``safs-per-transfer``): ``flow_id mod 65535 + 1`` (1..65535), the same at sender and
+    controller."""
+    return flow_id % DEP_ID_MAX + 1
+
+
+FLAG_BACKGROUND = 0x01  # the dependency is hinted as background class
+FLAG_LAST = 0x02  # DATA: the dependency has no new data after this packet (it goes idle)
+FLAG_RENEW = 0x04  # DATA: the sender's lease is running out; the receiver's ToR sends a GRANT
 
 
 class MsgType(enum.IntEnum):
@@ -188,8 +202,9 @@ _LOW32 = 0xFFFFFFFF
 
 def pack_header_into(buf: bytearray | memoryview, msg_type: int, flow_id: int, remaining_bytes: int = 0,
                      timestamp_ns: int = 0, rate_kbps: int = 0, epoch: int = 0, lease_us: int = 0,
-                     flags: int = 0) -> None:
-    """Write a 36-byte SAFS header (version 1) at the start of ``buf``; switch-filled fields 0.
+                     flags: int = 0, dep_id: int = 0) -> None:
+    """Write a 36-byte SAFS header (:data:`SAFS_VERSION`) at the start of ``buf``; switch-filled
+    fields 0.
 
     Arguments are the header fields (units in docs/protocol.md): ``remaining_bytes`` and
     ``timestamp_ns`` 0..2^48-1 (wider values are cut to 48 bits), the others their field width.
@@ -200,30 +215,31 @@ def pack_header_into(buf: bytearray | memoryview, msg_type: int, flow_id: int, r
     HEADER_STRUCT.pack_into(buf, 0, (SAFS_VERSION << 4) | msg_type, flags, 0, 0, flow_id,
                             (remaining_bytes >> 32) & 0xFFFF, remaining_bytes & _LOW32,
                             (timestamp_ns >> 32) & 0xFFFF, timestamp_ns & _LOW32,
-                            rate_kbps, epoch, lease_us, 0, 0)
+                            rate_kbps, epoch, lease_us, 0, dep_id)
 
 
 def pack_header(msg_type: int, flow_id: int, remaining_bytes: int = 0, timestamp_ns: int = 0,
-                rate_kbps: int = 0, epoch: int = 0, lease_us: int = 0, flags: int = 0) -> bytes:
+                rate_kbps: int = 0, epoch: int = 0, lease_us: int = 0, flags: int = 0, dep_id: int = 0) -> bytes:
     """The 36 header bytes for these fields (see :func:`pack_header_into`)."""
     buf = bytearray(HEADER_LEN)
     pack_header_into(buf, msg_type, flow_id, remaining_bytes, timestamp_ns, rate_kbps, epoch,
-                     lease_us, flags)
+                     lease_us, flags, dep_id)
     return bytes(buf)
 
 
-def unpack_header(buf: bytes | bytearray | memoryview) -> tuple[int, int, int, int, int, int, int, int, int, int, int]:
+def unpack_header(buf: bytes | bytearray | memoryview) -> tuple[int, int, int, int, int, int, int, int, int, int, int,
+                                                                 int]:
     """Decode the header at the start of a well-formed UDP payload (check
     :func:`malformed_reason` first).
 
     Returns:
         ``(type, flags, qclass, color, flow_id, remaining_bytes, timestamp_ns, rate_kbps, epoch,
-        lease_us, qdepth)`` as ints.
+        lease_us, qdepth, dep_id)`` as ints.
 
     Raises:
         struct.error: fewer than 36 bytes.
     """
     (b0, flags, qclass, color, flow_id, rem_hi, rem_lo, ts_hi, ts_lo, rate, epoch, lease, qdepth,
-     _reserved) = HEADER_STRUCT.unpack_from(buf)
+     dep_id) = HEADER_STRUCT.unpack_from(buf)
     return (b0 & 0x0F, flags, qclass, color, flow_id, (rem_hi << 32) | rem_lo, (ts_hi << 32) | ts_lo,
-            rate, epoch, lease, qdepth)
+            rate, epoch, lease, qdepth, dep_id)

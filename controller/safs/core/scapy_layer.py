@@ -62,7 +62,7 @@ class SAFS(Packet):
         IntField("epoch", 0),
         IntField("lease_us", 0),
         ShortField("qdepth", 0),
-        ShortField("reserved", 0),
+        ShortField("dep_id", 0),
     ]
 
     @classmethod
@@ -73,7 +73,7 @@ class SAFS(Packet):
         return cls
 
     def mysummary(self) -> str:
-        return self.sprintf("SAFS %type% flow=%flow_id% rem=%remaining_bytes% epoch=%epoch%")
+        return self.sprintf("SAFS %type% dep=%dep_id% flow=%flow_id% rem=%remaining_bytes% epoch=%epoch%")
 
 
 bind_layers(UDP, SAFS, dport=SAFS_UDP_PORT)
@@ -98,7 +98,7 @@ class SafsHeader:
     qclass: int = 0
     color: int = 0
     qdepth: int = 0
-    reserved: int = 0
+    dep_id: int = 0
     version: int = SAFS_VERSION
 
     def to_bytes(self) -> bytes:
@@ -114,7 +114,7 @@ def _pack(h: SafsHeader) -> bytes:
     return _STRUCT.pack(
         (h.version << 4) | int(h.type), h.flags, h.qclass, h.color, h.flow_id,
         h.remaining_bytes.to_bytes(6, "big"), h.timestamp_ns.to_bytes(6, "big"),
-        h.rate_kbps, h.epoch, h.lease_us, h.qdepth, h.reserved,
+        h.rate_kbps, h.epoch, h.lease_us, h.qdepth, h.dep_id,
     )
 
 
@@ -129,7 +129,7 @@ def parse_safs(raw: bytes) -> SafsHeader:
     """Decode the SAFS header at the start of a UDP payload (trailing bytes are ignored).
 
     Raises:
-        ProtocolError: truncated (< 36 bytes), version != 1, or unknown type; the message
+        ProtocolError: truncated (< 36 bytes), version != SAFS_VERSION, or unknown type; the message
             names the :class:`~safs.core.protocol.Malformed` reason (the switch's counter index).
     """
     raw = bytes(raw)
@@ -140,12 +140,12 @@ def parse_safs(raw: bytes) -> SafsHeader:
             t=raw[0] & 0x0F if raw else None)
         raise ProtocolError(f"SAFS header {reason.name}: {text} (got {len(raw)} bytes)")
     (b0, flags, qclass, color, flow_id, rem, ts, rate, epoch, lease, qdepth,
-     reserved) = _STRUCT.unpack_from(raw)
+     dep_id) = _STRUCT.unpack_from(raw)
     return SafsHeader(
         version=b0 >> 4, type=MsgType(b0 & 0x0F), flags=flags, qclass=qclass, color=color,
         flow_id=flow_id, remaining_bytes=int.from_bytes(rem, "big"),
         timestamp_ns=int.from_bytes(ts, "big"), rate_kbps=rate, epoch=epoch, lease_us=lease,
-        qdepth=qdepth, reserved=reserved,
+        qdepth=qdepth, dep_id=dep_id,
     )
 
 
@@ -175,30 +175,32 @@ def pkt_add_safs(src_ip: str | int, dst_ip: str | int, header: SAFS, *, payload_
 
 
 def safs_data(src_ip: str | int, dst_ip: str | int, flow_id: int, remaining_bytes: int,
-              latest_start_ns: int, epoch: int, payload_len: int, *, flags: int = 0,
-              **kw: Any) -> Packet:
-    """A DATA packet: ``remaining_bytes`` includes this packet's ``payload_len`` bytes;
-    ``latest_start_ns`` from :func:`safs.core.protocol.latest_start_ns`; ``epoch`` of the grant it is
-    sent under (0 = default grant). Extra keywords go to :func:`pkt_add_safs`."""
+              latest_start_ns: int, epoch: int, payload_len: int, *, flags: int = 0, dep_id: int = 1,
+              rate_kbps: int = 0, **kw: Any) -> Packet:
+    """A DATA packet of dependency ``dep_id``: ``remaining_bytes`` includes this packet's
+    ``payload_len`` bytes; ``latest_start_ns`` from :func:`safs.core.protocol.latest_start_ns`;
+    ``epoch`` and ``rate_kbps`` of the grant the sender holds (0 = default grant). Extra
+    keywords go to :func:`pkt_add_safs`."""
     hdr = SAFS(type=MsgType.DATA, flags=flags, flow_id=flow_id, remaining_bytes=remaining_bytes,
-               timestamp_ns=latest_start_ns, epoch=epoch)
+               timestamp_ns=latest_start_ns, epoch=epoch, rate_kbps=rate_kbps, dep_id=dep_id)
     return pkt_add_safs(src_ip, dst_ip, hdr, payload_len=payload_len, **kw)
 
 
 def safs_request(src_ip: str | int, dst_ip: str | int, flow_id: int, remaining_bytes: int,
-                 no_bubble_ts_ns: int, *, flags: int = 0, **kw: Any) -> Packet:
-    """A REQUEST from the sender to the receiver (consumed by the receiver's ToR)."""
-    hdr = SAFS(type=MsgType.REQUEST, flags=flags, flow_id=flow_id,
-               remaining_bytes=remaining_bytes, timestamp_ns=no_bubble_ts_ns)
+                 latest_start_ns: int, *, flags: int = 0, dep_id: int = 1, **kw: Any) -> Packet:
+    """A REQUEST of dependency ``dep_id`` from the sender to the receiver (consumed by the
+    receiver's ToR); ``latest_start_ns`` of the transfer that sends it."""
+    hdr = SAFS(type=MsgType.REQUEST, flags=flags, flow_id=flow_id, dep_id=dep_id,
+               remaining_bytes=remaining_bytes, timestamp_ns=latest_start_ns)
     return pkt_add_safs(src_ip, dst_ip, hdr, **kw)
 
 
 def safs_grant(src_ip: str | int, dst_ip: str | int, flow_id: int, rate_kbps: int, epoch: int,
                lease_us: int, switch_time_ns: int, *, remaining_bytes: int = 0, flags: int = 0,
-               qclass: int = 0, color: int = 0, **kw: Any) -> Packet:
+               qclass: int = 0, color: int = 0, dep_id: int = 1, **kw: Any) -> Packet:
     """A GRANT as the receiver's ToR sends it: ``src_ip`` = receiver, ``dst_ip`` = sender;
     ``remaining_bytes`` and ``flags`` echo the REQUEST/DATA that triggered it."""
-    hdr = SAFS(type=MsgType.GRANT, flags=flags, qclass=qclass, color=color, flow_id=flow_id,
+    hdr = SAFS(type=MsgType.GRANT, flags=flags, qclass=qclass, color=color, flow_id=flow_id, dep_id=dep_id,
                remaining_bytes=remaining_bytes, timestamp_ns=switch_time_ns,
                rate_kbps=rate_kbps, epoch=epoch, lease_us=lease_us)
     return pkt_add_safs(src_ip, dst_ip, hdr, **kw)

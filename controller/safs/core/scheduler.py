@@ -45,7 +45,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -53,9 +53,15 @@ from safs.core import p4names as n
 from safs.core.allocator import Allocator, AllocatorConfig, AllocFlow, Grant
 from safs.core.config import ConfigModel
 from safs.core.errors import InvalidInput, TargetError, UpdateFailure
-from safs.core.hints import FlowClass, FlowHint, HintRegistry
+from safs.core.hints import DependencyHint, DependencyRegistry, FlowClass, FlowHint, HintRegistry
 from safs.core.packet import ETH_HEADER_BYTES
-from safs.core.protocol import EPOCH_MAX, WIRE_OVERHEAD_BYTES, lease_ns_to_us, rate_bps_to_kbps
+from safs.core.protocol import (
+    EPOCH_MAX,
+    WIRE_OVERHEAD_BYTES,
+    lease_ns_to_us,
+    rate_bps_to_kbps,
+    transfer_dep_id,
+)
 from safs.core.target import (
     CloneSession,
     CounterValue,
@@ -76,12 +82,12 @@ if TYPE_CHECKING:  # annotations only
 
 NS_PER_S = 1_000_000_000
 
-# Estimated encoded size of one P4Runtime Update (protobuf): table id, one exact key and four
-# 32-bit action params (~64 bytes); a MeterConfig (meter id, index, four varints) ~48 bytes;
-# WriteRequest overhead (device id, election id) ~32 bytes per batch.
-TABLE_UPDATE_BYTES = 64
-METER_UPDATE_BYTES = 48
-BATCH_OVERHEAD_BYTES = 32
+# Encoded size of one P4Runtime Update (protobuf), measured by benchmarks/fit_control_profile.py:
+# a dep_grant entry 62 bytes, a MeterConfig 38 bytes, WriteRequest overhead (device id, election
+# id) under 10 bytes per batch.
+TABLE_UPDATE_BYTES = 62
+METER_UPDATE_BYTES = 38
+BATCH_OVERHEAD_BYTES = 10
 
 
 class SchedulerConfig(ConfigModel):
@@ -104,7 +110,7 @@ class SchedulerConfig(ConfigModel):
         meter_burst_ns: burst allowance of a meter, ns of traffic at its rate (see module
             docstring). Default 20 µs.
         yellow_fraction: peak rate above committed rate, as a fraction, in [0, 10]. Default 0.1.
-        meter_slots: meter slots usable per switch including slot 0, 2..FLOW_METER_SIZE.
+        meter_slots: meter slots usable per switch including slot 0, 2..DEP_SLOTS.
         tick_ns: suggested period of :meth:`Scheduler.tick` for drivers (the simulator), ns.
             Default 100 µs.
         admit_on_request: allocate a flow from its first REQUEST (the receiver's ToR digests
@@ -123,7 +129,23 @@ class SchedulerConfig(ConfigModel):
         slack_classes: True (SAFS). False is the ablation "rate grants without slack classes"
             (policy ``safs-no-classes``): no ``slack_class`` ranges are installed, so every SAFS
             DATA packet takes the table's default action, one data queue
-            (``QUEUE_SLACK_LEAST_URGENT``), whatever its slack; grants and meters are unchanged.
+            (``QUEUE_SLACK_LEAST_URGENT``) and urgency 4 for share grants (so one class shares
+            each port equally), whatever its slack; grants and meters are unchanged.
+        grant_mode: ``"share"`` (default): dependency grants; the controller writes a
+            dependency's entry and meter when it appears or ends, and the receiver's ToR gives
+            each active dependency its share of the port (docs/protocol.md, "Grants").
+            ``"per-transfer"``: the first design, kept as policy ``safs-per-transfer``: every
+            transfer is a flow the allocator grants, and every grant change is a write.
+        share_lease_ns: lease of share grants, ns. Default 20 ms: a dependency's transfers
+            recur well within it (an AFD layer takes ~1 ms, a ZeroBubble micro-batch less), so
+            they reuse the grant without a REQUEST; senders renew in-band (``FLAG_RENEW``).
+        waiting_share: fraction of a receiver port's usable rate kept for dependencies waiting
+            behind a more urgent slack class, split equally among them, in [0.001, 0.5]. They
+            need some rate: the switch sees a dependency's urgency only in its packets, and a
+            waiting one's grows until it shares the port. Default 1/32 (about 3 Gbit/s of
+            100 Gbit/s: a 9000-byte packet each 24 µs for one waiting dependency).
+        background_share: fraction of each receiver port kept from the dependencies' shares for
+            traffic without a grant (class 0), in [0, 0.9]. Default 0.
     """
 
     FIELD_PREFIX: ClassVar[str] = "config."
@@ -135,12 +157,16 @@ class SchedulerConfig(ConfigModel):
     max_frame_bytes: int = Field(1514, ge=64, le=65_535)
     meter_burst_ns: int = Field(20_000, ge=0, le=10 * NS_PER_S)
     yellow_fraction: float = Field(0.1, ge=0, le=10)
-    meter_slots: int = Field(n.FLOW_METER_SIZE, ge=2, le=n.FLOW_METER_SIZE)
+    meter_slots: int = Field(n.DEP_SLOTS, ge=2, le=n.DEP_SLOTS)
     tick_ns: int = Field(100_000, ge=1, le=2**47)
     unscheduled_bytes: int = Field(32_768, ge=0, le=2**32)
     admit_on_request: bool = True
     rate_grants: bool = True
     slack_classes: bool = True
+    grant_mode: Literal["share", "per-transfer"] = "share"
+    share_lease_ns: int = Field(20_000_000, ge=1_000, le=(2**32 - 1) * 1000)
+    waiting_share: float = Field(1 / 32, ge=0.001, le=0.5)
+    background_share: float = Field(0.0, ge=0, le=0.9)
 
     def meter_for(self, slot: int, rate_bps: int) -> MeterConfig:
         """Meter config of ``flow_meter[slot]`` for a grant of ``rate_bps`` (module docstring)."""
@@ -149,7 +175,7 @@ class SchedulerConfig(ConfigModel):
         floor = max(2 * self.max_frame_bytes, self.unscheduled_bytes)
         cburst = max(floor, cir * self.meter_burst_ns // NS_PER_S)
         pburst = max(floor, pir * self.meter_burst_ns // NS_PER_S)
-        return MeterConfig(n.FLOW_METER, slot, cir=cir, cburst=cburst, pir=pir, pburst=pburst)
+        return MeterConfig(n.DEP_METER, slot, cir=cir, cburst=cburst, pir=pir, pburst=pburst)
 
 
 DCTCP_K_PKTS_10G = 65  # DCTCP paper, Section 3.4: K = 65 packets at 10 Gbit/s
@@ -259,6 +285,7 @@ class SchedulerStats:
             flow's grant entry was written); ignored.
         digests_rejected: digests refused (bad content, or no free meter slot).
         write_failures: updates a target refused after reconciliation (retried by tick).
+        dependencies: dependencies admitted (a grant entry and a meter written for each).
 
     Clone sessions are not counted in ``table_updates`` or ``control_bytes``: they are static,
     written by :meth:`Scheduler.setup` and :meth:`Scheduler.reinstall` in the same batch as the
@@ -275,6 +302,7 @@ class SchedulerStats:
     digests_merged: int = 0
     digests_echoed: int = 0
     digests_rejected: int = 0
+    dependencies: int = 0
     write_failures: int = 0
 
 
@@ -282,6 +310,7 @@ class SchedulerStats:
 class _FlowState:
     tor: str
     slot: int
+    src_ip: int  # the sender's address (with transfer_dep_id(flow id), the grant's key)
     reported: int  # remaining bytes at the last report (hint, update or digest)
     est_remaining: int  # bytes (allocator's view)
     base: CounterValue  # flow_bytes[slot] at the last report
@@ -319,11 +348,15 @@ class Scheduler:
         self.allocator = Allocator(self.config.allocator, link, link)
         self.stats = SchedulerStats()
         self._flows: dict[int, _FlowState] = {}
+        self.dependencies = DependencyRegistry({h: topology.host_ip(h) for h in hosts})
+        self._dep_slots: dict[tuple[str, int], tuple[str, int]] = {}  # (sender, dep_id) -> (ToR, slot)
         self._free_slots: dict[str, list[int]] = {
             sw: list(range(1, self.config.meter_slots)) for sw in switches}  # heaps (sorted lists)
         self._shadow: dict[str, dict[TableEntryKey, TableEntry]] = {sw: {} for sw in self._targets}
         self._shadow_meters: dict[str, dict[int, MeterConfig]] = {sw: {} for sw in self._targets}
         self._shadow_clones: dict[str, dict[int, CloneSession]] = {sw: {} for sw in self._targets}
+        # dep_grant entries in the shadow, by key (the part of it _plan_all_grants walks)
+        self._shadow_grants: dict[str, dict[TableEntryKey, TableEntry]] = {sw: {} for sw in self._targets}
         self._ip_to_host = {topology.host_ip(h): h for h in hosts}
 
     # ------------------------------------------------------------------ setup
@@ -381,6 +414,7 @@ class Scheduler:
         if target is not None:
             self._targets[switch] = target
         self._shadow[switch] = {}
+        self._shadow_grants[switch] = {}
         self._shadow_meters[switch] = {}
         self._shadow_clones[switch] = {}
         target = self._targets[switch]
@@ -414,8 +448,16 @@ class Scheduler:
                     for prefix, plen, port, mac in routes]
         if cfg.slack_classes:
             out += [TableEntry(n.SLACK_CLASS, {n.F_SLACK_KEY: Range(r.low_key, r.high_key)},
-                               n.ACT_SET_SLACK_CLASS, {"qclass": r.qclass}, priority=i + 1)
+                               n.ACT_SET_SLACK_CLASS,
+                               {"qclass": r.qclass},
+                               priority=i + 1)
                     for i, r in enumerate(self.allocator.key_ranges())]
+        if cfg.rate_grants and cfg.grant_mode == "share":
+            for port, nb in topo.ports(sw).items():
+                if topo.is_host(nb):
+                    out += self._share_entries(port, topo.host_link_bps(nb))
+            out.append(TableEntry(n.SHARE_LEASE, {}, n.ACT_SET_SHARE_LEASE,
+                                  {"lease_us": lease_ns_to_us(cfg.share_lease_ns)}, is_default=True))
         out.append(TableEntry(n.DEFAULT_GRANT, {}, n.ACT_SET_DEFAULT_GRANT, {
             "rate_kbps": rate_bps_to_kbps(cfg.default_rate_bps),
             "lease_us": lease_ns_to_us(cfg.default_lease_ns),
@@ -423,6 +465,20 @@ class Scheduler:
         out.append(TableEntry(n.ECN_THRESHOLD, {}, n.ACT_SET_ECN_THRESHOLD,
                               {"qdepth_pkts": cfg.ecn_threshold_pkts}, is_default=True))
         return out
+
+    def _share_entries(self, port: int, link_bps: int) -> list[TableEntry]:
+        """``port_share`` of one receiver port: for every load 1..MAX_LOAD the rate of one
+        dependency in each mode (grant_enforcer.p4): alone in the most urgent class, usable /
+        load; sharing it while others wait, (usable - reserve) / load; waiting, reserve / load.
+        usable is the link's usable rate less the background share, reserve its waiting share;
+        rounded down, so the grants of a port never add up to more than its usable rate."""
+        usable = self.allocator.config.usable_bps(link_bps)
+        usable -= int(usable * self.config.background_share)
+        reserve = int(usable * self.config.waiting_share)
+        per_mode = {n.SHARE_ALONE: usable, n.SHARE_TOP: usable - reserve, n.SHARE_WAITING: reserve}
+        return [TableEntry(n.PORT_SHARE, {n.F_EGRESS_PORT: port, n.F_LOAD: load, n.F_MODE: mode}, n.ACT_SET_SHARE,
+                           {"rate_kbps": rate_bps_to_kbps(rate // load)})
+                for mode, rate in per_mode.items() for load in range(1, n.MAX_LOAD + 1)]
 
     def _clone_sessions(self, sw: str) -> list[CloneSession]:
         """One clone session per port of ``sw`` when it has a host-facing port (where
@@ -434,6 +490,73 @@ class Scheduler:
         return [CloneSession.for_port(port) for port in sorted(ports)]
 
     # ------------------------------------------------------------------ hint intake
+
+    def announce_dependency(self, dep: DependencyHint, now_ns: int) -> bool:
+        """Record a dependency and, when new, install its grant at the receiver's ToR: a meter
+        slot and a ``dep_grant`` share entry keyed by the sender's address and ``dep_id`` (two
+        updates). Its transfers are then granted by the switch alone. Returns True when new.
+        (Per-transfer mode, or without ``rate_grants``: recorded only.)
+
+        Raises:
+            InvalidInput: bad fields (``dependency.*``), a conflicting re-use of the id, or no
+                free meter slot at the receiver's ToR (field ``dependency.receiver``); nothing
+                changes then. TargetError: a target refused the writes (retried by the next
+                :meth:`reinstall`).
+        """
+        valid = self.dependencies.validated(dep)
+        key = (valid.sender, valid.dep_id)
+        share = self.config.rate_grants and self.config.grant_mode == "share"
+        if share and key not in self.dependencies:
+            self._require_slot(self._topo.tor_of(valid.receiver), "dependency.receiver")
+        if not self.dependencies.announce(valid):
+            return False
+        if share:
+            self._admit_dependency(key)
+        return True
+
+    def end_dependency(self, sender: str, dep_id: int, now_ns: int) -> None:
+        """A dependency ended: delete its grant entry and free its meter slot.
+
+        Raises:
+            InvalidInput: unknown dependency. TargetError: a target refused the delete.
+        """
+        self.dependencies.end((sender, dep_id))
+        placed = self._dep_slots.pop((sender, dep_id), None)
+        if placed is None:
+            return
+        tor, slot = placed
+        heapq.heappush(self._free_slots[tor], slot)
+        if tor in self._targets:
+            key = self._dep_key(self._topo.host_ip(sender), dep_id)
+            entry = self._shadow_grants[tor].get(key)
+            if entry is not None:
+                self._flush({tor: [Update(Op.DELETE, entry)]})
+
+    def _admit_dependency(self, key: tuple[str, int]) -> None:
+        dep = self.dependencies.get(key)
+        tor = self._topo.tor_of(dep.receiver)
+        slot = heapq.heappop(self._free_slots[tor])
+        self._dep_slots[key] = (tor, slot)
+        self.stats.dependencies += 1
+        if tor in self._targets:
+            plan: list[Update] = []
+            self._plan_dependency(key, plan)
+            self._flush({tor: plan})
+
+    def _plan_dependency(self, key: tuple[str, int], plan: list[Update]) -> None:
+        """Meter (committed = peak = the receiver link's usable rate: the most a share can be)
+        and share entry of one admitted dependency, diffed against the shadow."""
+        dep = self.dependencies.get(key)
+        tor, slot = self._dep_slots[key]
+        usable = self.allocator.config.usable_bps(self._topo.host_link_bps(dep.receiver))
+        meter = self.config.meter_for(slot, usable)
+        if self._shadow_meters[tor].get(slot) != meter:
+            plan.append(Update(Op.MODIFY, meter))
+        entry = TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: self._topo.host_ip(dep.sender), n.F_DEP_ID: dep.dep_id},
+                           n.ACT_SET_SHARE_GRANT, {"meter_slot": slot})
+        current = self._shadow_grants[tor].get(_entry_key(entry))
+        if current != entry:
+            plan.append(Update(Op.INSERT if current is None else Op.MODIFY, entry))
 
     def announce(self, hint: FlowHint, now_ns: int) -> None:
         """Record or refresh a flow from an application hint and install what changed.
@@ -509,9 +632,9 @@ class Scheduler:
         plans: dict[str, list[Update]] = {}
         if state.tor in self._targets:
             plan = plans.setdefault(state.tor, [])
-            key = self._grant_key(flow_id)
-            if key in self._shadow[state.tor]:
-                plan.append(Update(Op.DELETE, self._shadow[state.tor][key]))
+            key = self._dep_key(state.src_ip, transfer_dep_id(flow_id))
+            if key in self._shadow_grants[state.tor]:
+                plan.append(Update(Op.DELETE, self._shadow_grants[state.tor][key]))
         self._apply_changes(changed, now_ns, plans)
 
     def on_digest(self, switch: str, digest: RequestDigest, now_ns: int) -> bool:
@@ -526,6 +649,8 @@ class Scheduler:
             raise InvalidInput("switch", f"no target named {switch!r}")
         if not isinstance(digest, RequestDigest):
             raise InvalidInput("digest", f"must be a RequestDigest, got {type(digest).__name__}")
+        if self.config.grant_mode == "share":
+            return self._dependency_digest(digest)
         if digest.flow_id in self._flows:
             # Admitted already: its REQUEST passed the ToR before the grant entry landed. The
             # ToR's counters track the flow's progress from here (tick); re-allocating on this
@@ -536,7 +661,7 @@ class Scheduler:
         if digest.dst_addr in self._ip_to_host:
             self._require_slot(self._topo.tor_of(self._ip_to_host[digest.dst_addr]), "digest.dst_addr")
         changed = self.registry.merge_digest(digest.flow_id, digest.src_addr, digest.dst_addr,
-                                             digest.remaining_bytes, digest.no_bubble_ts_ns, now_ns,
+                                             digest.remaining_bytes, self._no_bubble_of(digest), now_ns,
                                              FlowClass.PIPELINE)
         # A recorded hint's first REQUEST admits it; a stale REQUEST of a flow completed recently
         # (the registry ignored it: not in the registry) changes nothing.
@@ -545,6 +670,29 @@ class Scheduler:
             self._admit(digest.flow_id, now_ns)
             return True
         return False
+
+    def _dependency_digest(self, digest: RequestDigest) -> bool:
+        """A REQUEST of a dependency the ToR has no grant for: learn the dependency (a
+        placeholder when the application has not announced it) and install its grant."""
+        if digest.dst_addr in self._ip_to_host and digest.src_addr in self._ip_to_host:
+            key = (self._ip_to_host[digest.src_addr], digest.dep_id)
+            if key in self._dep_slots or not self.config.rate_grants:
+                self.stats.digests_echoed += 1  # a REQUEST that passed before the entry landed
+                return False
+            self._require_slot(self._topo.tor_of(self._ip_to_host[digest.dst_addr]), "digest.dst_addr")
+        dep = self.dependencies.from_digest(digest.src_addr, digest.dst_addr, digest.dep_id)
+        self.stats.digests_merged += 1
+        self._admit_dependency((dep.sender, dep.dep_id))
+        return True
+
+    def _no_bubble_of(self, digest: RequestDigest) -> int:
+        """A per-transfer digest's no-bubble timestamp: latest start + remaining bytes at the
+        sender's line rate (the switch cannot divide, so the REQUEST carries the latest start)."""
+        sender = self._ip_to_host.get(digest.src_addr)
+        if sender is None:
+            return digest.latest_start_ns  # unknown host: the registry refuses the digest
+        rate = self._topo.host_link_bps(sender)
+        return wrap(digest.latest_start_ns + -(-digest.remaining_bytes * 8 * NS_PER_S // rate))
 
     def poll(self, now_ns: int) -> int:
         """Poll every target's digests and merge them (:meth:`on_digest`). A digest that is
@@ -569,6 +717,8 @@ class Scheduler:
             TargetError: a target refused writes.
             TargetConnectionError: a target's counter read failed (P4Runtime targets).
         """
+        if not self._flows and self.config.grant_mode == "share":
+            return  # dependency grants: nothing changes with time (the switch shares the ports)
         now = wrap(now_ns)
         flows = self.allocator.flows()
         for fid, state, counted in self._flow_counters():
@@ -624,7 +774,7 @@ class Scheduler:
     def _flow_counter(self, state: _FlowState) -> CounterValue:
         """``flow_bytes[slot]`` at the flow's ToR (zero where the ToR has no target)."""
         target = self._targets.get(state.tor)
-        return target.read_counter(n.FLOW_BYTES, state.slot) if target is not None else CounterValue(0, 0)
+        return target.read_counter(n.DEP_BYTES, state.slot) if target is not None else CounterValue(0, 0)
 
     def _flow_counters(self) -> list[tuple[int, _FlowState, CounterValue]]:
         """``(flow id, state, flow_bytes[slot] at its ToR)`` of every admitted flow, in admission
@@ -639,7 +789,7 @@ class Scheduler:
             if target is None:
                 values = [CounterValue(0, 0)] * len(members)
             else:
-                values = target.read_counter_cells(n.FLOW_BYTES, [state.slot for _, state in members])
+                values = target.read_counter_cells(n.DEP_BYTES, [state.slot for _, state in members])
             for (fid, _), value in zip(members, values):
                 counted[fid] = value
         return [(fid, state, counted[fid]) for fid, state in self._flows.items()]
@@ -655,8 +805,8 @@ class Scheduler:
         if state is None:
             tor = self._topo.tor_of(hint.receiver)
             slot = heapq.heappop(self._free_slots[tor])
-            state = self._flows[flow_id] = _FlowState(tor, slot, hint.remaining_bytes, hint.remaining_bytes,
-                                                      CounterValue(0, 0))
+            state = self._flows[flow_id] = _FlowState(tor, slot, self._topo.host_ip(hint.sender),
+                                                      hint.remaining_bytes, hint.remaining_bytes, CounterValue(0, 0))
         state.reported = state.est_remaining = hint.remaining_bytes
         state.base = self._flow_counter(state)
         flow = AllocFlow(flow_id, hint.sender, hint.receiver, hint.remaining_bytes,
@@ -679,15 +829,16 @@ class Scheduler:
         self._flush(plans)
 
     @staticmethod
-    def _grant_key(flow_id: int) -> TableEntryKey:
-        # TableEntry(n.FLOW_GRANT, {n.F_FLOW_ID: flow_id}, ...).key(), built directly (hot path;
-        # tests/test_sim_golden.py checks the two agree).
-        return (n.FLOW_GRANT, False, ((n.F_FLOW_ID, flow_id),), 0)
+    def _dep_key(src_ip: int, dep_id: int) -> TableEntryKey:
+        # TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: src_ip, n.F_DEP_ID: dep_id}, ...).key(), built
+        # directly (hot path; tests/test_scheduler.py checks the two agree).
+        return (n.DEP_GRANT, False, ((n.F_DEP_ID, dep_id), (n.F_SRC_ADDR, src_ip)), 0)
 
-    def _grant_entry(self, flow_id: int, grant: Grant, slot: int) -> TableEntry:
-        return TableEntry(n.FLOW_GRANT, {n.F_FLOW_ID: flow_id}, n.ACT_SET_GRANT, {
-            "rate_kbps": rate_bps_to_kbps(grant.rate_bps), "epoch": wire_epoch(grant.epoch),
-            "lease_us": lease_ns_to_us(grant.lease_ns), "meter_slot": slot})
+    def _grant_entry(self, state: _FlowState, flow_id: int, grant: Grant) -> TableEntry:
+        return TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: state.src_ip, n.F_DEP_ID: transfer_dep_id(flow_id)},
+                          n.ACT_SET_FIXED_GRANT, {
+                              "rate_kbps": rate_bps_to_kbps(grant.rate_bps), "epoch": wire_epoch(grant.epoch),
+                              "lease_us": lease_ns_to_us(grant.lease_ns), "meter_slot": state.slot})
 
     def _plan_grant(self, flow_id: int, grant: Grant, plans: dict[str, list[Update]]) -> None:
         state = self._flows[flow_id]
@@ -701,20 +852,28 @@ class Scheduler:
         meter = self.config.meter_for(state.slot, grant.rate_bps)
         if self._shadow_meters[tor].get(state.slot) != meter:
             plan.append(Update(Op.MODIFY, meter))
-        entry = self._grant_entry(flow_id, grant, state.slot)
-        current = self._shadow[tor].get(self._grant_key(flow_id))
+        entry = self._grant_entry(state, flow_id, grant)
+        current = self._shadow_grants[tor].get(self._dep_key(state.src_ip, transfer_dep_id(flow_id)))
         if current != entry:
             plan.append(Update(Op.INSERT if current is None else Op.MODIFY, entry))
 
     def _plan_all_grants(self, plans: dict[str, list[Update]]) -> None:
-        """Plan every installed grant (diffed) and delete stale flow_grant entries."""
+        """Plan every installed grant (per-transfer grants and dependencies, diffed) and delete
+        stale dep_grant entries."""
         grants = self.allocator.grants()
+        wanted: dict[str, set[TableEntryKey]] = {sw: set() for sw in self._targets}
         for fid, grant in grants.items():
             self._plan_grant(fid, grant, plans)
-        for sw, shadow in self._shadow.items():
-            for entry in list(shadow.values()):
-                if entry.table == n.FLOW_GRANT and not entry.is_default \
-                        and entry.match[n.F_FLOW_ID] not in grants:
+            state = self._flows[fid]
+            if state.tor in wanted:
+                wanted[state.tor].add(self._dep_key(state.src_ip, transfer_dep_id(fid)))
+        for key, (tor, _slot) in self._dep_slots.items():
+            if tor in self._targets:
+                self._plan_dependency(key, plans.setdefault(tor, []))
+                wanted[tor].add(self._dep_key(self._topo.host_ip(key[0]), key[1]))
+        for sw, shadow in self._shadow_grants.items():
+            for entry_key, entry in list(shadow.items()):
+                if entry_key not in wanted[sw]:
                     plans.setdefault(sw, []).append(Update(Op.DELETE, entry))
 
     def _plan_entry(self, sw: str, entry: TableEntry, plan: list[Update]) -> None:
@@ -812,9 +971,14 @@ class Scheduler:
             else:
                 self._shadow_clones[sw][entity.session_id] = entity
         elif upd.op is Op.DELETE:
-            self._shadow[sw].pop(_entry_key(entity), None)
+            key = _entry_key(entity)
+            self._shadow[sw].pop(key, None)
+            self._shadow_grants[sw].pop(key, None)
         else:
-            self._shadow[sw][_entry_key(entity)] = entity
+            key = _entry_key(entity)
+            self._shadow[sw][key] = entity
+            if entity.table == n.DEP_GRANT:
+                self._shadow_grants[sw][key] = entity
 
 
 def _entry_key(entry: TableEntry) -> TableEntryKey:

@@ -127,16 +127,18 @@ class CounterValue:
 
 @dataclass(frozen=True)
 class RequestDigest:
-    """A digest the receiver's ToR sends for a REQUEST of a flow it has no grant entry for.
+    """A digest the receiver's ToR sends for a REQUEST of a dependency it has no grant for.
 
-    Addresses are IPv4 as ints; ``no_bubble_ts_ns`` is 48-bit fabric time.
+    Addresses are IPv4 as ints; ``dep_id`` the sender's dependency id; ``remaining_bytes`` and
+    ``latest_start_ns`` (48-bit fabric time) describe the transfer that sent the REQUEST.
     """
 
     flow_id: int
     src_addr: int
     dst_addr: int
+    dep_id: int
     remaining_bytes: int
-    no_bubble_ts_ns: int
+    latest_start_ns: int
 
 
 class Target(Protocol):

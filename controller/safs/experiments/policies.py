@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from safs.core.errors import InvalidInput
-from safs.experiments.sim.bindings import D2tcpFlows, DctcpFlows, HomaFlows, NoGrantsFlows, PfabricFlows, SafsFlows
+from safs.experiments.sim.bindings import (
+    D2tcpFlows,
+    DctcpFlows,
+    HomaFlows,
+    NoGrantsFlows,
+    PfabricFlows,
+    SafsFlows,
+    SafsPerTransferFlows,
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,8 @@ class Policy:
         fluid: run by the flow-level EDF oracle (:mod:`safs.experiments.sim.oracle`), not packets.
         mininet_transport: the host agent's transport for pipeline flows on Mininet
             (``"safs"`` or ``"tcp"``, the kernel's), None where the policy does not run there.
+        per_transfer: hinted per transfer (announce, activate, complete each transfer: the
+            per-transfer design); otherwise hinted per dependency (announced once).
     """
 
     name: str
@@ -43,11 +53,16 @@ class Policy:
     sim: type[DctcpFlows] | None = None
     fluid: bool = False
     mininet_transport: str | None = None
+    per_transfer: bool = False
 
 
 POLICIES: dict[str, Policy] = {p.name: p for p in (
     Policy("safs", "SAFS: slack classes, rate grants and meters at the receiver's ToR", hinted=True,
            sim=SafsFlows, mininet_transport="safs"),
+    Policy("safs-per-transfer", "SAFS as first built: the controller grants every transfer (per-transfer "
+           "hints and grant writes, polling senders)", hinted=True, per_transfer=True,
+           scheduler_overrides={"grant_mode": "per-transfer"}, sim=SafsPerTransferFlows,
+           mininet_transport="safs"),
     Policy("dctcp", "DCTCP (ECN window control) for every flow", sim=DctcpFlows, mininet_transport="tcp"),
     Policy("d2tcp", "D2TCP: DCTCP with deadline-aware backoff, no-bubble timestamp as the deadline",
            sim=D2tcpFlows),
@@ -55,7 +70,7 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
     Policy("pfabric", "pFabric: remaining-size priority in every packet and port, every flow", sim=PfabricFlows),
     Policy("edf-oracle", "flow-level centralized preemptive EDF (fluid reference)", fluid=True),
     Policy("safs-no-grants", "SAFS ablation: slack classes without rate grants (DCTCP under a SAFS header)",
-           hinted=True, scheduler_overrides={"rate_grants": False}, sim=NoGrantsFlows),
+           scheduler_overrides={"rate_grants": False}, sim=NoGrantsFlows),
     Policy("safs-no-classes", "SAFS ablation: rate grants without slack classes (one data queue)", hinted=True,
            scheduler_overrides={"slack_classes": False}, sim=SafsFlows),
 )}

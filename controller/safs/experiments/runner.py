@@ -31,6 +31,7 @@ from safs.experiments.policies import get_policy
 from safs.experiments.runs import RunSpec, build_run, expand, miss_tolerance_ns, run_seed
 from safs.experiments.scenario import Scenario
 from safs.experiments.sim.backend import simulate
+from safs.experiments.sim.config import SimResult
 
 BACKENDS = ("sim", "mininet")  # mininet: docs/mininet.md
 RESULT_FILES = ("results.json", "results.csv", "samples.jsonl")  # moved aside, not overwritten
@@ -91,10 +92,7 @@ def run_one_sim(scenario: Scenario, spec: RunSpec, samples: dict[str, list[float
     record.update(result.workload_metrics)
     record.update(flow_metrics(result.flows, miss_tolerance_ns(scenario)))
     record["miss_tolerance_ms"] = scenario.miss_tolerance_us / 1000
-    record["control_bytes_per_data_byte"] = (
-        result.control_bytes / result.data_bytes if result.data_bytes else float("nan")
-    )
-    record["control_bytes"] = result.control_bytes
+    record.update(control_metrics(result, workload.warmup_end_ns()))
     record["data_bytes"] = result.data_bytes
     record["drops"] = result.drops
     record["sim_events"] = result.events
@@ -103,6 +101,30 @@ def run_one_sim(scenario: Scenario, spec: RunSpec, samples: dict[str, list[float
     if samples is not None:
         samples.update(workload.samples())
     return record
+
+
+def control_metrics(result: SimResult, warmup_end_ns: int | None) -> dict[str, Any]:
+    """The control-plane figures of one simulated run (docs/results.md, "Control"): switch
+    updates asked for and written (all switches), the largest per-switch write rate averaged
+    after the workload's warm-up (``warmup_end_ns``; the whole run without one) and in the
+    busiest 10 ms window, the write delay's p99, SAFS control packets and their bytes, the
+    encoded size of the writes, the profile, and (control packet bytes + write bytes) per SAFS
+    data byte."""
+    c = result.control
+    safs_data = result.transport.safs_data_bytes
+    control = result.control_bytes + c.write_bytes
+    return {
+        "control_profile": result.control_profile,
+        "control_updates_requested": c.requested_updates,
+        "control_updates": c.updates,
+        "control_updates_per_s": c.updates_per_s(warmup_end_ns or 0, result.sim_time_ns),
+        "control_updates_per_s_peak": c.updates_per_s_peak(),
+        "control_write_delay_p99_ms": c.write_delay_p99_ns() / 1e6,
+        "control_packets": result.control_packets,
+        "control_packet_bytes": result.control_bytes,
+        "control_write_bytes": c.write_bytes,
+        "control_bytes_per_data_byte": control / safs_data if safs_data else float("nan"),
+    }
 
 
 def run_scenario(

@@ -1,24 +1,44 @@
-"""SAFS host transport: a grant-paced sender and a reassembling receiver, one pair per flow.
+"""SAFS host transport: dependencies with reusable grants, grant-paced transfers, and a
+reassembling receiver per transfer (docs/protocol.md, "Grants").
+
+A **dependency** (:class:`SafsDependency`) is what the receiver's ToR grants: one stream of
+transfers from this host to one receiver (for example attention host i's A2F transfers to FFN
+host j, layer after layer), named by ``dep_id`` (1..65535, unique per sender; the switch keys
+its grant on the sender's address and ``dep_id``). The dependency holds the grant (rate, epoch,
+lease) and paces the DATA of all its transfers, most urgent transfer (earliest latest start)
+first. A **transfer** (:class:`SafsSender`) is one message: its bytes, its no-bubble timestamp,
+its offsets and loss recovery.
 
 Sender (../shared/BRIEF.md, "Design decisions / How grants reach senders"):
 
-- At flow start it sends a REQUEST (remaining bytes, no-bubble timestamp) and starts sending
-  DATA at the default rate (``SafsConfig.default_rate_bps``; the same number the controller
-  installs as the switch's default grant).
-- A GRANT with a newer epoch (``safs.core.protocol.epoch_newer``) replaces rate and epoch; a GRANT
-  with the current epoch renews the lease; older GRANTs are ignored, except epoch 0
-  (``EPOCH_NONE``), the switch's default grant (no entry installed for the flow), which always
-  applies (docs/protocol.md rule 2): its rate is used, it carries no lease.
-- DATA is paced per flow: after a packet of ``size`` wire bytes the next one may leave
-  ``ceil(size*8e9/rate)`` ns later (a token bucket with a one-packet burst). Flows of a host
-  share its NIC FIFO.
-- The lease is renewed by a REQUEST at ``renew_fraction`` (3/4) of the lease. If it expires
-  without renewal the sender falls back to the default rate and epoch 0 and sends one REQUEST;
-  because its DATA then carries epoch 0, the receiver's ToR pushes the installed grant in-band
-  as soon as one exists.
-- Every DATA carries remaining bytes (including its payload), latest start = no-bubble ts -
-  remaining*8/line_rate (48-bit, ``safs.core.protocol.latest_start_ns``, line rate = the host's
-  link) and the epoch it is sent under; background-class flows set ``FLAG_BACKGROUND``.
+- A transfer of a dependency that holds a grant (lease not expired) is paced at the grant's
+  rate from its first byte: no REQUEST, no unscheduled burst, so lock-step incasts of known
+  dependencies do not overflow the receiver's port.
+- A dependency without a usable grant (its first transfer, or its lease ran out) sends a
+  REQUEST (the head transfer's remaining bytes and latest start), its first
+  ``unscheduled_bytes`` at line rate (Homa's RTTbytes) and the rest at the default rate
+  (``SafsConfig.default_rate_bps``, the switch's default grant) until a GRANT arrives.
+- A GRANT with a newer epoch (``safs.core.protocol.epoch_newer``) replaces rate and epoch; the
+  current epoch renews lease and rate; older GRANTs are ignored, except epoch 0
+  (``EPOCH_NONE``), the switch's default grant, which always applies and carries no lease
+  (docs/protocol.md rule 2).
+- Every DATA carries the transfer's remaining bytes (including its payload), latest start =
+  no-bubble ts - remaining*8/line_rate (48-bit, ``safs.core.protocol.latest_start_ns``), the
+  dependency's id and the rate and epoch it holds, so the receiver's ToR can push a GRANT
+  in-band when that rate is off the grant's; ``FLAG_LAST`` when the dependency has no unsent
+  data after it (it goes idle: the ToR stops counting its weight), ``FLAG_RENEW`` once
+  ``renew_fraction`` of the lease has passed (the ToR answers with a GRANT); background-class
+  dependencies set ``FLAG_BACKGROUND``. No sender polls while it waits.
+- If the lease expires without renewal the dependency falls back to the default rate and epoch
+  0 (so a lost grant cannot leave a sender fast) and, with data to send, sends a REQUEST; its
+  DATA then carry epoch 0, which the ToR answers with a GRANT in-band.
+- DATA is paced per dependency: after a packet of ``size`` wire bytes the next one may leave
+  ``ceil(size*8e9/rate)`` ns later (a token bucket with a one-packet burst). Dependencies of a
+  host share its NIC FIFO.
+- Per-transfer mode (policy ``safs-per-transfer``, today's design kept for comparison): every
+  transfer is its own dependency with a grant the controller installs (rate 0 possible while
+  more urgent transfers use the link); with ``grant_poll_ns`` > 0 a dependency holding epoch 0
+  or a grant too slow for in-band pushes re-sends a REQUEST that often.
 
 Loss recovery (defined here; not part of the P4 program): the receiver sends a DONE
 (remaining 0) once every byte has arrived, and again for any DATA arriving after that. SAFS
@@ -58,8 +78,12 @@ from safs.core.config import ConfigModel, FieldError
 from safs.core.errors import InvalidInput
 from safs.core.packet import IPV4_HEADER_BYTES, PROTO_UDP, UDP_HEADER_BYTES, Packet
 from safs.core.protocol import (
+    DEP_ID_MAX,
+    DEP_ID_MIN,
     EPOCH_NONE,
     FLAG_BACKGROUND,
+    FLAG_LAST,
+    FLAG_RENEW,
     HEADER_LEN,
     SAFS_UDP_PORT,
     SAFS_VERSION,
@@ -67,6 +91,8 @@ from safs.core.protocol import (
     MsgType,
     epoch_newer,
     latest_start_ns,
+    rate_bps_to_kbps,
+    transfer_dep_id,
 )
 from safs.core.timebase import wrap
 from safs.hosts.env import Clock, HostPort
@@ -110,12 +136,11 @@ class SafsConfig(ConfigModel):
             grant (Homa's "unscheduled bytes", Montazeri et al., SIGCOMM 2018, sized there to one
             RTT of line rate); the rest follows the grant. Default 32 KiB (about 2.6 us at
             100 Gbit/s); should equal the scheduler's ``unscheduled_bytes`` (meter bursts).
-        grant_poll_ns: while the sender holds no grant of its own (epoch 0: default rate)
-            or a grant so slow that its DATA packets are more than ``SLOW_GAP_POLLS`` times
-            this far apart (rate 0 included), it re-sends a REQUEST this often (default 10 µs). At rate 0
-            there is no DATA to carry the epoch, and at the default rate DATA is sparse (one
-            9 KB packet per 72 µs at 1 Gbit/s), so without this poll the in-band push would
-            reach the sender late.
+        grant_poll_ns: 0 (default): senders never poll. > 0 (per-transfer mode only): while a
+            dependency holds no grant of its own (epoch 0: default rate) or a grant so slow
+            that its DATA packets are more than ``SLOW_GAP_POLLS`` times this far apart (rate 0
+            included), it re-sends a REQUEST this often (the per-transfer design used 10 µs): at
+            rate 0 there is no DATA to carry the epoch for an in-band push.
         burst_bytes: token-bucket depth of the pacer, wire bytes: 0 (default) paces one packet
             at a time, each exactly one gap after the previous (the simulator's exact timers);
             > 0 lets a late wake-up send what the rate allowed meanwhile, up to this many bytes
@@ -124,7 +149,7 @@ class SafsConfig(ConfigModel):
 
     Raises:
         InvalidInput: a field out of its range (``mtu_bytes`` in MIN_MTU_BYTES..65535; rates and
-            times > 0; ``renew_fraction`` in (0, 1); ``rto_max_ns`` >= ``rto_ns``; counts >= 1;
+            times > 0 (``grant_poll_ns`` >= 0); ``renew_fraction`` in (0, 1); ``rto_max_ns`` >= ``rto_ns``; counts >= 1;
             byte budgets >= 0), or an unknown field.
     """
 
@@ -136,7 +161,7 @@ class SafsConfig(ConfigModel):
     nack_max_segments: int = Field(128, ge=1)
     reorder_segments: int = Field(3, ge=1)
     reorder_window_ns: int = Field(200_000, ge=0)
-    grant_poll_ns: int = Field(10_000, gt=0)
+    grant_poll_ns: int = Field(0, ge=0)
     unscheduled_bytes: int = Field(32_768, ge=0)
     burst_bytes: int = Field(0, ge=0)
 
@@ -163,167 +188,178 @@ def _control(src: int, dst: int, sport: int, dport: int, msg: int, flow_id: int,
     return pkt
 
 
-class SafsSender:
-    """Sender side of one SAFS flow on ``host`` (see the module docstring for behaviour).
+class SafsDependency:
+    """Sender side of one dependency on ``host``: the grant its transfers share and their pacer
+    (module docstring).
 
     Args:
-        clock: the endpoint's time and timers (the simulator's engine, the agent's loop).
-        host: the sending host (``ip``; its NIC's ``rate_bps`` is the line rate).
-        dst_ip: receiver address.  flow_id: 1..2^32-1.  size_bytes: > 0.
-        no_bubble_ts_ns: absolute no-bubble time in ns of the clock's fabric time (None: no
-            deadline).
-        background: set ``FLAG_BACKGROUND`` on every packet.
-        config: :class:`SafsConfig`.  stats: counters shared by the run (or the host).
-        on_closed: called with the flow id once the sender got the final DONE.
-        on_sent: called once with the flow id when the last new byte has been sent, or
-            earlier: when the new bytes left take at most ``complete_lead()`` ns at the held
-            rate (the Mininet agent completes the flow at the hint API then, so the next
-            flow's grant is installed while these bytes drain; bytes sent later keep the held
-            grant until its lease ends). None: never called.
-        complete_lead: the lead in ns (read at each check; default 0: at the last byte).
+        clock: the endpoint's time and timers.  host: the sending host (``ip``; its NIC's
+            ``rate_bps`` is the line rate).  dst_ip: the receiver's address.
+        dep_id: 1..65535, unique among this host's dependencies.  background: set
+            ``FLAG_BACKGROUND`` on every packet.  config: :class:`SafsConfig`.
+        stats: counters shared by the run (or the host).
 
-    Observable state for tests: ``rate_bps``, ``epoch``, ``lease_expiry_ns`` (None without a
-    lease), ``closed``; per-flow counters ``requests``, ``grants``, ``grants_stale``,
-    ``data_packets``, ``retransmitted_bytes``, ``probes``, ``fallbacks``.
+    Observable state: ``rate_bps``, ``epoch``, ``lease_expiry_ns`` (None without a lease),
+    ``transfers`` (unfinished, in start order); counters ``requests``, ``grants``,
+    ``grants_stale``, ``fallbacks``.
 
     Raises:
-        InvalidInput: ``size_bytes`` not an integer > 0.
+        InvalidInput: ``dep_id`` outside 1..65535.
     """
 
-    __slots__ = ("clock", "host", "nic", "src", "dst", "sport", "flow_id", "size", "no_bubble",
-                 "flags", "cfg", "seg", "burst", "stats", "on_closed", "on_sent", "complete_lead", "line_rate",
-                 "rate_bps", "epoch", "lease_expiry_ns", "next_offset", "retx", "retx_set", "pace_token",
-                 "pacing", "next_send_ns", "last_size", "last_send_ns", "renew_token", "probe_token", "rto",
-                 "closed", "started", "polling", "sent_reported", "requests", "grants", "grants_stale",
-                 "data_packets", "retransmitted_bytes", "probes", "fallbacks")
+    __slots__ = ("clock", "host", "nic", "src", "dst", "sport", "dep_id", "flags", "cfg", "seg", "burst", "stats",
+                 "line_rate", "rate_bps", "epoch", "lease_expiry_ns", "transfers", "pace_token", "pacing",
+                 "next_send_ns", "last_size", "last_send_ns", "renew_token", "renew_pending", "polling",
+                 "unscheduled_left", "requests", "grants", "grants_stale", "fallbacks")
 
-    def __init__(self, clock: Clock, host: HostPort, dst_ip: int, flow_id: int, size_bytes: int,
-                 no_bubble_ts_ns: int | None, background: bool, config: SafsConfig,
-                 stats: TransportStats, on_closed: Callable[[int], None],
-                 on_sent: Callable[[int], None] | None = None,
-                 complete_lead: Callable[[], int] | None = None) -> None:
-        if type(size_bytes) is not int or size_bytes <= 0:
-            raise InvalidInput("size_bytes", f"must be an integer > 0, got {size_bytes!r}")
+    def __init__(self, clock: Clock, host: HostPort, dst_ip: int, dep_id: int, background: bool,
+                 config: SafsConfig, stats: TransportStats) -> None:
+        if type(dep_id) is not int or not DEP_ID_MIN <= dep_id <= DEP_ID_MAX:
+            raise InvalidInput("dep_id", f"must be an integer in {DEP_ID_MIN}..{DEP_ID_MAX}, got {dep_id!r}")
         self.clock = clock
         self.host = host
         self.nic = host.nic
         self.src = host.ip
         self.dst = dst_ip
-        self.sport = 1024 + flow_id % 64000
-        self.flow_id = flow_id
-        self.size = size_bytes
-        self.no_bubble = (clock.now + NO_DEADLINE_NS) if no_bubble_ts_ns is None else no_bubble_ts_ns
+        self.sport = 1024 + dep_id % 64000
+        self.dep_id = dep_id
         self.flags = FLAG_BACKGROUND if background else 0
         self.cfg = config
         self.seg = config.segment_bytes
         # Token-bucket depth (0: one packet at a time, exact gaps).
         self.burst = max(2 * (self.seg + DATA_OVERHEAD_BYTES), config.burst_bytes) if config.burst_bytes else 0
         self.stats = stats
-        self.on_closed = on_closed
-        self.on_sent = on_sent
-        self.complete_lead = complete_lead
         self.line_rate = host.nic.rate_bps
         self.rate_bps = config.default_rate_bps
         self.epoch = EPOCH_NONE
         self.lease_expiry_ns: int | None = None
-        self.next_offset = 0  # next never-sent byte
-        self.retx: list[int] = []  # segment offsets to re-send (NACKed), popped from the end
-        self.retx_set: set[int] = set()
+        self.transfers: list[SafsSender] = []
         self.pace_token = 0
         self.pacing = False
         self.next_send_ns = 0  # earliest time the next packet may leave (token bucket)
         self.last_size = 0
         self.last_send_ns = 0
         self.renew_token = 0
-        self.probe_token = 0
-        self.rto = config.rto_ns
-        self.closed = False
-        self.started = False
-        self.polling = False  # a grant-poll timer is queued
-        self.sent_reported = False
-        self.requests = self.grants = self.grants_stale = self.data_packets = 0
-        self.retransmitted_bytes = self.probes = self.fallbacks = 0
+        self.renew_pending = False  # the lease passed renew_fraction: DATA asks for a GRANT
+        self.polling = False  # a grant-poll timer is queued (per-transfer mode)
+        self.unscheduled_left = 0  # bytes that may still go at line rate (no grant held)
+        self.requests = self.grants = self.grants_stale = self.fallbacks = 0
 
-    # ---- sending -------------------------------------------------------------------------
-    def start(self) -> None:
-        """Send the REQUEST and start pacing DATA (unscheduled bytes at line rate, then the
-        default rate until a GRANT arrives)."""
-        if self.closed or self.started:
-            return
-        self.started = True
-        self._request()
-        self.next_send_ns = self.clock.now
-        self._schedule_pace(self.clock.now)
+    # ---- transfers ------------------------------------------------------------------------
+    def add(self, sender: SafsSender) -> None:
+        """Start ``sender``'s transfer: paced at once at the held grant, else after a REQUEST."""
+        self.transfers.append(sender)
+        now = self.clock.now
+        if self.lease_expiry_ns is not None and now >= self.lease_expiry_ns:
+            self._expire()
+        if self.epoch == EPOCH_NONE:
+            self._request(sender)
+            self.unscheduled_left = self.cfg.unscheduled_bytes
+        if not self.pacing:
+            self.next_send_ns = now
+            self._schedule_pace(now)
         self._start_poll()
 
-    def stop(self) -> None:
-        """Stop the flow: nothing more is sent and every pending timer does nothing."""
-        self.closed = True
-        self.pace_token += 1
-        self.renew_token += 1
-        self.probe_token += 1
+    def remove(self, sender: SafsSender) -> None:
+        """Forget a finished transfer."""
+        if sender in self.transfers:
+            self.transfers.remove(sender)
 
-    def _has_data(self) -> bool:
-        return bool(self.retx) or self.next_offset < self.size
+    def has_data(self) -> bool:
+        """Some transfer has bytes to send (new or to retransmit)."""
+        return any(t.has_data() for t in self.transfers)
 
-    def _remaining_unsent(self) -> int:
-        return self.size - self.next_offset + len(self.retx) * self.seg
+    def resume(self) -> None:
+        """A transfer got segments to retransmit: pace again if idle."""
+        if not self.pacing and self.rate_bps > 0:
+            self._schedule_pace(self.clock.now)
 
-    def _request(self) -> None:
-        remaining = min(self.size, max(1, self._remaining_unsent()))
-        pkt = _control(self.src, self.dst, self.sport, SAFS_UDP_PORT, _REQUEST, self.flow_id,
-                       remaining, wrap(self.no_bubble))
+    def _head(self) -> SafsSender | None:
+        """The most urgent transfer with data: earliest latest start (the only one, mostly)."""
+        best: SafsSender | None = None
+        best_key = 0
+        for t in self.transfers:
+            if not t.has_data():
+                continue
+            if best is None:
+                best = t
+                best_key = t.latest_start_key()
+                continue
+            key = t.latest_start_key()
+            if key < best_key:
+                best, best_key = t, key
+        return best
+
+    # ---- control messages -----------------------------------------------------------------
+    def _request(self, sender: SafsSender) -> None:
+        remaining = min(sender.size, max(1, sender.remaining_unsent()))
+        pkt = _control(self.src, self.dst, self.sport, SAFS_UDP_PORT, _REQUEST, sender.flow_id, remaining,
+                       latest_start_ns(sender.no_bubble, remaining, self.line_rate))
         pkt.flags = self.flags
+        pkt.dep_id = self.dep_id
         self.stats.control_bytes += pkt.size
         self.stats.control_packets += 1
         self.requests += 1
         self.nic.send(pkt)
 
+    def _expire(self) -> None:
+        """Lease ran out without renewal: default rate, epoch 0."""
+        self.rate_bps = self.cfg.default_rate_bps
+        self.epoch = EPOCH_NONE
+        self.lease_expiry_ns = None
+        self.renew_token += 1
+        self.renew_pending = False
+        self.stats.lease_fallbacks += 1
+        self.fallbacks += 1
+
+    def _fallback(self) -> None:
+        """The lease ran out while sending: default rate, epoch 0, ask again."""
+        self._expire()
+        head = self._head()
+        if head is not None:
+            self._request(head)
+        self._start_poll()
+
+    # ---- pacing ---------------------------------------------------------------------------
     def _schedule_pace(self, t_ns: int) -> None:
         self.pace_token += 1
         self.pacing = True
         self.clock.at(t_ns, self._pace, self.pace_token)
 
     def _pace(self, token: int) -> None:
-        if token != self.pace_token or self.closed:
+        if token != self.pace_token:
             return
         now = self.clock.now
         if self.lease_expiry_ns is not None and now >= self.lease_expiry_ns:
             self._fallback()
         if self.burst:  # credit beyond the bucket's depth at the current rate is forgotten
-            rate = self.rate_bps if self.next_offset >= self.cfg.unscheduled_bytes else self.line_rate
+            rate = self.line_rate if self.unscheduled_left > 0 else self.rate_bps
             depth_ns = self.burst * 8 * NS_PER_S // rate if rate > 0 else 0
             if self.next_send_ns < now - depth_ns:
                 self.next_send_ns = now - depth_ns
         else:
             self.next_send_ns = now
         for _ in range(MAX_PACKETS_PER_WAKE):
-            if self.retx:
-                offset = self.retx[-1]
-                resent = True
-            elif self.next_offset < self.size:
-                offset = self.next_offset
-                resent = False
-            else:
+            tx = self._head()
+            if tx is None:
                 self.pacing = False
-                self._arm_probe()
                 return
-            size = self._send_data(offset, now)
+            resent = bool(tx.retx)
+            offset = tx.retx[-1] if resent else tx.next_offset
+            last = not tx.has_data_after(resent) and not any(
+                t.has_data() for t in self.transfers if t is not tx)
+            size = tx.send_segment(offset, now, resent, last)
             if not size:  # the NIC refused it (full socket buffer): try again shortly
                 self._schedule_pace(now + SEND_RETRY_NS)
                 return
-            if resent:
-                self.retx.pop()
-                self.retx_set.discard(offset)
-                self.stats.retransmitted_bytes += size
-                self.retransmitted_bytes += size
+            self.last_size = size
+            self.last_send_ns = now
+            # Unscheduled bytes (no grant held) leave at line rate, back to back.
+            if self.unscheduled_left > 0 and not resent:
+                self.unscheduled_left -= size - DATA_OVERHEAD_BYTES
+                rate = self.line_rate
             else:
-                self.next_offset = offset + self.seg
-                if self.on_sent is not None and not self.sent_reported and self._sent_soon():
-                    self.sent_reported = True
-                    self.on_sent(self.flow_id)
-            # Unscheduled bytes leave at line rate (the NIC serialises them back to back).
-            rate = self.line_rate if self.next_offset < self.cfg.unscheduled_bytes and not resent else self.rate_bps
+                rate = self.rate_bps
             if rate <= 0:  # a zero grant: wait for a new grant or the lease to run out
                 self._stall()
                 return
@@ -332,54 +368,34 @@ class SafsSender:
                 break
         self._schedule_pace(max(now, self.next_send_ns))
 
-    def _sent_soon(self) -> bool:
-        """The last new byte is sent, or the rest takes at most ``complete_lead()`` at the held rate."""
-        left = self.size - self.next_offset
-        if left <= 0:
-            return True
-        rate = self.rate_bps
-        lead = self.complete_lead() if self.complete_lead is not None else 0
-        if lead <= 0 or rate <= 0:
-            return False
-        packets = -(-left // self.seg)
-        return (left + packets * DATA_OVERHEAD_BYTES) * 8 * NS_PER_S <= lead * rate
-
-    def _send_data(self, offset: int, now: int) -> int:
-        """Send the segment at ``offset``; its wire bytes, or 0 when the NIC refused it."""
-        remaining = self.size - offset
-        payload = remaining if remaining < self.seg else self.seg
-        size = payload + DATA_OVERHEAD_BYTES
-        pkt = Packet(self.src, self.dst, PROTO_UDP, self.sport, SAFS_UDP_PORT, size, payload)
-        pkt.safs_version = SAFS_VERSION
-        pkt.safs_type = _DATA
-        pkt.flags = self.flags
-        pkt.flow_id = self.flow_id
-        pkt.remaining = remaining
-        pkt.ts = latest_start_ns(self.no_bubble, remaining, self.line_rate)
-        pkt.epoch = self.epoch
-        pkt.sent_ns = now
-        if not self.nic.send(pkt):
-            return 0
-        self.last_size = size
-        self.last_send_ns = now
-        self.stats.data_bytes += size
-        self.data_packets += 1
-        return size
-
     def _stall(self) -> None:
-        """Rate 0: stop pacing; the grant poll asks again until a grant with a rate arrives."""
+        """Rate 0: stop pacing until a grant with a rate arrives (or the lease runs out)."""
         self.pace_token += 1
         self.pacing = False
         self._start_poll()
 
+    def _repace(self, now: int) -> None:
+        """Re-time the next DATA for a new rate (the packet already sent keeps its gap)."""
+        if not self.has_data():
+            return
+        rate = self.rate_bps
+        if rate <= 0:
+            self._stall()
+            return
+        gap = (self.last_size * 8_000_000_000 + rate - 1) // rate if self.last_size else 0
+        self.next_send_ns = max(now, self.last_send_ns + gap)
+        self._schedule_pace(self.next_send_ns)
+
+    # ---- polling (per-transfer mode) ------------------------------------------------------
     def _start_poll(self) -> None:
-        if not self.polling and not self.closed:
+        if self.cfg.grant_poll_ns and not self.polling:
             self.polling = True
             self.clock.after(self.cfg.grant_poll_ns, self._grant_poll, None)
 
     def _grant_poll(self, _: object) -> None:
         self.polling = False
-        if self.closed or not self._has_data():
+        head = self._head()
+        if head is None:
             return
         now = self.clock.now
         if self.lease_expiry_ns is not None and now >= self.lease_expiry_ns:
@@ -387,7 +403,7 @@ class SafsSender:
             if not self.pacing:
                 self._schedule_pace(now)
         elif self.epoch == EPOCH_NONE or self._slow():
-            self._request()
+            self._request(head)
         else:
             return  # a grant fast enough that DATA carries its epoch: in-band pushes take over
         self._start_poll()
@@ -398,36 +414,228 @@ class SafsSender:
         rate = self.rate_bps
         return rate <= 0 or self.seg * 8 * NS_PER_S > SLOW_GAP_POLLS * self.cfg.grant_poll_ns * rate
 
-    def _fallback(self) -> None:
-        """Lease ran out without renewal: default rate, epoch 0, ask again."""
-        self.rate_bps = self.cfg.default_rate_bps
-        self.epoch = EPOCH_NONE
-        self.lease_expiry_ns = None
-        self.renew_token += 1
-        self.stats.lease_fallbacks += 1
-        self.fallbacks += 1
-        self._request()
-        self._start_poll()
+    # ---- grants ---------------------------------------------------------------------------
+    def _renew(self, token: int) -> None:
+        if token == self.renew_token:
+            self.renew_pending = True  # the next DATA carries FLAG_RENEW
+
+    def receive(self, pkt: Packet) -> None:
+        """Apply a GRANT for this dependency (docs/protocol.md, "Grants", sender rule 2)."""
+        self.stats.control_bytes += pkt.size
+        self.stats.control_packets += 1
+        self.grants += 1
+        epoch = pkt.epoch
+        if not epoch_newer(epoch, self.epoch) and epoch != self.epoch and epoch != EPOCH_NONE:
+            self.grants_stale += 1
+            return  # stale grant (epoch 0, the switch's default grant, always applies: rule 2)
+        now = self.clock.now
+        rate = pkt.rate_kbps * 1000
+        if epoch == EPOCH_NONE:  # the switch's default grant: no lease (the held one is gone)
+            rate = rate if rate > 0 else self.cfg.default_rate_bps
+            self.lease_expiry_ns = None
+            self.renew_token += 1
+            self.renew_pending = False
+        else:
+            lease_ns = pkt.lease_us * 1000
+            self.lease_expiry_ns = now + lease_ns
+            self.renew_token += 1
+            self.renew_pending = False
+            self.unscheduled_left = 0
+            self.clock.at(now + int(lease_ns * self.cfg.renew_fraction), self._renew, self.renew_token)
+        self.epoch = epoch
+        if rate != self.rate_bps:
+            self.rate_bps = rate
+            self._repace(now)
+            if self._slow():
+                self._start_poll()
+        elif not self.pacing and rate > 0 and self.has_data():
+            self._repace(now)
+
+
+class SafsSender:
+    """Sender side of one transfer (see the module docstring for behaviour).
+
+    Args:
+        clock: the endpoint's time and timers (the simulator's engine, the agent's loop).
+        host: the sending host (``ip``; its NIC's ``rate_bps`` is the line rate).
+        dst_ip: receiver address.  flow_id: the transfer's id, 1..2^32-1.  size_bytes: > 0.
+        no_bubble_ts_ns: absolute no-bubble time in ns of the clock's fabric time (None: no
+            deadline).
+        background: set ``FLAG_BACKGROUND`` on every packet (own dependency only).
+        config: :class:`SafsConfig`.  stats: counters shared by the run (or the host).
+        on_closed: called with the flow id once the sender got the final DONE.
+        dependency: the :class:`SafsDependency` whose grant paces it; None: a dependency of its
+            own (``dep_id`` = the flow id modulo 65535, plus 1: per-transfer mode).
+        on_sent: called once with the flow id when the last new byte has been sent, or
+            earlier: when the new bytes left take at most ``complete_lead()`` ns at the held
+            rate (the Mininet agent completes the flow at the hint API then). None: never.
+        complete_lead: the lead in ns (read at each check; default 0: at the last byte).
+
+    Observable state for tests: ``rate_bps``, ``epoch``, ``lease_expiry_ns`` (the dependency's),
+    ``closed``; per-transfer counters ``data_packets``, ``retransmitted_bytes``, ``probes``, and
+    the dependency's ``requests``, ``grants``, ``grants_stale``, ``fallbacks``.
+
+    Raises:
+        InvalidInput: ``size_bytes`` not an integer > 0.
+    """
+
+    __slots__ = ("clock", "dep", "flow_id", "size", "no_bubble", "cfg", "seg", "stats", "on_closed", "on_sent",
+                 "complete_lead", "line_rate", "next_offset", "retx", "retx_set", "probe_token", "rto", "closed",
+                 "started", "sent_reported", "data_packets", "retransmitted_bytes", "probes")
+
+    def __init__(self, clock: Clock, host: HostPort, dst_ip: int, flow_id: int, size_bytes: int,
+                 no_bubble_ts_ns: int | None, background: bool, config: SafsConfig,
+                 stats: TransportStats, on_closed: Callable[[int], None],
+                 dependency: SafsDependency | None = None,
+                 on_sent: Callable[[int], None] | None = None,
+                 complete_lead: Callable[[], int] | None = None) -> None:
+        if type(size_bytes) is not int or size_bytes <= 0:
+            raise InvalidInput("size_bytes", f"must be an integer > 0, got {size_bytes!r}")
+        self.clock = clock
+        self.dep = dependency if dependency is not None else SafsDependency(
+            clock, host, dst_ip, transfer_dep_id(flow_id), background, config, stats)
+        self.flow_id = flow_id
+        self.size = size_bytes
+        self.no_bubble = (clock.now + NO_DEADLINE_NS) if no_bubble_ts_ns is None else no_bubble_ts_ns
+        self.cfg = config
+        self.seg = config.segment_bytes
+        self.stats = stats
+        self.on_closed = on_closed
+        self.on_sent = on_sent
+        self.complete_lead = complete_lead
+        self.line_rate = host.nic.rate_bps
+        self.next_offset = 0  # next never-sent byte
+        self.retx: list[int] = []  # segment offsets to re-send (NACKed), popped from the end
+        self.retx_set: set[int] = set()
+        self.probe_token = 0
+        self.rto = config.rto_ns
+        self.closed = False
+        self.started = False
+        self.sent_reported = False
+        self.data_packets = self.retransmitted_bytes = self.probes = 0
+
+    # Grant state lives in the dependency.
+    @property
+    def rate_bps(self) -> int:
+        """The rate this transfer's dependency holds (bit/s)."""
+        return self.dep.rate_bps
+
+    @property
+    def epoch(self) -> int:
+        """The epoch its dependency holds."""
+        return self.dep.epoch
+
+    @property
+    def lease_expiry_ns(self) -> int | None:
+        """When its dependency's lease runs out (None: no lease)."""
+        return self.dep.lease_expiry_ns
+
+    # ---- sending -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the transfer: its dependency paces it (and asks for a grant if it has none)."""
+        if self.closed or self.started:
+            return
+        self.started = True
+        self.dep.add(self)
+
+    def stop(self) -> None:
+        """Stop the transfer: nothing more is sent and its pending timers do nothing."""
+        self.closed = True
+        self.probe_token += 1
+        self.dep.remove(self)
+
+    def has_data(self) -> bool:
+        """Bytes to send: segments to retransmit or never sent."""
+        return not self.closed and (bool(self.retx) or self.next_offset < self.size)
+
+    def has_data_after(self, resent: bool) -> bool:
+        """Bytes left to send after the segment about to go (a retransmission if ``resent``)."""
+        if resent:
+            return len(self.retx) > 1 or self.next_offset < self.size
+        return bool(self.retx) or self.next_offset + self.seg < self.size
+
+    def remaining_unsent(self) -> int:
+        """Bytes not yet sent, counting queued retransmissions."""
+        return self.size - self.next_offset + len(self.retx) * self.seg
+
+    def latest_start_key(self) -> int:
+        """Urgency for the dependency's pacer: latest start of the next byte (ns, unwrapped)."""
+        remaining = self.size - self.next_offset
+        return self.no_bubble - (remaining * 8 * NS_PER_S) // self.line_rate
+
+    def send_segment(self, offset: int, now: int, resent: bool, last: bool) -> int:
+        """Send the segment at ``offset`` (the dependency's pacer decided it may leave now);
+        returns its wire bytes, or 0 when the NIC refused it (nothing changes then)."""
+        size = self._send_data(offset, now, last)
+        if not size:
+            return 0
+        if resent:
+            self.retx.pop()
+            self.retx_set.discard(offset)
+            self.stats.retransmitted_bytes += size
+            self.retransmitted_bytes += size
+        else:
+            self.next_offset = offset + self.seg
+            if self.on_sent is not None and not self.sent_reported and self._sent_soon():
+                self.sent_reported = True
+                self.on_sent(self.flow_id)
+        if not self.has_data():
+            self._arm_probe()
+        return size
+
+    def _sent_soon(self) -> bool:
+        """The last new byte is sent, or the rest takes at most ``complete_lead()`` at the held rate."""
+        left = self.size - self.next_offset
+        if left <= 0:
+            return True
+        rate = self.dep.rate_bps
+        lead = self.complete_lead() if self.complete_lead is not None else 0
+        if lead <= 0 or rate <= 0:
+            return False
+        packets = -(-left // self.seg)
+        return (left + packets * DATA_OVERHEAD_BYTES) * 8 * NS_PER_S <= lead * rate
+
+    def _send_data(self, offset: int, now: int, last: bool) -> int:
+        """Send the segment at ``offset``; its wire bytes, or 0 when the NIC refused it."""
+        dep = self.dep
+        remaining = self.size - offset
+        payload = remaining if remaining < self.seg else self.seg
+        size = payload + DATA_OVERHEAD_BYTES
+        pkt = Packet(dep.src, dep.dst, PROTO_UDP, dep.sport, SAFS_UDP_PORT, size, payload)
+        pkt.safs_version = SAFS_VERSION
+        pkt.safs_type = _DATA
+        flags = dep.flags
+        if last:
+            flags |= FLAG_LAST
+        if dep.renew_pending:
+            flags |= FLAG_RENEW
+        pkt.flags = flags
+        pkt.flow_id = self.flow_id
+        pkt.dep_id = dep.dep_id
+        pkt.remaining = remaining
+        pkt.ts = latest_start_ns(self.no_bubble, remaining, self.line_rate)
+        pkt.epoch = dep.epoch
+        pkt.rate_kbps = rate_bps_to_kbps(dep.rate_bps)
+        pkt.sent_ns = now
+        if not dep.nic.send(pkt):
+            return 0
+        self.stats.data_bytes += size
+        self.stats.safs_data_bytes += size
+        self.data_packets += 1
+        return size
 
     # ---- timers --------------------------------------------------------------------------
-    def _renew(self, token: int) -> None:
-        if token != self.renew_token or self.closed:
-            return
-        if not self._has_data():
-            return  # everything sent: nothing left to pace at the granted rate
-        self._request()
-
     def _arm_probe(self) -> None:
         self.probe_token += 1
         self.clock.after(self.rto, self._probe, self.probe_token)
 
     def _probe(self, token: int) -> None:
-        if token != self.probe_token or self.closed or self.pacing:
+        if token != self.probe_token or self.closed or self.has_data():
             return
         self.stats.timeouts += 1
         self.probes += 1
         last = ((self.size - 1) // self.seg) * self.seg
-        size = self._send_data(last, self.clock.now)
+        size = self._send_data(last, self.clock.now, not self.dep.has_data())
         self.stats.retransmitted_bytes += size
         self.retransmitted_bytes += size
         self.rto = min(self.rto * 2, self.cfg.rto_max_ns)
@@ -435,14 +643,12 @@ class SafsSender:
 
     # ---- receiving -----------------------------------------------------------------------
     def receive(self, pkt: Packet) -> None:
-        """Handle a GRANT or DONE/NACK for this flow (``pkt.conn``: a NACK's segment offsets)."""
+        """Handle a GRANT (for its dependency) or DONE/NACK (``pkt.conn``: a NACK's segment
+        offsets) for this transfer."""
         if self.closed:
             return
         if pkt.safs_type == _GRANT:
-            self.stats.control_bytes += pkt.size
-            self.stats.control_packets += 1
-            self.grants += 1
-            self._on_grant(pkt)
+            self.dep.receive(pkt)
         elif pkt.safs_type == _DONE:
             if pkt.remaining == 0:
                 self.stop()
@@ -455,46 +661,8 @@ class SafsSender:
                     self.retx.append(offset)
             self.retx.sort(reverse=True)  # lowest offset first (popped from the end)
             self.rto = self.cfg.rto_ns
-            if self.retx and not self.pacing and self.started:
-                self._schedule_pace(self.clock.now)
-
-    def _on_grant(self, pkt: Packet) -> None:
-        epoch = pkt.epoch
-        newer = epoch_newer(epoch, self.epoch)
-        if not newer and epoch != self.epoch and epoch != EPOCH_NONE:
-            self.grants_stale += 1
-            return  # stale grant (epoch 0, the switch's default grant, always applies: protocol rule 2)
-        now = self.clock.now
-        rate = pkt.rate_kbps * 1000
-        if epoch == EPOCH_NONE:  # the switch's default grant: no lease (the held one is gone)
-            rate = rate if rate > 0 else self.cfg.default_rate_bps
-            self.lease_expiry_ns = None
-            self.renew_token += 1
-        else:
-            lease_ns = pkt.lease_us * 1000
-            self.lease_expiry_ns = now + lease_ns
-            self.renew_token += 1
-            self.clock.at(now + int(lease_ns * self.cfg.renew_fraction), self._renew, self.renew_token)
-        self.epoch = epoch
-        if rate != self.rate_bps:
-            self.rate_bps = rate
-            self._repace(now)
-            if self._slow():
-                self._start_poll()
-        elif not self.pacing and rate > 0 and self._has_data():
-            self._repace(now)
-
-    def _repace(self, now: int) -> None:
-        """Re-time the next DATA for a new rate (the packet already sent keeps its gap)."""
-        if not self.started or not self._has_data():
-            return
-        rate = self.rate_bps
-        if rate <= 0:
-            self._stall()
-            return
-        gap = (self.last_size * 8_000_000_000 + rate - 1) // rate if self.last_size else 0
-        self.next_send_ns = max(now, self.last_send_ns + gap)
-        self._schedule_pace(self.next_send_ns)
+            if self.retx and self.started:
+                self.dep.resume()
 
 
 class SafsReceiver:

@@ -12,6 +12,7 @@ class TransportStats:
     Attributes:
         data_bytes: DATA packets (SAFS DATA, TCP segments with payload) sent by hosts,
             retransmissions included.
+        safs_data_bytes: the SAFS DATA part of ``data_bytes``.
         retransmitted_bytes: the part of ``data_bytes`` that was sent again.
         control_bytes / control_packets: SAFS REQUEST and DONE sent by hosts plus GRANTs
             received by hosts (each control message counted once, on its one wire trip to or
@@ -23,6 +24,7 @@ class TransportStats:
     """
 
     data_bytes: int = 0
+    safs_data_bytes: int = 0
     retransmitted_bytes: int = 0
     control_bytes: int = 0
     control_packets: int = 0

@@ -55,7 +55,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TypeVar, cast
 
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetError, UpdateFailure
@@ -64,19 +64,23 @@ from safs.core.protocol import (
     ECN_CE,
     ECN_ECT0,
     ECN_ECT1,
+    EPOCH_MAX,
+    FLAG_BACKGROUND,
+    FLAG_LAST,
+    FLAG_RENEW,
     NS_PER_S,
     QDEPTH_MAX,
     QUEUE_BEST_EFFORT,
     QUEUE_CONTROL,
     QUEUE_OVER_RATE,
     QUEUE_SLACK_LEAST_URGENT,
+    QUEUE_SLACK_MOST_URGENT,
     SAFS_UDP_PORT,
     SAFS_VERSION,
     WIRE_OVERHEAD_BYTES,
     Color,
     Malformed,
     MsgType,
-    epoch_newer,
 )
 from safs.core.target import (
     CloneSession,
@@ -95,6 +99,8 @@ from safs.core.timebase import HALF, TIME_MASK
 # Wire size of a GRANT the switch generates (the P4 clone is truncated to the same length).
 CONTROL_PACKET_BYTES = WIRE_OVERHEAD_BYTES
 
+V = TypeVar("V")  # a range table's value type
+
 ECN_THRESHOLD_BITS = 19
 ECN_THRESHOLD_OFF = (1 << ECN_THRESHOLD_BITS) - 1
 
@@ -107,6 +113,7 @@ _GREEN = int(Color.GREEN)
 _YELLOW = int(Color.YELLOW)
 _RED = int(Color.RED)
 _UNMETERED = int(Color.UNMETERED)
+_LEAST_URGENT = n.URGENCY_CLASSES - 1
 
 
 # --------------------------------------------------------------------------------------
@@ -145,12 +152,20 @@ _SCHEMAS: dict[str, _TableSchema] = {
         keys=((n.F_SLACK_KEY, "range", 48),),
         actions={n.ACT_SET_SLACK_CLASS: (("qclass", 3),)},
         entry_actions=frozenset({n.ACT_SET_SLACK_CLASS})),
-    n.FLOW_GRANT: _TableSchema(
-        keys=((n.F_FLOW_ID, "exact", 32),),
-        actions={n.ACT_SET_GRANT: (("rate_kbps", 32), ("epoch", 32), ("lease_us", 32),
-                                   ("meter_slot", 16)),
+    n.DEP_GRANT: _TableSchema(
+        keys=((n.F_SRC_ADDR, "exact", 32), (n.F_DEP_ID, "exact", 16)),
+        actions={n.ACT_SET_SHARE_GRANT: (("meter_slot", 16),),
+                 n.ACT_SET_FIXED_GRANT: (("rate_kbps", 32), ("epoch", 32), ("lease_us", 32),
+                                         ("meter_slot", 16)),
                  n.ACT_NO_GRANT: ()},
-        entry_actions=frozenset({n.ACT_SET_GRANT})),
+        entry_actions=frozenset({n.ACT_SET_SHARE_GRANT, n.ACT_SET_FIXED_GRANT})),
+    n.PORT_SHARE: _TableSchema(
+        keys=((n.F_EGRESS_PORT, "exact", 9), (n.F_LOAD, "exact", 16), (n.F_MODE, "exact", 2)),
+        actions={n.ACT_SET_SHARE: (("rate_kbps", 32),)},
+        entry_actions=frozenset({n.ACT_SET_SHARE})),
+    n.SHARE_LEASE: _TableSchema(
+        keys=(), actions={n.ACT_SET_SHARE_LEASE: (("lease_us", 32),)},
+        entry_actions=frozenset()),
     n.CLOCK_OFFSET: _TableSchema(
         keys=(), actions={n.ACT_SET_CLOCK_OFFSET: (("offset_ns", 48),)},
         entry_actions=frozenset()),
@@ -169,17 +184,18 @@ _SCHEMAS: dict[str, _TableSchema] = {
 _INITIAL_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
     n.IPV4_LPM: (n.ACT_DROP, {}),
     n.SLACK_CLASS: (n.ACT_SET_SLACK_CLASS, {"qclass": QUEUE_SLACK_LEAST_URGENT}),
+    n.SHARE_LEASE: (n.ACT_SET_SHARE_LEASE, {"lease_us": 0}),
     n.CLOCK_OFFSET: (n.ACT_SET_CLOCK_OFFSET, {"offset_ns": 0}),
     n.DEFAULT_GRANT: (n.ACT_SET_DEFAULT_GRANT, {"rate_kbps": 0, "lease_us": 0,
                                                 "meter_slot": n.DEFAULT_METER_SLOT}),
     n.ECN_THRESHOLD: (n.ACT_SET_ECN_THRESHOLD, {"qdepth_pkts": ECN_THRESHOLD_OFF}),
 }
-_CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.FLOW_GRANT})
+_CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.DEP_GRANT, n.PORT_SHARE})
 # Counters declared CounterType.packets in P4 (their byte_count reads 0).
 _PACKET_ONLY_COUNTERS = frozenset({n.MALFORMED, n.ECN_MARKED, n.QDEPTH_HIST})
 
 _COUNTER_SIZES: dict[str, int] = {
-    n.FLOW_BYTES: n.FLOW_METER_SIZE,
+    n.DEP_BYTES: n.DEP_SLOTS,
     n.PORT_TX_BYTES: n.NUM_PORTS,
     n.QDEPTH_HIST: n.NUM_PORTS * n.QDEPTH_BUCKETS,
     n.MALFORMED: len(Malformed),
@@ -277,8 +293,15 @@ class PipelineModel:
         # slack_class resolved into a partition of the 48-bit key space: class of the key in
         # [_slack_bounds[i-1], _slack_bounds[i]) is _slack_classes[i] (one bisect per packet).
         self._slack_bounds: list[int] = []
-        self._slack_classes: list[int] = [QUEUE_SLACK_LEAST_URGENT]
-        self._grants: dict[int, tuple[int, int, int, int]] = {}  # flow -> (kbps, epoch, lease_us, slot)
+        self._slack_classes: list[int] = [QUEUE_SLACK_LEAST_URGENT]  # qclass
+        # dep_grant: (src, dep_id) -> (share?, kbps, epoch, lease_us, slot)
+        self._grants: dict[tuple[int, int], tuple[bool, int, int, int, int]] = {}
+        self._shares: dict[tuple[int, int, int], int] = {}  # port_share: (port, load, mode) -> kbps
+        self._share_lease_us = 0
+        # Registers (soft state: zero at start and after restart_registers()).
+        self._dep_class = [0] * n.DEP_SLOTS
+        self._class_loads = [[0] * n.NUM_PORTS for _ in range(n.URGENCY_CLASSES)]
+        self._port_gen = [0] * n.NUM_PORTS
         self._default_grant = (0, 0, 0, n.DEFAULT_METER_SLOT)  # (kbps, epoch 0, lease_us, slot)
         self._offset = 0
         self._ecn_threshold = ECN_THRESHOLD_OFF
@@ -286,7 +309,7 @@ class PipelineModel:
             if table in self._defaults or table in _CONST_DEFAULT_TABLES:
                 self._rebuild(table)
         self._meters: dict[int, _Meter] = {}
-        self._flow_bytes = self._counters[n.FLOW_BYTES]
+        self._flow_bytes = self._counters[n.DEP_BYTES]
         self._port_tx = self._counters[n.PORT_TX_BYTES]
         self._qhist = self._counters[n.QDEPTH_HIST]
         self._malformed = self._counters[n.MALFORMED]
@@ -318,7 +341,7 @@ class PipelineModel:
         (names, widths, meter ranges): the scheduler builds them from p4names constants with
         values in range by construction (``rate_bps_to_kbps`` and ``lease_ns_to_us`` clamp to
         32 bits, ``wire_epoch`` is 1..2^32-1, meter slots are below ``SchedulerConfig.
-        meter_slots`` <= FLOW_METER_SIZE, ``pir >= cir``). They are the bulk of the control
+        meter_slots`` <= DEP_SLOTS, ``pir >= cir``). They are the bulk of the control
         traffic: every changed grant writes one of each. Op semantics (ALREADY_EXISTS,
         NOT_FOUND) are still checked, since the scheduler's shadow may be stale, and every other
         update is validated as in :meth:`write`. A subclass that overrides :meth:`write`
@@ -339,18 +362,18 @@ class PipelineModel:
             entity = upd.entity
             try:
                 if isinstance(entity, MeterConfig):
-                    if trusted and upd.op is Op.MODIFY and entity.meter == n.FLOW_METER:
+                    if trusted and upd.op is Op.MODIFY and entity.meter == n.DEP_METER:
                         self._meter_cfg[entity.index] = entity
                         self._meters[entity.index] = _Meter(entity, self._clock())
                     else:
                         self._write_meter(upd.op, entity)
                 elif isinstance(entity, TableEntry):
-                    if trusted and entity.table == n.FLOW_GRANT and entity.action == n.ACT_SET_GRANT \
+                    if trusted and entity.table == n.DEP_GRANT and entity.action in _GRANT_ACTIONS \
                             and not entity.is_default:
                         self._write_keyed(upd.op, entity)
                     else:
                         self._write_entry(upd.op, entity)
-                    if entity.table != n.FLOW_GRANT:  # flow_grant's index is kept up to date per write
+                    if entity.table != n.DEP_GRANT:  # dep_grant's index is kept up to date per write
                         touched.add(entity.table)
                 elif isinstance(entity, CloneSession):
                     self._write_clone_session(upd.op, entity)
@@ -366,10 +389,10 @@ class PipelineModel:
     def _write_meter(self, op: Op, cfg: MeterConfig) -> None:
         if op is not Op.MODIFY:
             raise _Reject("INVALID_ARGUMENT", f"meter config accepts only MODIFY, got {op.value}")
-        if cfg.meter != n.FLOW_METER:
+        if cfg.meter != n.DEP_METER:
             raise _Reject("INVALID_ARGUMENT", f"unknown meter {cfg.meter!r}")
-        if not 0 <= cfg.index < n.FLOW_METER_SIZE:
-            raise _Reject("INVALID_ARGUMENT", f"meter index must be in 0..{n.FLOW_METER_SIZE - 1}, got {cfg.index}")
+        if not 0 <= cfg.index < n.DEP_SLOTS:
+            raise _Reject("INVALID_ARGUMENT", f"meter index must be in 0..{n.DEP_SLOTS - 1}, got {cfg.index}")
         for fname, v in (("cir", cfg.cir), ("cburst", cfg.cburst), ("pir", cfg.pir), ("pburst", cfg.pburst)):
             if not 0 <= v <= _METER_RATE_MAX:
                 raise _Reject("INVALID_ARGUMENT", f"meter {fname} must be in 0..2^64-1, got {v}")
@@ -444,15 +467,15 @@ class PipelineModel:
             del table[key]
         else:
             raise _Reject("INVALID_ARGUMENT", f"unknown op {op!r}")
-        if e.table == n.FLOW_GRANT:
-            # The scheduler rewrites flow_grant entries all the time: update the per-packet
-            # index for this one entry instead of rebuilding it from the whole table (the
-            # result is the same as _rebuild's: one tuple per stored entry, by flow id).
-            fid = cast(int, e.match[n.F_FLOW_ID])  # exact match: an int (_check_match)
+        if e.table == n.DEP_GRANT:
+            # The scheduler rewrites dep_grant entries often: update the per-packet index for
+            # this one entry instead of rebuilding it from the whole table (the result is the
+            # same as _rebuild's: one tuple per stored entry, by (sender, dependency)).
+            key2 = _grant_key(e)
             if op is Op.DELETE:
-                del self._grants[fid]
+                del self._grants[key2]
             else:
-                self._grants[fid] = _grant_tuple(e)
+                self._grants[key2] = _grant_tuple(e)
 
     @staticmethod
     def _check_params(e: TableEntry, spec: tuple[tuple[str, int], ...], want: frozenset[str]) -> None:
@@ -513,8 +536,14 @@ class PipelineModel:
                 ],
                 default.params["qclass"],
             )
-        elif table == n.FLOW_GRANT:
-            self._grants = {cast(int, e.match[n.F_FLOW_ID]): _grant_tuple(e) for e in entries}
+        elif table == n.DEP_GRANT:
+            self._grants = {_grant_key(e): _grant_tuple(e) for e in entries}
+        elif table == n.PORT_SHARE:
+            self._shares = {
+                (cast(int, e.match[n.F_EGRESS_PORT]), cast(int, e.match[n.F_LOAD]), cast(int, e.match[n.F_MODE])):
+                    e.params["rate_kbps"] for e in entries}
+        elif table == n.SHARE_LEASE:
+            self._share_lease_us = default.params["lease_us"]
         elif table == n.CLOCK_OFFSET:
             self._offset = default.params["offset_ns"]
         elif table == n.DEFAULT_GRANT:
@@ -642,17 +671,31 @@ class PipelineModel:
             pkt.priority = QUEUE_BEST_EFFORT
             return [(port, pkt)]
         at_receiver = port in self._receiver_ports
+        if t != _DATA and t != _REQUEST:  # GRANT, DONE: control, forwarded
+            pkt.qclass = pkt.priority = QUEUE_CONTROL
+            pkt.color = _UNMETERED
+            return [(port, pkt)]
+        local = self._clock()
+        now = (local + self._offset) & TIME_MASK
+        qclass = self._slack_classes[bisect_right(self._slack_bounds, ((pkt.ts - now) & TIME_MASK) ^ HALF)]
+        if not at_receiver:
+            pkt.color = _UNMETERED
+            if t == _DATA:
+                pkt.qclass = pkt.priority = qclass
+            else:
+                pkt.qclass = pkt.priority = QUEUE_CONTROL
+            return [(port, pkt)]
+        grant = self._grants.get((pkt.src, pkt.dep_id))
+        kbps, epoch, lease, slot = self._default_grant
+        if grant is None:
+            pass
+        elif grant[0]:  # a share grant: the port's share at the load after this packet
+            slot = grant[4]
+            kbps, epoch, lease = self._share_grant(pkt, port, slot, qclass, kbps, lease)
+        else:
+            kbps, epoch, lease, slot = grant[1], grant[2], grant[3], grant[4]
         if t == _DATA:
-            local = self._clock()
-            now = (local + self._offset) & TIME_MASK
-            qclass = self._slack_classes[bisect_right(self._slack_bounds, ((pkt.ts - now) & TIME_MASK) ^ HALF)]
             pkt.qclass = qclass
-            if not at_receiver:
-                pkt.color = _UNMETERED
-                pkt.priority = qclass
-                return [(port, pkt)]
-            grant = self._grants.get(pkt.flow_id)
-            slot = grant[3] if grant is not None else self._default_grant[3]
             fb = self._flow_bytes
             fb[0][slot] += pkt.size
             fb[1][slot] += 1
@@ -660,7 +703,7 @@ class PipelineModel:
             color = _GREEN if meter is None else meter.color(pkt.size, local)
             pkt.color = color
             pkt.priority = qclass if color == _GREEN else QUEUE_OVER_RATE
-            if grant is not None and pkt.epoch != grant[1] and epoch_newer(grant[1], pkt.epoch):
+            if grant is not None and not pkt.flags & FLAG_LAST and _push_wanted(pkt, kbps):
                 gport = self._route_back(pkt.src)
                 # Cloned to session gport + base; no session, no clone (as BMv2).
                 cport = self._clone_port.get(gport + n.CLONE_SESSION_BASE) if gport >= 0 else None
@@ -670,29 +713,86 @@ class PipelineModel:
                     g.safs_type = _GRANT
                     g.flags = pkt.flags
                     g.flow_id = pkt.flow_id
+                    g.dep_id = pkt.dep_id
                     g.remaining = pkt.remaining
                     g.ts = now
-                    g.rate_kbps, g.epoch, g.lease_us = grant[0], grant[1], grant[2]
+                    g.rate_kbps, g.epoch, g.lease_us = kbps, epoch, lease
                     g.qclass = g.priority = QUEUE_CONTROL
                     g.color = _UNMETERED
                     return [(port, pkt), (cport, g)]
             return [(port, pkt)]
         pkt.qclass = pkt.priority = QUEUE_CONTROL
         pkt.color = _UNMETERED
-        if t == _REQUEST and at_receiver:
-            gport = self._route_back(pkt.src)
-            if gport < 0:  # no route back: forwarded to the host as a plain REQUEST
-                return [(port, pkt)]
-            grant = self._grants.get(pkt.flow_id)
-            if grant is None:
-                self._digests.append(RequestDigest(pkt.flow_id, pkt.src, pkt.dst, pkt.remaining, pkt.ts))
-                grant = self._default_grant
-            pkt.src, pkt.dst = pkt.dst, pkt.src
-            pkt.safs_type = _GRANT
-            pkt.rate_kbps, pkt.epoch, pkt.lease_us = grant[0], grant[1], grant[2]
-            pkt.ts = (self._clock() + self._offset) & TIME_MASK
-            return [(gport, pkt)]
-        return [(port, pkt)]
+        gport = self._route_back(pkt.src)
+        if gport < 0:  # no route back: forwarded to the host as a plain REQUEST
+            return [(port, pkt)]
+        if grant is None:
+            self._digests.append(RequestDigest(pkt.flow_id, pkt.src, pkt.dst, pkt.dep_id, pkt.remaining, pkt.ts))
+        pkt.src, pkt.dst = pkt.dst, pkt.src
+        pkt.safs_type = _GRANT
+        pkt.rate_kbps, pkt.epoch, pkt.lease_us = kbps, epoch, lease
+        pkt.ts = now
+        return [(gport, pkt)]
+
+    def _share_grant(self, pkt: Packet, port: int, slot: int, qclass: int, default_kbps: int,
+                     default_lease: int) -> tuple[int, int, int]:
+        """A share grant's (rate_kbps, epoch, lease_us) for ``pkt`` (grant_enforcer.p4's
+        update_share): the dependency moves to the packet's urgency (6 - ``qclass``; 4 if
+        background; idle on LAST), the port's class counts and generation follow, and the rate
+        is the port_share entry for (its class's count, alone or top) or (the waiting count,
+        waiting) as the most urgent non-empty class decides; no entry: the default grant."""
+        urgency = QUEUE_SLACK_MOST_URGENT - qclass
+        # A class outside 2..6 (queue 7, 1 or 0 in a slack_class entry): 6 - qclass wraps in the
+        # P4's 3 bits to 5..7, which count as the least urgent class, like BACKGROUND.
+        if not 0 <= urgency <= _LEAST_URGENT or pkt.flags & FLAG_BACKGROUND:
+            urgency = _LEAST_URGENT
+        cls = 0 if (pkt.safs_type == _DATA and pkt.flags & FLAG_LAST) else urgency + 1
+        held = self._dep_class[slot]
+        self._dep_class[slot] = cls
+        loads = self._class_loads
+        gen = self._port_gen[port]
+        if held != cls:
+            if held and loads[held - 1][port]:
+                loads[held - 1][port] -= 1
+            if cls:
+                loads[cls - 1][port] += 1
+            gen = (gen + 1) & EPOCH_MAX or 1  # epoch 0 means "no grant"
+            self._port_gen[port] = gen
+        if cls == 0:
+            return default_kbps, 0, default_lease
+        counts = [load[port] for load in loads]
+        # All counts 0 although the dependency is active: it is counted at another port (its
+        # sender used the dep_id toward two receivers). As in the P4, top is then 4 with load 0,
+        # which has no port_share entry: the default grant.
+        top = next((u for u, c in enumerate(counts) if c), _LEAST_URGENT)
+        rest = sum(counts) - counts[top]
+        if urgency == top:
+            key = (port, counts[top], n.SHARE_TOP if rest else n.SHARE_ALONE)
+        else:
+            key = (port, rest, n.SHARE_WAITING)
+        kbps = self._shares.get(key)
+        if kbps is None:
+            return default_kbps, 0, default_lease
+        return kbps, gen, self._share_lease_us
+
+    def read_register(self, register: str, index: int) -> int:
+        """A register cell (model only: BMv2's P4Runtime cannot read registers; tests use it).
+
+        Raises:
+            InvalidInput: unknown register or index out of range.
+        """
+        registers = {n.DEP_CLASS: self._dep_class, n.PORT_GEN: self._port_gen,
+                     **dict(zip(n.CLASS_LOADS, self._class_loads, strict=True))}
+        cells = registers.get(register)
+        if cells is None:
+            raise InvalidInput("register", f"must be one of {', '.join(registers)}, got {register!r}")
+        if not 0 <= index < len(cells):
+            raise InvalidInput("index", f"must be in 0..{len(cells) - 1} for {register}, got {index}")
+        return cells[index]
+
+    def restart(self) -> None:
+        """A switch restart: every table, meter, counter, clone session and register is lost."""
+        self.__init__(self.name, self._clock)  # type: ignore[misc]  # a fresh pipeline, same identity
 
     def egress(self, pkt: Packet, egress_port: int, enq_qdepth: int) -> None:
         """Egress for one packet leaving ``egress_port``; ``enq_qdepth`` = packets queued ahead
@@ -720,20 +820,40 @@ class PipelineModel:
         self._qhist[1][egress_port * n.QDEPTH_BUCKETS + bucket] += 1
 
 
-def _grant_tuple(e: TableEntry) -> tuple[int, int, int, int]:
-    """Per-packet form of a flow_grant entry: (rate_kbps, epoch, lease_us, meter_slot)."""
+def _push_wanted(pkt: Packet, kbps: int) -> bool:
+    """A DATA packet gets a fresh GRANT (grant_enforcer.p4): the rate it holds is lower than the
+    grant's ``kbps`` by more than 1/32 of it or higher by more than 1/16 (so a push follows every
+    change that matters for capacity or for the deadline, but not the jitter of the share), it
+    holds no grant (epoch 0), or it asks for a renewal. (The caller excludes LAST.)"""
+    held = pkt.rate_kbps
+    return (held < kbps - (kbps >> 5) or held - kbps > (kbps >> 4) or pkt.epoch == 0
+            or bool(pkt.flags & FLAG_RENEW))
+
+
+_GRANT_ACTIONS = frozenset({n.ACT_SET_SHARE_GRANT, n.ACT_SET_FIXED_GRANT})
+
+
+def _grant_key(e: TableEntry) -> tuple[int, int]:
+    """The per-packet key of a dep_grant entry: (sender address, dependency id)."""
+    return (cast(int, e.match[n.F_SRC_ADDR]), cast(int, e.match[n.F_DEP_ID]))
+
+
+def _grant_tuple(e: TableEntry) -> tuple[bool, int, int, int, int]:
+    """Per-packet form of a dep_grant entry: (share?, rate_kbps, epoch, lease_us, meter_slot)."""
     p = e.params
-    return (p["rate_kbps"], p["epoch"], p["lease_us"], p["meter_slot"])
+    if e.action == n.ACT_SET_SHARE_GRANT:
+        return (True, 0, 0, 0, p["meter_slot"])
+    return (False, p["rate_kbps"], p["epoch"], p["lease_us"], p["meter_slot"])
 
 
-def _range_partition(ranges: list[tuple[int, int, int, int]], default: int) -> tuple[list[int], list[int]]:
+def _range_partition(ranges: list[tuple[int, int, int, V]], default: V) -> tuple[list[int], list[V]]:
     """Resolve possibly overlapping ``(priority, low, high, value)`` ranges (higher priority
     wins, as in P4Runtime; equal priorities: the first listed) into ``(bounds, values)`` with
     ``values[bisect_right(bounds, key)]`` the value for ``key`` (``default`` where none match)."""
     cuts = sorted({0} | {lo for _, lo, _, _ in ranges} | {hi + 1 for _, _, hi, _ in ranges})
     ordered = sorted(ranges, key=lambda r: -r[0])
     bounds: list[int] = []
-    values: list[int] = []
+    values: list[V] = []
     for start in cuts:
         value = next((v for _, lo, hi, v in ordered if lo <= start <= hi), default)
         if values and values[-1] == value:

@@ -184,7 +184,7 @@ class Agent:
         if no_bubble is None:
             no_bubble = fabric_clock() + NO_DEADLINE_NS  # no deadline: least urgent
         no_bubble = wrap(no_bubble)
-        if self.hints is not None:
+        if self.hints is not None and not req.dep_id:  # per-transfer mode: announce the transfer
             hint = FlowHint(
                 req.flow_id,
                 self.host,
@@ -200,7 +200,7 @@ class Agent:
                 self._announce, hint, start_fabric
             )
         self.safs.start_sender(
-            req.flow_id, req.dst_ip, req.size_bytes, no_bubble, req.flow_class == "background", start_at
+            req.flow_id, req.dst_ip, req.size_bytes, no_bubble, req.flow_class == "background", start_at, req.dep_id
         )
         return {}
 
@@ -274,8 +274,9 @@ class Agent:
 
     def _sender_sent(self, flow_id: int) -> None:
         """A SAFS sender put its last byte on the wire: complete the flow at the hint API (on
-        the Complete thread, once the flow's Announce returned)."""
-        if self.complete_pool is not None:
+        the Complete thread, once the flow's Announce returned); only transfers announced one by
+        one (per-transfer mode) are completed there."""
+        if self.complete_pool is not None and flow_id in self.announced:
             self.hints_submitted += 1
             self.complete_pool.submit(self._complete, flow_id, self.announced.pop(flow_id, None))
 
@@ -352,6 +353,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
+    return value
+
+
 def _port(text: str) -> int:
     value = _positive(text)
     if value > 65535:
@@ -394,9 +405,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--grant-poll-ns",
-        type=_positive,
+        type=_non_negative,
         default=GRANT_POLL_NS,
-        help="REQUEST period while a SAFS sender holds no usable grant, ns",
+        help="REQUEST period while a SAFS sender holds no usable grant, ns (0: never poll, as dependency "
+             "grants intend; sim.safs_grant_poll_ns defaults to 0)",
     )
     p.add_argument(
         "--reorder-window-ns",

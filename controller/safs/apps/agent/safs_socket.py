@@ -32,7 +32,7 @@ from safs.core.protocol import (
     unpack_header,
 )
 from safs.core.timebase import fabric_clock, wrap
-from safs.hosts.safs import NACK_ENTRY_BYTES, SafsConfig, SafsReceiver, SafsSender
+from safs.hosts.safs import NACK_ENTRY_BYTES, SafsConfig, SafsDependency, SafsReceiver, SafsSender
 from safs.hosts.stats import TransportStats
 
 RECV_BATCH = 256  # datagrams read per readable event
@@ -109,12 +109,15 @@ class SafsStats:
         return asdict(self)
 
     def add_sender(self, s: SafsSender) -> None:
-        """Add one sender's per-flow counters."""
-        self.requests_sent += s.requests
-        self.grants_received += s.grants
-        self.grants_stale += s.grants_stale
+        """Add one transfer's counters."""
         self.data_packets_sent += s.data_packets
         self.probes += s.probes
+
+    def add_dependency(self, d: SafsDependency) -> None:
+        """Add one dependency's counters (its REQUESTs and GRANTs)."""
+        self.requests_sent += d.requests
+        self.grants_received += d.grants
+        self.grants_stale += d.grants_stale
 
     def add_receiver(self, r: SafsReceiver) -> None:
         """Add one receiver's per-flow counters."""
@@ -155,10 +158,12 @@ class _SocketNic:
         """Send ``pkt`` to its destination's SAFS port; False when the socket buffer is full."""
         if pkt.safs_type == _DATA:
             buf = self._data
-            pack_header_into(buf, _DATA, pkt.flow_id, pkt.remaining, pkt.ts, epoch=pkt.epoch, flags=pkt.flags)
+            pack_header_into(buf, _DATA, pkt.flow_id, pkt.remaining, pkt.ts, rate_kbps=pkt.rate_kbps,
+                             epoch=pkt.epoch, flags=pkt.flags, dep_id=pkt.dep_id)
             return self.ep.sendto(memoryview(buf)[:HEADER_LEN + pkt.payload], pkt.dst)
         buf = self._ctl
-        pack_header_into(buf, pkt.safs_type, pkt.flow_id, pkt.remaining, wrap(pkt.ts), flags=pkt.flags)
+        pack_header_into(buf, pkt.safs_type, pkt.flow_id, pkt.remaining, wrap(pkt.ts), flags=pkt.flags,
+                         dep_id=pkt.dep_id)
         end = HEADER_LEN
         for offset in pkt.conn or ():  # a NACK's missing segments, 6 bytes each
             buf[end:end + NACK_ENTRY_BYTES] = offset.to_bytes(NACK_ENTRY_BYTES, "big")
@@ -213,6 +218,7 @@ class SafsEndpoint:
         self.transport = TransportStats()  # the endpoint's byte counters, as the simulator keeps them
         self.host = _Host(ip, int(ipaddress.IPv4Address(ip)), _SocketNic(self, line_rate_bps))
         self.senders: dict[int, SafsSender] = {}
+        self.dependencies: dict[int, SafsDependency] = {}  # dep_id -> its sender side
         self.receivers: dict[int, SafsReceiver] = {}
         self.unknown: dict[int, list[Packet]] = {}  # flow -> DATA that came before its expect
         self.on_sender_done = on_sender_done
@@ -247,6 +253,10 @@ class SafsEndpoint:
         stats = SafsStats(**self.stats.as_dict())
         for sender in self.senders.values():
             stats.add_sender(sender)
+            if sender.dep.dep_id not in self.dependencies:
+                stats.add_dependency(sender.dep)  # its own (per-transfer mode)
+        for dep in self.dependencies.values():
+            stats.add_dependency(dep)
         for receiver in self.receivers.values():
             stats.add_receiver(receiver)
         stats.data_bytes_sent = self.transport.data_bytes
@@ -274,14 +284,22 @@ class SafsEndpoint:
             return True
 
     def start_sender(self, flow_id: int, dst_ip: str, size_bytes: int, no_bubble_ts_ns: int,
-                     background: bool, start_at_ns: int) -> SafsSender:
+                     background: bool, start_at_ns: int, dep_id: int = 0) -> SafsSender:
         """Create flow ``flow_id``'s sender and start it at monotonic time ``start_at_ns``.
 
         ``no_bubble_ts_ns`` is fabric time (48-bit); latest start times are stamped from it.
+        ``dep_id``: the dependency whose grant it shares (created on first use); 0: a
+        dependency of its own (per-transfer mode).
         """
-        sender = SafsSender(self.clock, self.host, int(ipaddress.IPv4Address(dst_ip)), flow_id, size_bytes,
-                            no_bubble_ts_ns, background, self.cfg, self.transport, self._sender_closed,
-                            self.on_sender_sent, self._complete_lead)
+        dst = int(ipaddress.IPv4Address(dst_ip))
+        dep = None
+        if dep_id:
+            dep = self.dependencies.get(dep_id)
+            if dep is None:
+                dep = self.dependencies[dep_id] = SafsDependency(self.clock, self.host, dst, dep_id, background,
+                                                                 self.cfg, self.transport)
+        sender = SafsSender(self.clock, self.host, dst, flow_id, size_bytes, no_bubble_ts_ns, background, self.cfg,
+                            self.transport, self._sender_closed, dep, self.on_sender_sent, self._complete_lead)
         self.senders[flow_id] = sender
         self.loop.at(start_at_ns, self._start, sender)
         return sender
@@ -297,10 +315,13 @@ class SafsEndpoint:
     def _sender_closed(self, flow_id: int) -> None:
         sender = self.senders.pop(flow_id)
         self.stats.add_sender(sender)
+        if sender.dep.dep_id not in self.dependencies:
+            self.stats.add_dependency(sender.dep)
         self.on_sender_done(flow_id, {
             "finish_ns": fabric_clock(), "bytes": sender.size, "start_ns": self._start_fabric.pop(flow_id, None),
-            "requests": sender.requests, "grants": sender.grants, "data_packets": sender.data_packets,
-            "retransmitted_bytes": sender.retransmitted_bytes, "fallbacks": sender.fallbacks})
+            # REQUESTs, GRANTs and fallbacks are the dependency's (shared by its transfers)
+            "requests": sender.dep.requests, "grants": sender.dep.grants, "data_packets": sender.data_packets,
+            "retransmitted_bytes": sender.retransmitted_bytes, "fallbacks": sender.dep.fallbacks})
 
     def expect(self, flow_id: int, src_ip: str, size_bytes: int) -> SafsReceiver:
         """Prepare to receive flow ``flow_id`` from ``src_ip``; replays DATA that came early."""
@@ -332,7 +353,7 @@ class SafsEndpoint:
                 self.stats.malformed_packets += 1
                 continue
             (msg, flags, qclass, color, flow_id, remaining, ts, rate_kbps, epoch, lease_us,
-             qdepth) = unpack_header(buf)
+             qdepth, dep_id) = unpack_header(buf)
             # The source address is not needed: receivers answer the address they were told to
             # expect, senders match GRANTs and DONEs by flow id.
             pkt = Packet(0, self.host.ip, PROTO_UDP, SAFS_UDP_PORT, SAFS_UDP_PORT, n, n - HEADER_LEN)
@@ -340,6 +361,7 @@ class SafsEndpoint:
             pkt.safs_type = msg
             pkt.flags, pkt.qclass, pkt.color, pkt.flow_id, pkt.remaining = flags, qclass, color, flow_id, remaining
             pkt.ts, pkt.rate_kbps, pkt.epoch, pkt.lease_us, pkt.qdepth = ts, rate_kbps, epoch, lease_us, qdepth
+            pkt.dep_id = dep_id
             if msg == _DATA:
                 self.stats.data_packets_received += 1
                 receiver = self.receivers.get(flow_id)
@@ -350,9 +372,12 @@ class SafsEndpoint:
                     early = self.unknown.setdefault(flow_id, [])
                     if len(early) < 4096:
                         early.append(pkt)
-            elif msg == _GRANT:
+            elif msg == _GRANT:  # for the dependency, whichever of its transfers it names
+                dep = self.dependencies.get(dep_id)
                 sender = self.senders.get(flow_id)
-                if sender is not None:
+                if dep is not None:
+                    dep.receive(pkt)
+                elif sender is not None:
                     sender.receive(pkt)
             elif msg == _DONE:
                 self.stats.dones_received += 1

@@ -18,7 +18,7 @@ wider than the field) raise InvalidInput before anything is sent.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -29,7 +29,7 @@ from safs.control.hintapi import hints_pb2_grpc as pb_grpc
 from safs.control.hintapi.convert import FIELD_METADATA_KEY, flow_class_to_pb, grant_from_pb
 from safs.core.allocator import Grant
 from safs.core.errors import InvalidInput, SafsError
-from safs.core.hints import FlowHint
+from safs.core.hints import DependencyHint, FlowHint
 
 _T = TypeVar("_T")
 _U32_MAX = (1 << 32) - 1
@@ -78,6 +78,13 @@ def _text(field: str, value: object) -> str:
     if not isinstance(value, str):
         raise InvalidInput(field, f"must be text, got {type(value).__name__}")
     return value
+
+
+def _dependency_class(i: int, flow_class: object) -> int:
+    try:
+        return flow_class_to_pb(flow_class)  # type: ignore[arg-type]  # checked there
+    except InvalidInput as err:
+        raise InvalidInput(f"dependencies[{i}].flow_class", err.message) from None
 
 
 class HintClient:
@@ -154,6 +161,30 @@ class HintClient:
     def complete(self, flow_id: int) -> None:
         """Tell the controller the flow finished. Raises InvalidInput, UnknownFlow, HintServiceError."""
         self._call(self._stub.Complete, pb.CompleteRequest(flow_id=_uint("flow_id", flow_id, _U32_MAX)))
+
+    def announce_dependencies(self, deps: Sequence[DependencyHint]) -> int:
+        """Announce dependencies in one call (a job's launch); returns how many were new.
+
+        Raises:
+            InvalidInput: a bad field (``dependencies[i].<field>``, as the server names it).
+            HintServiceError: the call failed otherwise (unreachable, a switch refused writes).
+        """
+        request = pb.AnnounceDependenciesRequest(dependencies=[
+            pb.Dependency(dep_id=_uint(f"dependencies[{i}].dep_id", d.dep_id, 0xFFFF),
+                          sender=_text(f"dependencies[{i}].sender", d.sender),
+                          receiver=_text(f"dependencies[{i}].receiver", d.receiver),
+                          label=_text(f"dependencies[{i}].label", d.label),
+                          flow_class=_dependency_class(i, d.flow_class)) for i, d in enumerate(deps)])
+        return int(self._call(self._stub.AnnounceDependencies, request).new)
+
+    def end_dependency(self, sender: str, dep_id: int) -> None:
+        """End a dependency (frees its grant entry and meter slot).
+
+        Raises:
+            InvalidInput: unknown dependency (``dep_id``). HintServiceError: as above.
+        """
+        self._call(self._stub.EndDependency, pb.EndDependencyRequest(
+            sender=_text("sender", sender), dep_id=_uint("dep_id", dep_id, 0xFFFF)))
 
     def grant(self, flow_id: int) -> Grant | None:
         """The flow's current grant (rate bit/s, epoch, lease ns), or None when it has none yet.

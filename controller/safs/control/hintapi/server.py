@@ -46,11 +46,14 @@ from safs.control.hintapi import hints_pb2 as pb
 from safs.control.hintapi import hints_pb2_grpc as pb_grpc
 from safs.control.hintapi.convert import FIELD_METADATA_KEY, flow_class_from_pb, grant_to_pb
 from safs.core.errors import InvalidInput, TargetConnectionError, TargetError
-from safs.core.hints import FlowHint
+from safs.core.hints import DependencyHint, FlowHint
 from safs.core.scheduler import Scheduler
 from safs.core.timebase import diff, wrap
 
 _log = logging.getLogger(__name__)
+
+
+MAX_DEPENDENCIES_PER_CALL = 4096  # one AnnounceDependencies call (a job's launch)
 
 
 @dataclass
@@ -162,6 +165,40 @@ class HintServicer(pb_grpc.HintServiceServicer):
             self._require_known(request.flow_id, context)
             grant = self._sched.allocator.grants().get(request.flow_id)
         return pb.GetGrantResponse(grant=grant_to_pb(grant)) if grant is not None else pb.GetGrantResponse()
+
+    def AnnounceDependencies(self, request: pb.AnnounceDependenciesRequest,
+                             context: grpc.ServicerContext) -> pb.AnnounceDependenciesResponse:
+        """Announce dependencies (:meth:`Scheduler.announce_dependency`), in order."""
+        if len(request.dependencies) > MAX_DEPENDENCIES_PER_CALL:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"dependencies: at most {MAX_DEPENDENCIES_PER_CALL} "
+                          f"per call, got {len(request.dependencies)}")
+        new = 0
+        with self.lock:
+            now = self._clock()
+            for i, d in enumerate(request.dependencies):
+                try:
+                    dep = DependencyHint(d.dep_id, d.sender, d.receiver, d.label, flow_class_from_pb(d.flow_class))
+                    new += self._sched.announce_dependency(dep, now)
+                except InvalidInput as err:  # "dependency.receiver" -> "dependencies[i].receiver"
+                    field = err.field.removeprefix("dependency.").removeprefix("hint.")
+                    self._abort(context, InvalidInput(f"dependencies[{i}].{field}", err.message))
+                except (TargetError, TargetConnectionError) as err:
+                    self._abort(context, err)
+        return pb.AnnounceDependenciesResponse(new=new)
+
+    def EndDependency(self, request: pb.EndDependencyRequest,
+                      context: grpc.ServicerContext) -> pb.EndDependencyResponse:
+        """End a known dependency (:meth:`Scheduler.end_dependency`)."""
+        with self.lock:
+            try:
+                self._sched.end_dependency(request.sender, request.dep_id, self._clock())
+            except InvalidInput as err:
+                if (request.sender, request.dep_id) not in self._sched.dependencies:
+                    context.abort(grpc.StatusCode.NOT_FOUND, f"dep_id: {err.message}")
+                self._abort(context, err)
+            except (TargetError, TargetConnectionError) as err:
+                self._abort(context, err)
+        return pb.EndDependencyResponse()
 
     # ------------------------------------------------------------------ activations
 

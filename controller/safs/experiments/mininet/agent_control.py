@@ -21,7 +21,7 @@ from typing import Any
 from safs.core.distributions import shipped_distributions
 from safs.core.errors import InvalidInput, SafsError
 from safs.core.hints import FLOW_CLASSES, LABEL_MAX_LEN
-from safs.core.protocol import FLOW_ID_MAX, FLOW_ID_MIN, REMAINING_BYTES_MAX
+from safs.core.protocol import DEP_ID_MAX, FLOW_ID_MAX, FLOW_ID_MIN, REMAINING_BYTES_MAX
 
 TRANSPORTS = ("safs", "tcp")
 OPS = ("expect", "send", "background", "events", "watch", "stats", "shutdown")
@@ -84,7 +84,10 @@ class Send:
     ``no_bubble_ts_ns``: fabric ns (0..2^63-1, reduced mod 2^48) or None (no deadline);
     ``send_at_ns``: fabric ns when data starts (0 or past: now); ``port``: the receiver's TCP
     port (None: the agent's own ``--tcp-port``); ``dst_host``: the receiver's topology name,
-    required for SAFS flows when the agent has a hint address (the hint names hosts).
+    required for SAFS flows when the agent has a hint address (the hint names hosts);
+    ``dep_id``: the SAFS dependency the transfer belongs to (1..65535, the id the controller
+    was told at launch; its transfers share one grant); 0: its own dependency, announced and
+    completed per transfer at the hint API (policy ``safs-per-transfer``).
     """
 
     flow_id: int
@@ -97,6 +100,7 @@ class Send:
     label: str
     port: int | None
     dst_host: str | None
+    dep_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,7 @@ def parse_request(req: object) -> tuple[str, Expect | Send | Background | None]:
             _int(req, "no_bubble_ts_ns", 0, _U63, "0..2^63-1 ns (fabric time) or null", None),
             _int(req, "send_at_ns", 0, _U63, "0..2^63-1 ns (fabric time; 0 = now)", 0),
             _text(req, "label", LABEL_MAX_LEN), _int(req, "port", 1, 65535, "1..65535", None),
-            _text(req, "dst_host", 128, None))
+            _text(req, "dst_host", 128, None), _int(req, "dep_id", 0, DEP_ID_MAX, f"0..{DEP_ID_MAX}", 0))
     if op == "background":
         ips = req.get("dst_ips")
         if not isinstance(ips, list) or not ips:
@@ -253,7 +257,7 @@ class AgentClient:
 
     def send(self, flow_id: int, dst_ip: str, size_bytes: int, transport: str = "safs", *,
              flow_class: str = "pipeline", no_bubble_ts_ns: int | None = None, send_at_ns: int = 0,
-             label: str = "", port: int | None = None, dst_host: str | None = None) -> dict:
+             label: str = "", port: int | None = None, dst_host: str | None = None, dep_id: int = 0) -> dict:
         """Sender side of a flow (fields: :class:`Send`)."""
         req = {"op": "send", "flow_id": flow_id, "dst_ip": dst_ip, "size_bytes": size_bytes,
                "transport": transport, "flow_class": flow_class, "no_bubble_ts_ns": no_bubble_ts_ns,
@@ -262,6 +266,8 @@ class AgentClient:
             req["port"] = port
         if dst_host is not None:
             req["dst_host"] = dst_host
+        if dep_id:
+            req["dep_id"] = dep_id
         return self.request(req)
 
     def background(self, **fields: Any) -> dict:

@@ -43,8 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from safs.control.controller import ControllerApp, ControllerConfig, SwitchSpec
+from safs.control.hintapi.client import HintClient
 from safs.core.errors import InvalidInput
 from safs.core.files import BMV2_JSON_PATH, P4INFO_PATH
+from safs.core.hints import LABEL_MAX_LEN, DependencyHint, FlowClass
 from safs.core.protocol import WIRE_OVERHEAD_BYTES
 from safs.core.timebase import diff, wrap
 from safs.core.topology import load_topology
@@ -53,7 +55,7 @@ from safs.experiments.mininet import net as emunet
 from safs.experiments.mininet.agent_control import AgentClient, AgentError
 from safs.experiments.mininet.driver import RealtimeNetwork
 from safs.experiments.mininet.net import PROBE_FLOW_ID, EmuError, die_with_parent, stop_process
-from safs.experiments.policies import mininet_policies
+from safs.experiments.policies import get_policy, mininet_policies
 from safs.experiments.runs import build_run, miss_tolerance_ns
 
 log = logging.getLogger(__name__)
@@ -192,6 +194,7 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
         hint_channels_ready(agents)
         ips = {h: _ip(topology.host_ip(h)) for h in topology.hosts()}
         driver = RealtimeNetwork(agents, ips, spec.policy)
+        declare_dependencies(driver, workload, f"unix:{hint_sock}", spec.policy)
         drops_before = emu.drops()
         driver.run(workload, int(scenario.max_time_ms * 1_000_000))
         driver.drain()
@@ -232,6 +235,21 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
     if samples is not None:
         samples.update(workload.samples())
     return record
+
+
+def declare_dependencies(driver: RealtimeNetwork, workload: Any, hint_addr: str, policy: str) -> int:
+    """Announce the workload's dependencies (known at launch) through the hint API, as a job's
+    launcher does, with the ids the driver will give their transfers; returns how many. Nothing
+    for policies without dependency grants."""
+    pol = get_policy(policy)
+    if not pol.hinted or pol.per_transfer:
+        return 0
+    deps = [DependencyHint(driver.declare(d.sender, d.name), d.sender, d.receiver, d.name[:LABEL_MAX_LEN],
+                           FlowClass(d.flow_class)) for d in workload.dependencies()]
+    if deps:
+        with HintClient(hint_addr, timeout_s=30.0) as hints:
+            hints.announce_dependencies(deps)
+    return len(deps)
 
 
 def hint_channels_ready(agents: dict[str, Any], timeout_s: float = 10.0) -> None:

@@ -108,6 +108,9 @@ class RealtimeNetwork:
         clock: ``time.time_ns``-like wall clock, ns (the fabric clock before the 2^48 wrap).
         sleep: ``time.sleep``-like function (tests pass fakes with the clock).
         poll_s: period of event polls of agents without ``watch``, s (> 0). Default 1 ms.
+        dep_ids: (sender, dependency name) -> SAFS dependency id of the dependencies announced
+            at launch (:meth:`declare`); a transfer of another dependency gets the sender's next
+            id (the receiver's ToR digests its first REQUEST).
 
     Attributes (after a run):
         stats: :class:`DriverStats`.
@@ -137,6 +140,7 @@ class RealtimeNetwork:
     errors: list[dict[str, Any]] = field(default_factory=list)
     _streams: dict[str, Any] = field(default_factory=dict)  # host -> EventStream (watched agents)
     _selector: Any = field(default_factory=selectors.DefaultSelector)
+    dep_ids: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         transport = POLICIES[self.policy].mininet_transport if self.policy in POLICIES else None
@@ -144,6 +148,7 @@ class RealtimeNetwork:
             raise InvalidInput("policy",
                                f"the mininet target runs {', '.join(mininet_policies())}, got {self.policy!r}")
         self.pipeline_transport = transport
+        self.per_transfer = POLICIES[self.policy].per_transfer
         if not self.poll_s > 0:
             raise InvalidInput("poll_s", f"must be > 0 s, got {self.poll_s!r}")
         self._t0 = self.clock()
@@ -166,6 +171,13 @@ class RealtimeNetwork:
     def call_at(self, t_ns: int, fn: Callable[[], None]) -> None:
         """Run ``fn()`` at workload time ``t_ns`` (a past time: as soon as possible)."""
         heapq.heappush(self._timers, (t_ns, next(self._seq), fn))
+
+    def declare(self, sender: str, name: str) -> int:
+        """The dependency id of ``sender``'s dependency ``name`` (the next free one when new)."""
+        key = (sender, name)
+        if key not in self.dep_ids:
+            self.dep_ids[key] = 1 + sum(1 for s, _ in self.dep_ids if s == sender)
+        return self.dep_ids[key]
 
     def start_flow(self, spec: FlowSpec, on_done: Callable[[int], None], send_at_ns: int | None = None) -> int:
         """Tell the receiver's agent to expect the flow, then the sender's to send it at
@@ -208,6 +220,8 @@ class RealtimeNetwork:
         }
         if reply.get("port") is not None:
             send["port"] = int(reply["port"])
+        if transport == "safs" and not self.per_transfer:
+            send["dep_id"] = self.declare(spec.sender, spec.dependency_key())
         self.agents[spec.sender].request(send)
         self._flows[flow_id] = flow
         self._pending[flow_id] = flow

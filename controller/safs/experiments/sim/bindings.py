@@ -13,22 +13,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from safs.core.errors import InvalidInput
+from safs.core.hints import LABEL_MAX_LEN, DependencyHint, FlowClass
+from safs.core.protocol import DEP_ID_MAX
 from safs.core.topology import Topology
 from safs.experiments.sim.config import SimConfig
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.network import Host, Port
 from safs.experiments.sim.pfabric_port import pfabric_port_factory
-from safs.experiments.workloads.api import FlowSpec
+from safs.experiments.workloads.api import DependencySpec, FlowSpec
 from safs.hosts.d2tcp import D2tcpSender
 from safs.hosts.dctcp import DctcpReceiver, DctcpSender
 from safs.hosts.homa import HomaHost
 from safs.hosts.homa import resolve as homa_resolve
 from safs.hosts.no_grants import no_grant_endpoints
 from safs.hosts.pfabric import PfabricReceiver, PfabricSender
-from safs.hosts.safs import SafsReceiver, SafsSender
+from safs.hosts.safs import SafsDependency, SafsReceiver, SafsSender
 from safs.hosts.stats import TransportStats
 from safs.targets.homa_pipeline import HomaPipeline
 from safs.targets.pipeline_model import PipelineModel
+
+PER_TRANSFER_POLL_NS = 10_000  # the per-transfer design's grant poll (SafsConfig.grant_poll_ns)
 
 
 class SimRun(Protocol):
@@ -37,6 +42,8 @@ class SimRun(Protocol):
     engine: Engine
     stats: TransportStats
     senders: dict[int, Any]
+
+    def new_dependency(self, dep: DependencyHint) -> None: ...
 
     def _on_finish(self, flow_id: int, finish_ns: int) -> None: ...
 
@@ -60,6 +67,10 @@ class DctcpFlows:
     def make_port(self) -> Callable[..., Port]:
         """The port factory of :func:`safs.experiments.sim.network.build_network`."""
         return Port
+
+    def declare(self, sim: SimRun, dep: DependencySpec, src: Host, dst: Host) -> object:
+        """A dependency the workload knows at launch (only SAFS bindings keep them)."""
+        return None
 
     def start_flow(self, sim: SimRun, fid: int, spec: FlowSpec, src: Host, dst: Host, start_ns: int) -> None:
         """Create flow ``fid``'s endpoints on ``src``/``dst`` and start its sender at ``start_ns``."""
@@ -86,12 +97,41 @@ class D2tcpFlows(DctcpFlows):
 
 
 class SafsFlows(DctcpFlows):
-    """Pipeline flows use the SAFS endpoints (:mod:`safs.hosts.safs`): ``safs`` and
-    ``safs-no-classes`` (the ablation differs only in the scheduler's settings)."""
+    """Pipeline flows use the SAFS endpoints (:mod:`safs.hosts.safs`) with dependency grants:
+    the transfers a sender makes to one receiver under one dependency name
+    (``FlowSpec.dependency_key``) share one :class:`SafsDependency`, announced to the
+    scheduler once (``safs``; ``safs-no-classes`` differs only in the scheduler's settings)."""
 
     def __init__(self, topology: Topology, config: SimConfig) -> None:
         super().__init__(topology, config)
-        self.safs_cfg = config.safs_config()
+        # sim.safs_grant_poll_ns is for per-transfer mode only: dependency senders never poll
+        self.safs_cfg = config.safs_config().replace(grant_poll_ns=0)
+        self.deps: dict[tuple[str, str], SafsDependency] = {}  # (sender, dependency name) -> sender side
+        self.last_dep_id: dict[str, int] = {}  # sender -> its last dependency id
+
+    def declare(self, sim: SimRun, dep: DependencySpec, src: Host, dst: Host) -> SafsDependency:
+        """The sender side of dependency ``dep``, created (and announced to the scheduler by
+        :meth:`SimRun.new_dependency`) on first use; declared ones at setup."""
+        key = (dep.sender, dep.name)
+        found = self.deps.get(key)
+        if found is not None:
+            return found
+        dep_id = self.last_dep_id.get(dep.sender, 0) + 1
+        if dep_id > DEP_ID_MAX:
+            raise InvalidInput("flow.dependency", f"{dep.sender!r} has more than {DEP_ID_MAX} dependencies")
+        self.last_dep_id[dep.sender] = dep_id
+        made = SafsDependency(sim.engine, src, dst.ip, dep_id, dep.flow_class == "background", self.safs_cfg,
+                              sim.stats)
+        self.deps[key] = made
+        src.dependencies[dep_id] = made
+        sim.new_dependency(DependencyHint(dep_id, dep.sender, dep.receiver, dep.name[:LABEL_MAX_LEN],
+                                          FlowClass(dep.flow_class)))
+        return made
+
+    def dependency(self, sim: SimRun, spec: FlowSpec, src: Host, dst: Host) -> SafsDependency | None:
+        """The sender side of ``spec``'s dependency (declared at setup, or new now)."""
+        return self.declare(sim, DependencySpec(spec.sender, spec.receiver, spec.dependency_key(), spec.flow_class),
+                            src, dst)
 
     def endpoints(self, sim: SimRun, fid: int, spec: FlowSpec, src: Host, dst: Host) -> tuple[Any, Any]:
         if spec.flow_class != "pipeline":
@@ -99,8 +139,24 @@ class SafsFlows(DctcpFlows):
         rx = SafsReceiver(sim.engine, dst, src.ip, fid, spec.size_bytes, spec.no_bubble_ts_ns, self.safs_cfg,
                           sim.stats, sim._on_finish)
         tx = SafsSender(sim.engine, src, dst.ip, fid, spec.size_bytes, spec.no_bubble_ts_ns, False, self.safs_cfg,
-                        sim.stats, sim._on_closed)
+                        sim.stats, sim._on_closed, self.dependency(sim, spec, src, dst))
         return rx, tx
+
+
+class SafsPerTransferFlows(SafsFlows):
+    """Today's design kept for comparison (``safs-per-transfer``): every pipeline transfer is
+    its own dependency, announced, activated and completed at the scheduler, which installs a
+    fixed-rate grant per transfer; waiting senders poll (``sim.safs_grant_poll_ns``, 10 µs
+    when unset)."""
+
+    def __init__(self, topology: Topology, config: SimConfig) -> None:
+        super().__init__(topology, config)
+        self.safs_cfg = config.safs_config()
+        if not self.safs_cfg.grant_poll_ns:
+            self.safs_cfg = self.safs_cfg.replace(grant_poll_ns=PER_TRANSFER_POLL_NS)
+
+    def dependency(self, sim: SimRun, spec: FlowSpec, src: Host, dst: Host) -> SafsDependency | None:
+        return None  # the transfer's own (safs.core.protocol.transfer_dep_id)
 
 
 class NoGrantsFlows(DctcpFlows):

@@ -9,8 +9,11 @@ from typing import Any, ClassVar
 from pydantic import Field, model_validator
 
 from safs.core.config import ConfigModel
+from safs.core.errors import InvalidInput
 from safs.core.scheduler import SchedulerConfig, scheduler_config_for
+from safs.experiments.control_profiles import ControlProfile, control_profile
 from safs.experiments.metrics import FlowRecord
+from safs.experiments.sim.control_plane import ControlStats
 from safs.hosts.dctcp import DctcpConfig
 from safs.hosts.homa import HomaConfig
 from safs.hosts.pfabric import PfabricConfig, check_pfabric_overrides, pfabric_config
@@ -31,17 +34,23 @@ class SimConfig(ConfigModel):
             the application told the controller when its data starts) this long before its
             first byte, or at the announce if that is later; default 5 µs, enough for the
             grant entry to be in place when the first REQUEST reaches the receiver's ToR.
-        hint_latency_ns: application -> scheduler hint API latency (announce and complete),
-            default 20 µs (a local gRPC call plus controller processing).
+        control_profile: the named control profile whose costs every switch write, counter read,
+            digest and hint pays (:mod:`safs.experiments.control_profiles`): ``tofino``
+            (default), ``bmv2``, or ``ideal`` (the free control plane: an ablation).
+        hint_latency_ns: replaces the profile's hint RPC latency when set (ns; default None).
+        control_costs: replaces some of the profile's costs (a mapping of
+            :class:`~safs.experiments.control_profiles.ControlProfile` cost fields to ns, e.g.
+            ``{switch_update_ns: 250000}``); the record's ``control_profile`` then names them
+            (``tofino+switch_update_ns=250000``). For sweeps and for targets without a profile.
         tick_ns: period of ``Scheduler.tick`` (default: the scheduler config's ``tick_ns``).
         digest_poll_ns: period of digest polls, default 10 µs (on the AFD benchmark a 50 µs
             poll made decode steps about 2x slower: digests are the fast path for new flows).
         renew_fraction: SAFS lease renewal point, in (0, 1), default 3/4 of the lease.
         safs_rto_ns: SAFS probe timeout, default 500 µs (docs/simulator.md "Loss recovery").
-        safs_grant_poll_ns: SAFS REQUEST poll period while a sender holds no grant of its own or
-            a very slow one (``SafsConfig.grant_poll_ns``), default 10 µs. Scale it with the
-            fabric: it must stay above a control round trip (at 10 Mbit/s a 1500-byte frame
-            alone takes 1.2 ms, so scenarios/mininet-*.yaml use 2 ms, as the emulation agent).
+        safs_grant_poll_ns: SAFS REQUEST poll period of waiting senders in per-transfer mode
+            only (policy ``safs-per-transfer``; ``SafsConfig.grant_poll_ns``); default 0: that
+            policy's 10 µs. Dependency grants never poll. Scale it with the fabric: it must stay
+            above a control round trip (2 ms at 10 Mbit/s, scenarios/mininet-*.yaml).
         safs_reorder_window_ns: how long a missing SAFS segment may stay missing before it is
             reported lost (``SafsConfig.reorder_window_ns``), default 200 µs; scaled likewise.
         buffer_dt_alpha: dynamic-threshold alpha of switch port buffers (0 = plain shared
@@ -72,13 +81,15 @@ class SimConfig(ConfigModel):
     # 576: the smallest MTU every IPv4 host must accept (RFC 791); 65535: IPv4 total length.
     mtu_bytes: int = Field(9000, ge=576, le=65535)
     max_time_ns: int = Field(1_000_000_000, ge=1)
-    hint_latency_ns: int = Field(20_000, ge=0)
+    control_profile: str = "tofino"
+    hint_latency_ns: int | None = Field(None, ge=0)
+    control_costs: dict[str, int] = Field(default_factory=dict)
     activation_lead_ns: int = Field(5_000, ge=0)
     tick_ns: int | None = Field(None, ge=1)
     digest_poll_ns: int = Field(10_000, ge=1)
     renew_fraction: float = Field(0.75, gt=0, lt=1)
     safs_rto_ns: int = Field(500_000, ge=1)
-    safs_grant_poll_ns: int = Field(10_000, ge=1)
+    safs_grant_poll_ns: int = Field(0, ge=0)
     safs_reorder_window_ns: int = Field(200_000, ge=0)
     buffer_dt_alpha: float = Field(1.0, ge=0, le=64)
     dctcp: dict[str, Any] = Field(default_factory=dict)
@@ -90,6 +101,7 @@ class SimConfig(ConfigModel):
     def _nested_configs(self) -> SimConfig:
         # Validate the nested configs now so a bad scenario fails before any run. Their errors
         # are InvalidInput with their full names (sim.dctcp.<key>, scheduler.<key>, ...).
+        self.profile()
         self.safs_config()
         self.dctcp_config()
         self.homa_config()
@@ -111,6 +123,26 @@ class SimConfig(ConfigModel):
             mapping = {**mapping, "max_time_ns": max_time_ns}
         return super().from_mapping(mapping, source=source, prefix=prefix,
                                     fixed={"scheduler": dict(scheduler or {}), **(fixed or {})})
+
+    def profile(self) -> ControlProfile:
+        """The control profile (:data:`control_profile`, with ``hint_latency_ns`` applied).
+
+        Raises:
+            InvalidInput: ``sim.control_profile`` not a known profile.
+        """
+        profile = control_profile(self.control_profile)
+        if self.hint_latency_ns is not None:
+            profile = profile.replace(hint_rpc_ns=self.hint_latency_ns)
+        if self.control_costs:
+            costs = [k for k in ControlProfile.model_fields if k.endswith("_ns")]
+            for key, value in self.control_costs.items():
+                if key not in costs:
+                    raise InvalidInput(f"sim.control_costs.{key}", f"must be one of {', '.join(costs)}")
+                if not isinstance(value, int) or value < 0:
+                    raise InvalidInput(f"sim.control_costs.{key}", f"must be an integer >= 0 (ns), got {value!r}")
+            label = "+".join([profile.name, *(f"{k}={v}" for k, v in sorted(self.control_costs.items()))])
+            profile = profile.replace(name=label, **self.control_costs)
+        return profile
 
     def safs_config(self) -> SafsConfig:
         """The SAFS transport settings (default rate and unscheduled bytes from the scheduler's).
@@ -177,6 +209,8 @@ class SimResult:
         control_packets: their number.
         scheduler_control_messages: table and meter updates the scheduler wrote.
         scheduler_control_bytes: the scheduler's estimate of their encoded size.
+        control: the simulated control plane's counters (:class:`ControlStats`: writes and
+            their delays, digests, hints, reads).  control_profile: the profile's name.
         data_bytes: wire bytes of DATA packets and TCP segments sent (retransmissions included).
         retransmitted_bytes: the retransmitted part of ``data_bytes``.
         drops: packets tail dropped in switches (all ports and classes).
@@ -201,3 +235,5 @@ class SimResult:
     events: int
     sim_time_ns: int
     transport: TransportStats
+    control: ControlStats
+    control_profile: str

@@ -202,12 +202,12 @@ class Endpoint(Protocol):
 class Host:
     """An end host: one NIC and the transport endpoints of its flows.
 
-    Packets are handed to ``senders[flow_id]`` (SAFS GRANT/DONE, TCP pure ACKs) or
-    ``receivers[flow_id]`` (everything else); packets of no known flow are counted in
-    ``unmatched`` and dropped.
+    Packets are handed to ``dependencies[dep_id]`` (SAFS GRANTs of a dependency registered
+    there), ``senders[flow_id]`` (SAFS GRANT/DONE, TCP pure ACKs) or ``receivers[flow_id]``
+    (everything else); packets of no known flow are counted in ``unmatched`` and dropped.
     """
 
-    __slots__ = ("name", "ip", "nic", "senders", "receivers", "unmatched")
+    __slots__ = ("name", "ip", "nic", "senders", "receivers", "dependencies", "unmatched")
 
     def __init__(self, name: str, ip: int) -> None:
         self.name = name
@@ -215,12 +215,18 @@ class Host:
         self.nic: Port | None = None
         self.senders: dict[int, Endpoint] = {}
         self.receivers: dict[int, Endpoint] = {}
+        self.dependencies: dict[int, Endpoint] = {}  # SAFS dependency id -> its sender side
         self.unmatched = 0
 
     def receive(self, pkt: Packet, in_port: int) -> None:
         if pkt.proto == PROTO_UDP:
             t = pkt.safs_type
             to_sender = t == _GRANT or t == _DONE
+            if t == _GRANT:  # a GRANT is for the dependency, whichever of its transfers it names
+                dep = self.dependencies.get(pkt.dep_id)
+                if dep is not None:
+                    dep.receive(pkt)
+                    return
         else:
             to_sender = pkt.payload == 0
         ep = (self.senders if to_sender else self.receivers).get(pkt.flow_id)

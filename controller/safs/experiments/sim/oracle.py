@@ -42,6 +42,7 @@ from safs.core.errors import InvalidInput
 from safs.core.protocol import WIRE_OVERHEAD_BYTES
 from safs.experiments.metrics import FlowRecord
 from safs.experiments.sim.config import SimConfig, SimResult
+from safs.experiments.sim.control_plane import ControlStats
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.workload_host import EngineWorkloadHost
 from safs.hosts.stats import TransportStats
@@ -264,7 +265,8 @@ class OracleNetwork(EngineWorkloadHost):
             workload_done=self.workload_done,
             control_bytes=0, control_packets=0, scheduler_control_messages=0, scheduler_control_bytes=0,
             data_bytes=served, retransmitted_bytes=0, drops=0, drops_by_port_class={}, ecn_marked_packets=0,
-            events=self.engine.events, sim_time_ns=self.engine.now, transport=stats)
+            events=self.engine.events, sim_time_ns=self.engine.now, transport=stats,
+            control=ControlStats(), control_profile="none")
 
 
 def _noop(_: int) -> None:

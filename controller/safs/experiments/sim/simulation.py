@@ -28,12 +28,13 @@ from typing import Any
 
 from safs.core import p4names
 from safs.core.errors import InvalidInput, SafsError
-from safs.core.hints import LABEL_MAX_LEN, FlowClass, FlowHint
+from safs.core.hints import LABEL_MAX_LEN, DependencyHint, FlowClass, FlowHint
 from safs.core.scheduler import Scheduler
 from safs.core.topology import Topology
 from safs.experiments.metrics import FlowRecord
 from safs.experiments.policies import Policy, get_policy
 from safs.experiments.sim.config import SimConfig, SimResult
+from safs.experiments.sim.control_plane import SimControlPlane
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.network import Network, build_network
 from safs.experiments.sim.workload_host import EngineWorkloadHost
@@ -84,10 +85,13 @@ class Simulation(EngineWorkloadHost):
         sched_cfg = config.scheduler_config(topology)
         if pol.scheduler_overrides:  # an ablation switches one half of SAFS off
             sched_cfg = sched_cfg.replace(**pol.scheduler_overrides)
-        targets = {name: sw.pipeline for name, sw in self.network.switches.items()}
+        self.plane = SimControlPlane(self.engine, config.profile())
+        targets = {name: self.plane.target(name, sw.pipeline) for name, sw in self.network.switches.items()}
         self.scheduler = Scheduler(topology, targets, sched_cfg)
-        # Fabric time = switch clock + offset; the switch clock is now - start_ns.
+        # Fabric time = switch clock + offset; the switch clock is now - start_ns. The fabric is
+        # configured before the job starts: setup costs nothing on the run's clock.
         self.scheduler.setup(0, {name: sw.start_ns for name, sw in self.network.switches.items()})
+        self.plane.setup_done = True
         self.tick_ns = config.tick_ns or sched_cfg.tick_ns
         self.flows: dict[int, _Flow] = {}
         self.order: list[_Flow] = []
@@ -97,32 +101,33 @@ class Simulation(EngineWorkloadHost):
         self.workload_done = False
         self.scheduler_rejects = 0
         self._sched_on = pol.hinted
+        self._per_transfer = pol.per_transfer  # hinted per transfer, else per dependency
 
     # ---- WorkloadAPI ---------------------------------------------------------------------
     def start_flow(self, spec: Any, on_done: Callable[[int], None], send_at_ns: int | None = None) -> int:
         """Announce ``spec`` (a FlowSpec) now and start sending at ``send_at_ns`` (None: now).
 
-        Under a hinted policy the hint reaches the scheduler ``hint_latency_ns`` after the
-        announce and the flow is activated ``activation_lead_ns`` before its data, so a flow
-        announced ahead finds its grant installed when its first REQUEST arrives. Returns the
-        flow id; ``on_done(finish_ns)`` later; the flow's FCT counts from ``send_at_ns``.
+        Under a policy hinted per transfer the hint reaches the scheduler when the control
+        profile's hint costs have passed (RPC latency, queueing behind other controller work) and
+        the flow is activated ``activation_lead_ns`` before its data, so a flow announced ahead
+        finds its grant installed when its first REQUEST arrives. Under a policy hinted per
+        dependency only a transfer of a new dependency sends a hint (the binding calls
+        :meth:`new_dependency`). Returns the flow id; ``on_done(finish_ns)`` later; the flow's
+        FCT counts from ``send_at_ns``.
 
         Raises:
             InvalidInput: sender or receiver not a host of the topology; ``send_at_ns`` in the past.
         """
-        now = self.engine.now
         start = self._flow_start(spec, send_at_ns)
         hosts = self.network.hosts
         fid = self._next_id
         self._next_id += 1
-        hinted = self._sched_on and spec.flow_class == "pipeline"  # the scheduler is told
+        hinted = self._sched_on and self._per_transfer and spec.flow_class == "pipeline"  # told per transfer
         flow = _Flow(fid, spec, start, on_done, hinted)
         self.flows[fid] = flow
         self.order.append(flow)
         if hinted:
-            announce_at = now + self.config.hint_latency_ns
-            self.engine.at(announce_at, self._announce, flow)
-            self.engine.at(max(announce_at, start - self.config.activation_lead_ns), self._activate, flow)
+            self.plane.hint(self._announce, flow)
         self.binding.start_flow(self, fid, spec, hosts[spec.sender], hosts[spec.receiver], start)
         return fid
 
@@ -131,7 +136,7 @@ class Simulation(EngineWorkloadHost):
         flow = self.flows[flow_id]
         flow.finish_ns = finish_ns
         if flow.safs:
-            self.engine.after(self.config.hint_latency_ns, self._complete, flow_id)
+            self.plane.hint(self._complete, flow_id)
         flow.on_done(finish_ns)
         self._check_done()
 
@@ -141,6 +146,22 @@ class Simulation(EngineWorkloadHost):
         self.network.hosts[flow.spec.receiver].receivers.pop(flow_id, None)
         self.senders.pop(flow_id, None)
         flow.on_done = _noop  # release the workload's closure
+
+    def new_dependency(self, dep: DependencyHint) -> None:
+        """A sender started its first transfer of ``dep``: the application announces the
+        dependency (one hint, charged as any hint); its transfers need none."""
+        if not self._sched_on or self._per_transfer:
+            return
+        if not self.plane.setup_done:
+            self._announce_dependency(dep)  # declared at launch
+        else:
+            self.plane.hint(self._announce_dependency, dep)
+
+    def _announce_dependency(self, dep: DependencyHint) -> None:
+        try:
+            self.scheduler.announce_dependency(dep, self.engine.now)
+        except SafsError:
+            self.scheduler_rejects += 1  # e.g. no free meter slot: its transfers keep the default grant
 
     def _announce(self, flow: _Flow) -> None:
         if flow.finish_ns is not None:
@@ -153,6 +174,8 @@ class Simulation(EngineWorkloadHost):
             self.scheduler.announce(hint, self.engine.now)
         except SafsError:
             self.scheduler_rejects += 1  # e.g. no free meter slot: the flow keeps the default grant
+        now = self.engine.now
+        self.engine.at(max(now, flow.start_ns - self.config.activation_lead_ns), self._activate, flow)
 
     def _activate(self, flow: _Flow) -> None:
         if flow.finish_ns is not None or flow.flow_id not in self.scheduler.registry:
@@ -186,6 +209,14 @@ class Simulation(EngineWorkloadHost):
     def run(self, workload: Any) -> SimResult:
         """Start ``workload`` and run until it is done or ``config.max_time_ns``."""
         self.workload = workload
+        if self._sched_on and not self._per_transfer:
+            # The job's dependencies are announced at launch: installed before its first
+            # transfer, as part of the setup (like routes), not on the run's clock.
+            self.plane.setup_done = False
+            hosts = self.network.hosts
+            for dep in workload.dependencies():
+                self.binding.declare(self, dep, hosts[dep.sender], hosts[dep.receiver])
+            self.plane.setup_done = True
         if self._sched_on:
             self.engine.after(self.config.digest_poll_ns, self._poll, None)
             self.engine.after(self.tick_ns, self._tick, None)
@@ -222,6 +253,8 @@ class Simulation(EngineWorkloadHost):
             events=self.engine.events,
             sim_time_ns=self.engine.now,
             transport=self.stats,
+            control=self.plane.stats,
+            control_profile=self.plane.profile.name,
         )
 
 

@@ -58,7 +58,7 @@ import numpy as np
 
 from safs.core.errors import InvalidInput
 from safs.core.files import data_path, read_text
-from safs.experiments.workloads.api import FlowSpec, WorkloadAPI
+from safs.experiments.workloads.api import DependencySpec, FlowSpec, WorkloadAPI
 from safs.experiments.workloads.ideal import IdealNetwork
 from safs.experiments.workloads.instance import SerialInstance
 from safs.experiments.workloads.jitter import jitter_param, jittered_ns
@@ -337,6 +337,15 @@ class AfdDecode:
         """TPOT per step n >= 1, scaled to all 61 layers (ns)."""
         ends = self.step_end_ns
         return [(b - a) * MODEL_LAYERS // self.layers for a, b in zip(ends, ends[1:])]
+
+    def dependencies(self) -> list[DependencySpec]:
+        """A2F from every attention host to every FFN host and F2A back (known at launch)."""
+        return ([DependencySpec.of(a, f) for a in self.attn for f in self.ffn]
+                + [DependencySpec.of(f, a) for f in self.ffn for a in self.attn])
+
+    def warmup_end_ns(self) -> int | None:
+        """When the first decode step ended (it includes the pipeline fill; not a TPOT sample)."""
+        return self.step_end_ns[0] if self.step_end_ns else None
 
     def samples(self) -> dict[str, list[float]]:
         """``tpot_ms``: TPOT per decode step n >= 1 (ms, all layers)."""

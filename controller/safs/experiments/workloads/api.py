@@ -28,6 +28,9 @@ class FlowSpec:
             start without a bubble (ns, fabric time); None for background flows.
         label: free text naming the transfer (e.g. ``"A2F s3 l1 mb0 a5->f0"``).
         flow_class: ``"pipeline"`` or ``"background"``.
+        dependency: the SAFS dependency the transfer belongs to, a name unique per sender (its
+            transfers share one grant at the receiver's ToR, docs/protocol.md "Grants"); None:
+            the sender's dependency for this receiver and class.
 
     Raises:
         InvalidInput: empty or equal endpoints, size < 1, unknown class, or a pipeline flow
@@ -40,6 +43,7 @@ class FlowSpec:
     no_bubble_ts_ns: int | None
     label: str
     flow_class: str = "pipeline"
+    dependency: str | None = None
 
     def __post_init__(self) -> None:
         if not self.sender or not self.receiver:
@@ -48,6 +52,8 @@ class FlowSpec:
             raise InvalidInput("flow.receiver", f"must differ from the sender ({self.sender!r})")
         if isinstance(self.size_bytes, bool) or not isinstance(self.size_bytes, int) or self.size_bytes < 1:
             raise InvalidInput("flow.size_bytes", f"must be an integer >= 1, got {self.size_bytes!r}")
+        if self.dependency is not None and (not isinstance(self.dependency, str) or not self.dependency):
+            raise InvalidInput("flow.dependency", f"must be a non-empty name or None, got {self.dependency!r}")
         if self.flow_class not in FLOW_CLASSES:
             raise InvalidInput("flow.flow_class", f"must be one of {', '.join(FLOW_CLASSES)}, got {self.flow_class!r}")
         if self.flow_class == "pipeline" and self.no_bubble_ts_ns is None:
@@ -58,6 +64,29 @@ class FlowSpec:
             raise InvalidInput(
                 "flow.no_bubble_ts_ns", f"must be an integer ns >= 0 or None, got {self.no_bubble_ts_ns!r}"
             )
+
+
+    def dependency_key(self) -> str:
+        """The name of the dependency it belongs to (``dependency``, else receiver and class)."""
+        return self.dependency if self.dependency is not None else f"{self.receiver}/{self.flow_class}"
+
+
+@dataclass(frozen=True)
+class DependencySpec:
+    """A SAFS dependency a workload knows at launch (a pipeline's stage pairs): its transfers
+    are the FlowSpecs from ``sender`` to ``receiver`` whose ``dependency_key()`` is ``name``.
+    Declared before the job starts, so its grant is installed before the first transfer."""
+
+    sender: str
+    receiver: str
+    name: str
+    flow_class: str = "pipeline"
+
+    @classmethod
+    def of(cls, sender: str, receiver: str, flow_class: str = "pipeline") -> DependencySpec:
+        """The default dependency of ``sender``'s transfers to ``receiver`` (FlowSpec without a
+        ``dependency`` name)."""
+        return cls(sender, receiver, f"{receiver}/{flow_class}", flow_class)
 
 
 class WorkloadAPI(Protocol):
@@ -95,6 +124,15 @@ class Workload(Protocol):
 
     def metrics(self) -> dict[str, float]:
         """Workload metrics, units in the key (``tpot_p99_ms``, ``iteration_time_ms``)."""
+        ...
+
+    def dependencies(self) -> list[DependencySpec]:
+        """The dependencies its pipeline transfers use, known at launch ([] if none are)."""
+        ...
+
+    def warmup_end_ns(self) -> int | None:
+        """When the workload's warm-up ended (AFD: the first decode step; ZeroBubble: the first
+        iteration), or None without one; control-rate figures count after it."""
         ...
 
     def samples(self) -> dict[str, list[float]]:

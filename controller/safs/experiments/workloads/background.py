@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from safs.core.distributions import SizeDistribution
 from safs.core.errors import InvalidInput
-from safs.experiments.workloads.api import FlowSpec, Workload, WorkloadAPI
+from safs.experiments.workloads.api import DependencySpec, FlowSpec, Workload, WorkloadAPI
 
 NS_PER_S = 1_000_000_000
 BULK_FLOW_BYTES = 1 << 36  # 64 GiB: longer than any run at 100 Gbit/s (5.5 s), restarted anyway
@@ -158,6 +158,12 @@ class WithBackground:
 
     def samples(self) -> dict[str, list[float]]:
         return self.main.samples()
+
+    def warmup_end_ns(self) -> int | None:
+        return self.main.warmup_end_ns()
+
+    def dependencies(self) -> list[DependencySpec]:
+        return self.main.dependencies()
 
     def __getattr__(self, name: str) -> Callable:
         # Expose the pipeline workload's extras (e.g. ideal_metrics, flows) unchanged.

@@ -17,7 +17,7 @@ from typing import Any
 from safs.core.errors import InvalidInput
 from safs.core.files import read_text
 from safs.core.hints import FLOW_CLASSES
-from safs.experiments.workloads.api import FlowSpec, WorkloadAPI
+from safs.experiments.workloads.api import DependencySpec, FlowSpec, WorkloadAPI
 
 REQUIRED = ("start_ns", "sender", "receiver", "bytes", "no_bubble_ts_ns", "label")
 OPTIONAL = ("class",)
@@ -163,6 +163,15 @@ class TraceWorkload:
 
     def metrics(self) -> dict[str, float]:
         return {"trace_flows": float(len(self.flows)), "trace_flows_done": float(self.finished)}
+
+    def dependencies(self) -> list[DependencySpec]:
+        """One per (sender, receiver, class) of the trace's pipeline flows."""
+        pairs = dict.fromkeys((s.sender, s.receiver, s.flow_class) for _, s in self.flows if s.flow_class == "pipeline")
+        return [DependencySpec.of(a, b, c) for a, b, c in pairs]
+
+    def warmup_end_ns(self) -> int | None:
+        """No warm-up: a trace counts from its start."""
+        return None
 
     def samples(self) -> dict[str, list[float]]:
         """A trace has no per-step samples."""

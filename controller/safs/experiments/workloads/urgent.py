@@ -54,7 +54,7 @@ from typing import Any
 
 from safs.core.errors import InvalidInput
 from safs.experiments.metrics import FlowRecord, flow_metrics
-from safs.experiments.workloads.api import FlowSpec, WorkloadAPI
+from safs.experiments.workloads.api import DependencySpec, FlowSpec, WorkloadAPI
 from safs.experiments.workloads.params import check_known, int_param
 
 NS_PER_US = 1_000
@@ -216,6 +216,14 @@ class UrgentIncast:
                 out.append(FlowRecord(i, s.label, "pipeline", s.sender, s.receiver, s.size_bytes,
                                       sent.start_ns, sent.finish_ns, s.no_bubble_ts_ns))
         return out
+
+    def dependencies(self) -> list[DependencySpec]:
+        """One per sender of the plan (all send to the one receiver)."""
+        return [DependencySpec.of(s, r) for s, r in dict.fromkeys((p.sender, p.receiver) for _, p in self.plan)]
+
+    def warmup_end_ns(self) -> int | None:
+        """No warm-up: every round counts."""
+        return None
 
     def samples(self) -> dict[str, list[float]]:
         """``urgent_fct_ms``: FCT of each finished urgent flow (ms)."""

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from safs.core.errors import InvalidInput
-from safs.experiments.workloads.api import FlowSpec, WorkloadAPI
+from safs.experiments.workloads.api import DependencySpec, FlowSpec, WorkloadAPI
 from safs.experiments.workloads.ideal import IdealNetwork
 from safs.experiments.workloads.instance import SerialInstance
 from safs.experiments.workloads.jitter import jitter_param, jittered_ns
@@ -240,6 +240,7 @@ class ZeroBubbleTraining:
                                        f"(needs stage0..stage{self.p - 1})")
         self.order = zb_h1_order(self.p, self.m)
         self.iteration_times_ns: list[int] = []
+        self._first_end_ns: int | None = None
         self._api: WorkloadAPI | None = None
 
     # -- pure references -------------------------------------------------------------------
@@ -314,6 +315,8 @@ class ZeroBubbleTraining:
         self._ops_left -= 1
         if self._ops_left == 0:
             self.iteration_times_ns.append(end - self._it_start)
+            if self._first_end_ns is None:
+                self._first_end_ns = end
             if self._it + 1 < self.iterations:
                 self._start_iteration(self._it + 1)
 
@@ -337,6 +340,16 @@ class ZeroBubbleTraining:
 
     def done(self) -> bool:
         return len(self.iteration_times_ns) >= self.iterations
+
+    def dependencies(self) -> list[DependencySpec]:
+        """Activations stage s -> s+1 and gradients stage s+1 -> s (known at launch)."""
+        hosts = list(self.hosts)
+        return ([DependencySpec.of(a, b) for a, b in zip(hosts, hosts[1:])]
+                + [DependencySpec.of(b, a) for a, b in zip(hosts, hosts[1:])])
+
+    def warmup_end_ns(self) -> int | None:
+        """When the first iteration ended (the pipeline fill; control rates count after it)."""
+        return self._first_end_ns
 
     def samples(self) -> dict[str, list[float]]:
         """``iteration_time_ms``: each finished iteration's time (ms)."""

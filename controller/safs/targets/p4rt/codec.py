@@ -235,16 +235,16 @@ def encode_update(index: P4InfoIndex, upd: Update, padded: bool = False) -> p4ru
 
 def decode_request_digest(members: list[int]) -> RequestDigest:
     """A ``request_digest_t`` struct (its member values in P4Info order: flow_id, src_addr,
-    dst_addr, remaining_bytes, no_bubble_ts) as a :class:`RequestDigest`.
+    dst_addr, dep_id, remaining_bytes, latest_start) as a :class:`RequestDigest`.
 
     Raises:
-        InvalidInput: not exactly five members (field ``digest``).
+        InvalidInput: not exactly six members (field ``digest``).
     """
-    if len(members) != 5:
-        raise InvalidInput("digest", f"request_digest_t has 5 members, got {len(members)}")
-    flow_id, src, dst, remaining, ts = members
-    return RequestDigest(flow_id=flow_id, src_addr=src, dst_addr=dst,
-                         remaining_bytes=remaining, no_bubble_ts_ns=ts)
+    if len(members) != 6:
+        raise InvalidInput("digest", f"request_digest_t has 6 members, got {len(members)}")
+    flow_id, src, dst, dep_id, remaining, ts = members
+    return RequestDigest(flow_id=flow_id, src_addr=src, dst_addr=dst, dep_id=dep_id,
+                         remaining_bytes=remaining, latest_start_ns=ts)
 
 
 def digest_members(data: p4data_pb2.P4Data) -> list[int]:

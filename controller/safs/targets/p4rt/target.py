@@ -70,12 +70,41 @@ class DigestSettings:
     ``max_timeout_ns``: the switch sends a list at most this long after its first digest;
     ``max_list_size``: or as soon as it holds this many; ``ack_timeout_ns``: the switch
     suppresses a repeated digest until the list holding it is acked or this much time passed
-    (repeated REQUESTs of one flow then cost one digest). Defaults: 1 ms, 128, 50 ms.
+    (repeated REQUESTs of one dependency then cost one digest). Defaults: 1 ms, 1, 50 ms.
+
+    BMv2's PI cannot honour most other combinations (benchmarks/fit_control_profile.py and
+    PI ``proto/frontend/src/digest_mgr.cpp``): a list of more than one digest is swept only
+    every 100 ms, so it arrives 100-200 ms after its first digest whatever ``max_timeout_ns``
+    says, and its learn engine truncates the timeout to whole milliseconds, so a list above
+    one digest with a timeout below 1 ms is never sent; without an ack timeout PI also sweeps.
+    With one digest per list and an ack timeout, digests arrive in about 1.5 ms. Those
+    combinations are refused.
+
+    ``bmv2_checks`` False skips these checks (benchmarks/fit_control_profile.py measures the
+    refused settings).
+
+    Raises:
+        InvalidInput: ``max_list_size`` other than 1 with ``max_timeout_ns`` below 100 ms, or
+            ``ack_timeout_ns`` 0 (fields named).
     """
 
     max_timeout_ns: int = 1_000_000
-    max_list_size: int = 128
+    max_list_size: int = 1
     ack_timeout_ns: int = 50_000_000
+    bmv2_checks: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.bmv2_checks:
+            return
+        if self.max_list_size != 1 and self.max_timeout_ns < BMV2_DIGEST_SWEEP_NS:
+            raise InvalidInput("digest.max_list_size", f"must be 1 unless max_timeout_ns >= {BMV2_DIGEST_SWEEP_NS} "
+                               f"(BMv2 sends longer lists only every 100-200 ms), got {self.max_list_size}")
+        if self.ack_timeout_ns <= 0:
+            raise InvalidInput("digest.ack_timeout_ns", "must be > 0 ns (without it BMv2's PI holds every "
+                               f"digest for its 100-200 ms sweep), got {self.ack_timeout_ns}")
+
+
+BMV2_DIGEST_SWEEP_NS = 100_000_000  # PI digest_mgr.cpp min_max_timeout_ns: its sweep period
 
 
 class P4RuntimeTarget:
