@@ -381,6 +381,9 @@ def start_agents(
             the run directory).
     """
     topo = emu.topology
+    # sim.safs_grant_poll_ns is for the per-transfer design only, as in the simulator
+    # (safs.experiments.sim.bindings): dependency senders never poll.
+    grant_poll_ns = sim_config.safs_grant_poll_ns if sched.grant_mode == "per-transfer" else 0
     procs, agents = [], {}
     try:
         for h in topo.hosts():
@@ -407,7 +410,7 @@ def start_agents(
                 "--unscheduled-bytes",
                 str(sched.unscheduled_bytes),
                 "--grant-poll-ns",
-                str(sim_config.safs_grant_poll_ns),
+                str(grant_poll_ns),
                 "--reorder-window-ns",
                 str(sim_config.safs_reorder_window_ns),
                 "--rto-ns",
