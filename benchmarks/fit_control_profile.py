@@ -89,6 +89,9 @@ from typing import Any
 
 import grpc
 import numpy as np
+
+# The switch, artifacts and two-ToR topology of the P4Runtime benchmark (run from benchmarks/).
+from bench_p4rt import BMV2_JSON, MS, P4INFO, TOPOLOGY_YAML, free_port  # the same artifacts, topology and port picker
 from google.protobuf.internal import api_implementation
 from p4.v1 import p4runtime_pb2
 
@@ -104,24 +107,9 @@ from safs.targets.p4rt.codec import encode_update
 from safs.targets.p4rt.p4info import P4InfoIndex
 from safs.targets.p4rt.target import DigestSettings, P4RuntimeTarget
 
-ROOT = Path(__file__).resolve().parents[1]
-P4INFO = ROOT / "p4src" / "build" / "safs.p4info.txtpb"
-BMV2_JSON = ROOT / "p4src" / "build" / "safs.json"
-MS = 1_000_000
 WRITE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 READ_SIZES = (1, 8, 64, 256)
 DIGEST_LOST_S = 2.0
-# Two ToRs; the benchmark's switch is tor1, where receiver d is attached (grants live there).
-TOPOLOGY_YAML = """
-name: fit-control-profile
-defaults: {rate: 10Gbps, delay_ns: 500}
-switches: [tor0, tor1]
-hosts:
-  a: {ip: 10.0.0.1, switch: tor0}
-  d: {ip: 10.0.1.1, switch: tor1}
-links:
-  - {a: tor0, b: tor1, rate: 40Gbps}
-"""
 # Digest-phase dataplane (BMv2 port = veth pair index), as ptf_tests/base_test.py sets it up.
 PORT_SENDER, PORT_RECEIVER = 1, 2
 SENDER_IP, RECEIVER_IP = "10.0.1.1", "10.0.2.1"
@@ -202,13 +190,6 @@ def process_cpu_s(pid: int) -> float:
 
 
 # ---------------------------------------------------------------------------- switch and veths
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ip(*args: str, check: bool = True) -> None:
