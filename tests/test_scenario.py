@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from safs.core.errors import InvalidInput
-from safs.experiments.runs import expand
+from safs.experiments.runner import run_scenario
+from safs.experiments.runs import build_run, expand
 from safs.experiments.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,3 +93,33 @@ def test_negative_or_repeated_seeds_and_repeated_policies_refused(tmp_path: Path
     with pytest.raises(InvalidInput) as info:
         load_scenario(_write(tmp_path, text))
     assert info.value.field == field and needle in info.value.message
+
+
+def _trace_scenario(tmp_path: Path, max_time_ms: float, start_ns: int) -> Path:
+    """A trace scenario on the shipped leaf-spine with one 1 MB flow starting at ``start_ns``."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("start_ns,sender,receiver,bytes,no_bubble_ts_ns,label\n"
+                     f"{start_ns},h1,h0,1000000,{start_ns + 50_000},x\n")
+    path = tmp_path / "trace.yaml"
+    path.write_text(f"name: tr\ntopology: {ROOT / 'topologies' / 'leaf-spine.yaml'}\n"
+                    f"workload: {{kind: trace, params: {{path: t.csv}}}}\npolicies: [dctcp]\n"
+                    f"max_time_ms: {max_time_ms}\n")
+    return path
+
+
+def test_a_trace_flow_after_max_time_is_refused_naming_the_trace(tmp_path: Path) -> None:
+    scenario = load_scenario(_trace_scenario(tmp_path, 1, 2_000_000))
+    with pytest.raises(InvalidInput, match="max_time_ms") as err:
+        build_run(scenario, next(expand(scenario)))
+    assert err.value.source == str(tmp_path / "t.csv") and err.value.field == "line 2, column start_ns"
+
+
+def test_a_run_ending_before_its_workload_is_warned_about(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    scenario = load_scenario(_trace_scenario(tmp_path, 0.05, 0))  # 50 us: the 1 MB flow is not done
+    (record,) = run_scenario(scenario)
+    assert record["workload_done"] is False and record["pipeline_unfinished"] == 1
+    (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert str(tmp_path / "trace.yaml") in warning.getMessage() and "max_time_ms 0.05" in warning.getMessage()
+    caplog.clear()
+    (record,) = run_scenario(load_scenario(_trace_scenario(tmp_path, 5, 0)))
+    assert record["workload_done"] is True and not [r for r in caplog.records if r.levelname == "WARNING"]

@@ -289,6 +289,9 @@ BAD_TRACES = [
     ("0,h1,h0,10,5,l,urgent\n", "line 2, column class"),
     ("0,h1,zz,10,5,l,pipeline\n", "line 2, column receiver"),
     ("0,h1,h0,10,5,l,pipeline\n0,h1,h0,10\n", "line 3"),
+    # the 48-bit fabric clock: a start past 2^48 - 1 ns, a deadline 2^47 ns or more after the start
+    (f"{2**48},h1,h0,10,{2**48 + 5},l,pipeline\n", "line 2, column start_ns"),
+    (f"0,h1,h0,10,5,l,pipeline\n7,h1,h0,10,{7 + 2**47},l,pipeline\n", "line 3, column no_bubble_ts_ns"),
 ]
 
 
@@ -299,6 +302,28 @@ def test_bad_trace_rows_name_line_and_column(tmp_path, body, field):
     with pytest.raises(InvalidInput) as exc:
         load_trace_file(f, hosts={"h0", "h1"})
     assert exc.value.field == field and exc.value.source == str(f)
+
+
+def test_trace_limits_are_inclusive_where_they_should_be(tmp_path):
+    f = tmp_path / "edge.csv"
+    f.write_text(HEADER + f"{2**48 - 1},h1,h0,10,{2**48 - 1 + 2**47 - 1},l,pipeline\n")
+    ((start, spec),) = load_trace_file(f)
+    assert start == 2**48 - 1 and spec.no_bubble_ts_ns == 2**48 - 1 + 2**47 - 1
+
+
+def test_empty_trace_and_flows_past_the_horizon_are_refused(tmp_path):
+    for name, text in (("empty.csv", HEADER), ("empty.json", "[]")):
+        f = tmp_path / name
+        f.write_text(text)
+        with pytest.raises(InvalidInput, match="no flows") as exc:
+            load_trace_file(f)
+        assert exc.value.field == "trace" and exc.value.source == str(f)
+    f = tmp_path / "late.csv"
+    f.write_text(HEADER + "0,h1,h0,10,5,a,pipeline\n1000000,h1,h0,10,1000005,b,pipeline\n")
+    assert len(load_trace_file(f, horizon_ns=1_000_001)) == 2
+    with pytest.raises(InvalidInput, match="max_time_ms") as exc:
+        load_trace_file(f, horizon_ns=1_000_000)  # a flow starting at the horizon never runs
+    assert exc.value.field == "line 3, column start_ns"
 
 
 def test_bad_trace_header_and_json(tmp_path):

@@ -14,6 +14,7 @@ import csv
 import importlib.util
 import itertools
 import json
+import logging
 import math
 import os
 import shutil
@@ -32,6 +33,8 @@ from safs.experiments.runs import RunSpec, build_run, expand, miss_tolerance_ns,
 from safs.experiments.scenario import Scenario
 from safs.experiments.sim.backend import simulate
 from safs.experiments.sim.config import SimResult
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("sim", "mininet")  # mininet: docs/mininet.md
 RESULT_FILES = ("results.json", "results.csv", "samples.jsonl")  # moved aside, not overwritten
@@ -97,6 +100,7 @@ def run_one_sim(scenario: Scenario, spec: RunSpec, samples: dict[str, list[float
     record["drops"] = result.drops
     record["sim_events"] = result.events
     record["sim_time_ms"] = result.sim_time_ns / 1_000_000
+    record["workload_done"] = result.workload_done
     record["wall_time_s"] = wall
     if samples is not None:
         samples.update(workload.samples())
@@ -158,9 +162,26 @@ def run_scenario_outputs(
     check(scenario, backend)
     specs = list(expand(scenario))
     if backend == "mininet":  # one emulated network, runs one after another in real time
-        return [RunOutput(record, samples) for record, samples in run_mininet(scenario, specs, progress)]
-    done = (lambda i: progress(specs[i])) if progress else None
-    return map_ordered(run_one_output, [(scenario, spec, backend) for spec in specs], jobs, ray_address, done)
+        outputs = [RunOutput(record, samples) for record, samples in run_mininet(scenario, specs, progress)]
+    else:
+        done = (lambda i: progress(specs[i])) if progress else None
+        outputs = map_ordered(run_one_output, [(scenario, spec, backend) for spec in specs], jobs, ray_address, done)
+    warn_unfinished(scenario, [out.record for out in outputs])
+    return outputs
+
+
+def warn_unfinished(scenario: Scenario, records: list[dict[str, Any]]) -> int:
+    """Log one warning naming the scenario file and its ``max_time_ms`` when runs reached the
+    horizon before their workload finished (their figures count unfinished flows as missed
+    and leave out what never started). Returns how many runs did."""
+    unfinished = [r for r in records if r.get("workload_done") is False or r.get("pipeline_unfinished", 0) > 0]
+    if unfinished:
+        first = unfinished[0]
+        log.warning("%s: max_time_ms %g: %d of %d runs ended before the workload finished (first: policy %s, "
+                    "%s bulk flows, seed %s, %s pipeline flows unfinished); raise max_time_ms",
+                    scenario.source, scenario.max_time_ms, len(unfinished), len(records), first.get("policy"),
+                    first.get("background_flows"), first.get("seed"), first.get("pipeline_unfinished", "?"))
+    return len(unfinished)
 
 
 def _jsonable(value: Any) -> Any:

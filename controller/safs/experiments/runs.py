@@ -63,7 +63,7 @@ def build_run(scenario: Scenario, spec: RunSpec) -> tuple[Topology, Workload, Si
         workload = build_workload(
             scenario.workload.kind, scenario.workload.params, topology, seed=run_seed(spec),
             background_flows=spec.background_flows, load=spec.load,
-            distribution=scenario.background.distribution, source=scenario.source,
+            distribution=scenario.background.distribution, source=scenario.source, horizon_ns=config.max_time_ns,
         )
     except InvalidInput as exc:
         if exc.source:

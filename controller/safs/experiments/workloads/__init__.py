@@ -33,7 +33,7 @@ def background_hosts(topology: Any) -> list[str]:
 
 def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int = 1, background_flows: int = 0,
                    load: float = 0.0, distribution: str = "hpcc_WebSearch_distribution.txt",
-                   source: str | None = None) -> Workload:
+                   source: str | None = None, horizon_ns: int | None = None) -> Workload:
     """Build a pipeline workload plus its background traffic.
 
     Args:
@@ -46,6 +46,8 @@ def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int =
         load: Poisson background load per receiver link, in [0, 1] (0 = none).
         distribution: flow-size file name (shipped) or path, for the Poisson arrivals.
         source: the scenario file, for error messages and relative trace paths.
+        horizon_ns: the run's horizon (``max_time_ms``); a trace flow starting at or after it is
+            refused (it would never run). None: not checked.
 
     Raises:
         InvalidInput: unknown kind, bad parameter, missing hosts, bad load.
@@ -62,7 +64,8 @@ def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int =
         path = Path(str(params["path"]))
         if not path.is_absolute() and source:
             path = Path(source).parent / path
-        main = TraceWorkload(load_trace_file(path, set(topology.hosts()) if topology is not None else None))
+        hosts = set(topology.hosts()) if topology is not None else None
+        main = TraceWorkload(load_trace_file(path, hosts, horizon_ns))
     else:
         raise InvalidInput("workload.kind", f"must be one of {', '.join(KINDS)}, got {kind!r}", source)
 

@@ -17,6 +17,7 @@ from typing import Any
 from safs.core.errors import InvalidInput
 from safs.core.files import read_text
 from safs.core.hints import FLOW_CLASSES
+from safs.core.timebase import HALF, TIME_MASK
 from safs.experiments.workloads.api import DependencySpec, FlowSpec, WorkloadAPI
 
 REQUIRED = ("start_ns", "sender", "receiver", "bytes", "no_bubble_ts_ns", "label")
@@ -41,14 +42,23 @@ def _int_cell(value: Any, where: str, column: str, source: str, minimum: int, al
 
 
 def parse_rows(
-    rows: list[dict[str, Any]], line_numbers: list[int], source: str, hosts: set[str] | None = None
+    rows: list[dict[str, Any]], line_numbers: list[int], source: str, hosts: set[str] | None = None,
+    horizon_ns: int | None = None,
 ) -> list[tuple[int, FlowSpec]]:
     """Validate trace rows into ``(start_ns, FlowSpec)`` pairs sorted by start time.
 
+    Times are on the fabric's 48-bit ns clock (:mod:`safs.core.timebase`): ``start_ns`` at most
+    2^48 - 1 and a no-bubble timestamp less than 2^47 ns (about 39 hours) after its start, the
+    largest distance the dataplane compares unambiguously (further ones would wrap and read as
+    late). ``horizon_ns`` (the scenario's ``max_time_ms``), when given: every flow must start
+    before it, or it would never run.
+
     Raises:
         InvalidInput: naming the file, the line (CSV) or entry (JSON), the column and what
-            was expected.
+            was expected; or no rows at all (field ``trace``).
     """
+    if not rows:
+        raise InvalidInput("trace", "no flows: the trace has a header (or an empty list) and no rows", source)
     flows = []
     for row, line in zip(rows, line_numbers):
         where = f"line {line}"
@@ -65,6 +75,17 @@ def parse_rows(
         start = _int_cell(row["start_ns"], where, "start_ns", source, 0)
         size = _int_cell(row["bytes"], where, "bytes", source, 1)
         deadline = _int_cell(row["no_bubble_ts_ns"], where, "no_bubble_ts_ns", source, 0, allow_empty=True)
+        assert start is not None and size is not None  # not allow_empty
+        if start > TIME_MASK:
+            raise InvalidInput(f"{where}, column start_ns",
+                               f"expected at most 2^48 - 1 ns (the 48-bit fabric clock), got {start}", source)
+        if horizon_ns is not None and start >= horizon_ns:
+            raise InvalidInput(f"{where}, column start_ns", f"starts at {start} ns, not before the scenario's "
+                               f"max_time_ms ({horizon_ns / 1e6:g} ms): it would never run", source)
+        if deadline is not None and deadline - start >= HALF:
+            raise InvalidInput(f"{where}, column no_bubble_ts_ns",
+                               f"expected less than 2^47 ns after start_ns {start} (it would wrap on the "
+                               f"48-bit fabric clock and read as late), got {deadline}", source)
         flow_class = (
             (row.get("class") or "pipeline").strip() if isinstance(row.get("class") or "pipeline", str) else None
         )
@@ -93,7 +114,8 @@ def parse_rows(
     return flows
 
 
-def load_trace_file(path: str | Path, hosts: set[str] | None = None) -> list[tuple[int, FlowSpec]]:
+def load_trace_file(path: str | Path, hosts: set[str] | None = None,
+                    horizon_ns: int | None = None) -> list[tuple[int, FlowSpec]]:
     """Read a CSV (``.csv``) or JSON (``.json``) flow trace; see :func:`parse_rows`.
 
     Raises:
@@ -110,7 +132,7 @@ def load_trace_file(path: str | Path, hosts: set[str] | None = None) -> list[tup
         if not isinstance(data, list):
             raise InvalidInput("trace", "expected a JSON list of flow objects", source)
         # JSON entries are numbered from 1 and reported as "line N" (entry N of the list).
-        return parse_rows(data, list(range(1, len(data) + 1)), source, hosts)
+        return parse_rows(data, list(range(1, len(data) + 1)), source, hosts, horizon_ns)
     lines = text.splitlines()
     reader = csv.DictReader(lines)
     header = reader.fieldnames or []
@@ -129,7 +151,7 @@ def load_trace_file(path: str | Path, hosts: set[str] | None = None) -> list[tup
             raise InvalidInput(f"line {reader.line_num}", "fewer cells than header columns", source)
         rows.append({k: v for k, v in row.items() if not (k == "class" and v == "")})
         numbers.append(reader.line_num)
-    return parse_rows(rows, numbers, source, hosts)
+    return parse_rows(rows, numbers, source, hosts, horizon_ns)
 
 
 class TraceWorkload:
