@@ -272,7 +272,9 @@ def test_end_to_end_cli_run_and_clean(tmp_path):
         assert r["agent_errors"] == 0 and r["tpot_samples"] >= 1, r
         assert r["tcp_dctcp"] in (0, 1) and r["clock_offset_correction_max_ms"] >= 0
     safs = next(r for r in records if r["policy"] == "safs")
-    assert safs["hints_announced"] == safs["pipeline_flows"] and safs["hints_errors"] == 0, safs
+    # dependency grants: the dependencies are announced once at launch, no transfer is hinted
+    assert safs["dependencies_announced"] > 0 and safs["hints_announced"] == 0 and safs["hints_errors"] == 0, safs
+    assert next(r for r in records if r["policy"] == "dctcp")["dependencies_announced"] == 0
     assert safs["control_bytes"] > 0
     _assert_clean(load_topology(AFD))
     assert os.path.exists(tmp_path / "out" / "results.csv")

@@ -194,7 +194,7 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
         hint_channels_ready(agents)
         ips = {h: _ip(topology.host_ip(h)) for h in topology.hosts()}
         driver = RealtimeNetwork(agents, ips, spec.policy)
-        declare_dependencies(driver, workload, f"unix:{hint_sock}", spec.policy)
+        dependencies = declare_dependencies(driver, workload, f"unix:{hint_sock}", spec.policy)
         drops_before = emu.drops()
         driver.run(workload, int(scenario.max_time_ms * 1_000_000))
         driver.drain()
@@ -224,6 +224,7 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
     record["data_bytes"] = data
     record["drops"] = drops
     record["agent_errors"] = len(driver.errors)
+    record["dependencies_announced"] = dependencies  # at launch (dependency grants); 0 otherwise
     for key in ("announced", "completed", "errors", "pending"):  # hint API calls of the agents
         record[f"hints_{key}"] = sum(int(s.get("hints", {}).get(key, 0)) for s in agent_stats.values())
     record["timer_late_max_ms"] = driver.stats.timer_late_max_ns / 1e6
