@@ -15,7 +15,7 @@ from safs.core.distributions import load_distribution
 from safs.core.errors import InvalidInput
 from safs.core.topology import load_topology
 from safs.experiments.workloads import build_workload
-from safs.experiments.workloads.afd import MODEL_LAYERS, AfdDecode, load_trace
+from safs.experiments.workloads.afd import MODELS, AfdDecode, load_trace
 from safs.experiments.workloads.api import DependencySpec, FlowSpec
 from safs.experiments.workloads.background import BulkFlows, PoissonArrivals
 from safs.experiments.workloads.ideal import IdealNetwork, transfer_ns
@@ -24,6 +24,8 @@ from safs.experiments.workloads.zerobubble import (
     Op,
     ZeroBubbleTraining,
     makespan,
+    one_f_one_b_formula_ns,
+    one_f_one_b_order,
     op_inputs,
     schedule_times,
     zb_h1_formula_ns,
@@ -93,6 +95,35 @@ def test_makespan_matches_paper_bubble_formula(p, extra, tf, tb, data):
     assert makespan(times) == zb_h1_formula_ns(p, m, tf, tb, tw)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 8), st.integers(1, 40), st.integers(1, 50), st.integers(1, 50), st.integers(0, 50))
+def test_1f1b_makespan_matches_paper_bubble_formula(p, m, tf, tb, tw):
+    # Qi et al. Table 2: 1F1B bubble (p-1)(T_F+T_B+T_W); the fused B takes T_B + T_W.
+    times = schedule_times(one_f_one_b_order(p, m), tf, tb + tw, 0)
+    assert makespan(times) == one_f_one_b_formula_ns(p, m, tf, tb, tw)
+
+
+def test_1f1b_keeps_at_most_p_minus_s_microbatches_in_flight():
+    p, m = 4, 10
+    for s, ops in enumerate(one_f_one_b_order(p, m)):
+        assert [o.kind for o in ops].count("F") == [o.kind for o in ops].count("B") == m
+        in_flight = peak = 0
+        for op in ops:
+            in_flight += 1 if op.kind == "F" else -1
+            peak = max(peak, in_flight)
+        assert peak == min(p - s, m)
+
+
+def test_zerobubble_1f1b_closed_loop_is_slower_than_zb_h1(zb_topo):
+    runs = {}
+    for schedule in ("zb-h1", "1f1b"):
+        w = ZeroBubbleTraining({"schedule": schedule, "iterations": 1}, zb_topo)
+        IdealNetwork(zb_topo).run(w)
+        runs[schedule] = w.metrics()
+        assert runs[schedule]["iteration_time_ratio"] == pytest.approx(1.0, abs=1e-9)
+    assert runs["1f1b"]["iteration_time_ms"] > runs["zb-h1"]["iteration_time_ms"]
+
+
 def test_zb_h1_bubble_is_a_third_of_1f1b_for_equal_costs():
     p, m, t = 4, 12, 10
     bubble = makespan(schedule_times(zb_h1_order(p, m), t, t, t)) - m * 3 * t
@@ -124,7 +155,8 @@ def test_zerobubble_slower_network_stretches_iterations(zb_topo):
 
 @pytest.mark.parametrize("params,field", [({"stages": 1}, "stages"), ({"microbatches": 0}, "microbatches"),
                                           ({"model": "7B"}, "model"), ({"scale": 0}, "scale"),
-                                          ({"bogus": 1}, "bogus"), ({"stages": 8}, "stages")])
+                                          ({"bogus": 1}, "bogus"), ({"stages": 8}, "stages"),
+                                          ({"schedule": "zb-h2"}, "schedule")])
 def test_zerobubble_bad_params(zb_topo, params, field):
     with pytest.raises(InvalidInput) as exc:
         ZeroBubbleTraining(params, zb_topo)
@@ -179,7 +211,56 @@ def test_afd_tpot_scales_with_layers():
     w = AfdDecode({"decode_steps": 3, "layers_simulated": 4, "compute_scale": 1.0}, None)
     IdealNetwork(rate_bps=10**15).run(w)  # ~no transfer time
     ends = w.step_end_ns
-    assert w.tpot_samples_ns()[0] == (ends[1] - ends[0]) * MODEL_LAYERS // 4
+    assert w.tpot_samples_ns()[0] == (ends[1] - ends[0]) * MODELS["step3"].layers // 4
+
+
+# Published configurations (each model's config.json; Step-3 from StepMesh Table 1): hidden size
+# and decoder layers. A second copy on purpose: the presets are checked against the sources.
+PUBLISHED = {"step3": (7168, 61), "llama-3-70b": (8192, 80), "mixtral-8x22b": (6144, 56),
+             "qwen3-235b-a22b": (4096, 94)}
+
+
+@pytest.mark.parametrize("model", sorted(PUBLISHED))
+def test_afd_preset_bytes_per_layer_match_published_config(model):
+    hidden, layers = PUBLISHED[model]
+    w = AfdDecode({"model": model, "decode_steps": 3}, None)
+    net = IdealNetwork(rate_bps=10**15)
+    net.run(w)
+    assert w.model_layers == layers
+    # Per layer and micro-batch each attention host sends tokens x hidden x 1 byte (FP8) to each
+    # FFN and gets tokens x hidden x 2 bytes (BF16) back: bytes per token row = hidden x width.
+    first_layer = [f for f in net.flows if " l0 " in f.spec.label]
+    tokens = sum(t for per_host in w._step_tokens[0] for t in per_host) * w.n_ffn
+    a2f = sum(f.spec.size_bytes for f in first_layer if f.spec.label.startswith("A2F"))
+    f2a = sum(f.spec.size_bytes for f in first_layer if f.spec.label.startswith("F2A"))
+    assert (a2f, f2a) == (tokens * hidden * 1, tokens * hidden * 2)
+    # TPOT on an (almost) free network: the StepMesh budget, 50 ms for every preset.
+    assert w.metrics()["tpot_p50_ms"] == pytest.approx(50.0, rel=0.005)
+
+
+def test_afd_overrides_and_ratio():
+    w = AfdDecode({"model": "llama-3-70b", "n_attn": 8, "n_ffn": 1, "hidden_size": 1024, "layers": 10,
+                   "a2f_bytes_per_elem": 2, "f2a_bytes_per_elem": 4, "attention_op_us": 100, "ffn_op_us": 300,
+                   "decode_steps": 3}, None)
+    net = IdealNetwork(rate_bps=10**15)
+    net.run(w)
+    a2f = [f for f in net.flows if f.spec.label.startswith("A2F l0 mb0 a3")]
+    assert len(a2f) == 1 and a2f[0].spec.size_bytes == w._step_tokens[0][3][0] * 1024 * 2
+    assert {f.spec.receiver for f in net.flows if f.spec.label.startswith("A2F")} == {"f0"}
+    # FFN-bound pipeline: 3 micro-batches x 300 us per layer, 10 layers.
+    assert w.metrics()["tpot_p50_ms"] == pytest.approx(10 * 3 * 0.3, rel=0.05)
+
+
+@pytest.mark.parametrize("params,field", [({"model": "gpt-5"}, "model"),
+                                          ({"a2f_bytes_per_elem": 3}, "a2f_bytes_per_elem"),
+                                          ({"f2a_bytes_per_elem": True}, "f2a_bytes_per_elem"),
+                                          ({"hidden_size": 0}, "hidden_size"), ({"layers": 0}, "layers"),
+                                          ({"attention_op_us": 0}, "attention_op_us"), ({"ffn_op_us": -1}, "ffn_op_us"),
+                                          ({"model": "qwen3-235b-a22b", "layers_simulated": 95}, "layers_simulated")])
+def test_afd_bad_model_params(params, field):
+    with pytest.raises(InvalidInput) as exc:
+        AfdDecode(params, None)
+    assert exc.value.field == f"workload.params.{field}"
 
 
 @pytest.mark.parametrize("params,field", [({"n_attn": 0}, "n_attn"), ({"layers_simulated": 62}, "layers_simulated"),

@@ -7,17 +7,18 @@ all attention hosts, then sends results back to every attention host (F2A); A(g+
 when both FFN results are in. ``g`` is the global layer index, step n covers layers
 ``n*L .. n*L+L-1`` where L = ``layers_simulated``.
 
-Numbers and sources (stepfun-ai/StepMesh, Introduction.md, "Traffic Characteristics of AFD",
-describing Step-3, arXiv 2507.19427):
-* hidden size 7168 -- :data:`HIDDEN_SIZE` (StepMesh Table 1 "128 x 7168"; Step-3 config).
+Model presets (``model``: step3, llama-3-70b, mixtral-8x22b, qwen3-235b-a22b) are in
+:data:`MODELS`, each number beside its source. The default, Step-3 (stepfun-ai/StepMesh,
+Introduction.md, "Traffic Characteristics of AFD", arXiv 2507.19427):
+* hidden size 7168 (StepMesh Table 1 "128 x 7168"; Step-3 config).
 * A2F in FP8 (1 byte/element), F2A in BF16 (2 bytes/element) -- StepMesh Table 1.
 * 61 layers, 50 ms TPOT target, so 819 us per layer; 3-stage pipeline of micro-batches, so
   A_{x,y} <= 273 us per micro-batch and A ~= F -- StepMesh Introduction.md. We use 273 us for
   each attention and each FFN op, constant per layer and micro-batch (the source gives no
   batch-size scaling), times ``compute_scale``.
 
-Bytes per transfer: A2F = tokens(a, k) * 7168 * 1 * bytes_scale, F2A = tokens(a, k) * 7168 *
-2 * bytes_scale, where tokens(a, k) is host a's share of micro-batch k, at least 1 (an empty
+Bytes per transfer: A2F = tokens(a, k) * hidden * a2f_bytes * bytes_scale, F2A = tokens(a, k) *
+hidden * f2a_bytes * bytes_scale, where tokens(a, k) is host a's share of micro-batch k, at least 1 (an empty
 slot still carries one padding row, so FFN barriers stay well defined).
 
 Batches from the Azure LLM inference trace (controller/safs/data/llm-inference/, CC-BY,
@@ -26,7 +27,7 @@ trace_offset) / time_compression`` and stays for GeneratedTokens decode steps. A
 of each step (when its first A2F is sent) finished requests leave and waiting ones join FIFO
 up to ``max_batch`` active requests; a joining request goes to the attention host with the
 fewest active requests (lowest index on ties). Virtual time advances by the measured
-simulated time times 61 / L, i.e. as if all 61 layers had run. Before the simulation starts,
+simulated time times layers / L (61 / L for Step-3), i.e. as if all layers had run. Before the simulation starts,
 ``warmup_steps`` steps are played analytically at the ideal step time so the batch is in
 steady state.
 
@@ -41,7 +42,7 @@ Transfers are announced when the producing op begins and sent when it ends (``se
 as an AFD runtime knows its next transfer when it launches the op.
 
 TPOT: step n ends when the last F2A of its last simulated layer has arrived for every
-micro-batch (T_n). TPOT_n = (T_n - T_{n-1}) * 61 / L for n >= 1 (the first step, which
+micro-batch (T_n). TPOT_n = (T_n - T_{n-1}) * layers / L for n >= 1 (the first step, which
 includes the pipeline fill, is not a sample). The ideal TPOT is the p50 of the same workload
 run on :class:`~safs.experiments.workloads.ideal.IdealNetwork` (no contention).
 """
@@ -50,7 +51,7 @@ from __future__ import annotations
 
 import csv
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,17 +68,73 @@ from safs.experiments.workloads.params import check_known, float_param, int_para
 DATA_DIR = data_path("llm-inference")
 TRACES = {"conv": "AzureLLMInferenceTrace_conv.csv", "code": "AzureLLMInferenceTrace_code.csv"}
 
-HIDDEN_SIZE = 7168  # Step-3 hidden size; StepMesh Introduction.md Table 1 ("128 x 7168")
-A2F_BYTES_PER_ELEM = 1  # FP8, StepMesh Table 1 (A2F row)
-F2A_BYTES_PER_ELEM = 2  # BF16, StepMesh Table 1 (F2A row)
-MODEL_LAYERS = 61  # Step-3 layers; StepMesh Introduction.md ("Step-3 has 61 layers")
-STAGE_COMPUTE_NS = 273_000  # A_{x,y} <= 273 us, A ~= F; StepMesh Introduction.md
 MICROBATCHES = 3  # "3-stage AFD pipeline"; StepMesh Introduction.md
-# Active requests across the 16 attention instances: 32 per instance, about 11 tokens per
-# micro-batch. StepMesh Table 1's "128 x 7168" is a per-instance tensor of up to 128 tokens; we
-# run at a quarter of it so that the FFN links (100 Gbit/s here) carry the A2F incast at about
-# 36% and the F2A fan-out at about 72% of a 273 us stage: loaded, not saturated (docs/workloads.md).
-DEFAULT_MAX_BATCH = 512
+TPOT_TARGET_US = 50_000  # 20 tokens/s SLA, StepMesh Introduction.md (50 ms TPOT)
+
+
+@dataclass(frozen=True)
+class AfdModel:
+    """One model's AFD parameters (``workload.params.model``).
+
+    Fields: hidden_size (elements per token row), layers (decoder layers), a2f/f2a
+    bytes per element, attention/FFN op time per layer and micro-batch (us), max_batch
+    (default active requests, across all attention instances), source (where each number
+    comes from).
+    """
+
+    name: str
+    hidden_size: int
+    layers: int
+    a2f_bytes_per_elem: int
+    f2a_bytes_per_elem: int
+    attention_op_us: float
+    ffn_op_us: float
+    max_batch: int
+    source: str
+
+
+def _budget_op_us(layers: int) -> float:
+    """Op time when a token meets the 50 ms TPOT SLA with attention ~= FFN over a 3-micro-batch
+    pipeline: 50 ms / (layers * 3). This is how StepMesh derives Step-3's 273 us; no AFD paper
+    we could read gives batch-scaled op times for the other models (docs/workloads.md)."""
+    return TPOT_TARGET_US / (layers * MICROBATCHES)
+
+
+def _same_load_batch(hidden_size: int, op_us: float) -> int:
+    """Default max_batch offering the FFN links the same bytes per op time as Step-3's
+    512 (A2F incast ~36%, F2A fan-out ~72% of a 100 Gbit/s link): 512 * (op / 273 us) *
+    (7168 / hidden_size), rounded."""
+    return round(512 * (op_us / 273.0) * (7168 / hidden_size))
+
+
+# Step-3: stepfun-ai/StepMesh Introduction.md ("Traffic Characteristics of AFD", Table 1
+# "128 x 7168", FP8 A2F / BF16 F2A, "Step-3 has 61 layers", A_{x,y} <= 273 us, A ~= F).
+# max_batch 512: 32 active requests per attention instance, a quarter of Table 1's 128-token
+# tensor, so the FFN links are loaded, not saturated (docs/workloads.md).
+# The others: hidden_size and num_hidden_layers from the model's published config.json;
+# A2F FP8 / F2A BF16 as StepMesh (a deployment choice: the FFN runs FP8 GEMMs); op times by
+# the StepMesh budget derivation (:func:`_budget_op_us`); max_batch by :func:`_same_load_batch`.
+_LLAMA_OP = _budget_op_us(80)
+_MIXTRAL_OP = _budget_op_us(56)
+_QWEN3_OP = _budget_op_us(94)
+MODELS = {
+    "step3": AfdModel("step3", 7168, 61, 1, 2, 273.0, 273.0, 512,
+                      "StepMesh Introduction.md, Step-3 (arXiv 2507.19427)"),
+    # Dense: the FFN instances hold the MLP split tensor-parallel along the intermediate
+    # dimension (28672); each needs every token (A2F broadcast) and returns a partial sum
+    # (F2A), which the attention instance adds: the same traffic as Step-3's experts.
+    "llama-3-70b": AfdModel("llama-3-70b", 8192, 80, 1, 2, _LLAMA_OP, _LLAMA_OP, _same_load_batch(8192, _LLAMA_OP),
+                            "meta-llama/Meta-Llama-3-70B config.json (hidden_size 8192, num_hidden_layers 80)"),
+    "mixtral-8x22b": AfdModel("mixtral-8x22b", 6144, 56, 1, 2, _MIXTRAL_OP, _MIXTRAL_OP,
+                              _same_load_batch(6144, _MIXTRAL_OP),
+                              "mistralai/Mixtral-8x22B-v0.1 config.json (hidden_size 6144, num_hidden_layers 56, "
+                              "8 experts, top-2); MegaScale-Infer (arXiv 2504.02263) serves it disaggregated"),
+    "qwen3-235b-a22b": AfdModel("qwen3-235b-a22b", 4096, 94, 1, 2, _QWEN3_OP, _QWEN3_OP,
+                                _same_load_batch(4096, _QWEN3_OP),
+                                "Qwen/Qwen3-235B-A22B config.json (hidden_size 4096, num_hidden_layers 94, "
+                                "128 experts, top-8)"),
+}
+DEFAULT_MODEL = "step3"
 NS_PER_S = 1_000_000_000
 
 
@@ -143,16 +200,45 @@ def load_trace(path: str | Path) -> tuple[Request, ...]:
     return tuple(Request(t - t0, g) for t, g in rows)
 
 
+def _model(params: dict[str, Any]) -> AfdModel:
+    """The preset named by ``params["model"]`` with the explicit overrides applied.
+
+    Raises:
+        InvalidInput: unknown preset or an override out of range (naming the field).
+    """
+    name = params.get("model", DEFAULT_MODEL)
+    if name not in MODELS:
+        raise InvalidInput("workload.params.model", f"must be one of {', '.join(MODELS)}, got {name!r}")
+    base = MODELS[name]
+    elem = {}
+    for field in ("a2f_bytes_per_elem", "f2a_bytes_per_elem"):
+        v = params.get(field, getattr(base, field))
+        if isinstance(v, bool) or v not in (1, 2, 4):
+            raise InvalidInput(f"workload.params.{field}", f"must be 1, 2 or 4 (FP8, BF16, FP32), got {v!r}")
+        elem[field] = int(v)
+    return replace(
+        base,
+        hidden_size=int_param(params, "hidden_size", base.hidden_size, 64, 65_536),
+        layers=int_param(params, "layers", base.layers, 1, 1000),
+        **elem,
+        attention_op_us=float_param(params, "attention_op_us", base.attention_op_us, 0.0, 100_000.0),
+        ffn_op_us=float_param(params, "ffn_op_us", base.ffn_op_us, 0.0, 100_000.0),
+    )
+
+
 class AfdDecode:
     """16A2F decode driven by the Azure LLM trace (see module docstring).
 
-    Params: n_attn (16, 1..64), n_ffn (2, 1..16), layers_simulated (2, 1..61), decode_steps
+    Params: n_attn (16, 1..64), n_ffn (2, 1..16), layers_simulated (2, 1..the model's layers), decode_steps
     (12, 2..10000), microbatches (3, 1..16), max_batch (128, 1..100000 active requests),
     time_compression (20.0, > 0: trace time is divided by it, so larger = more load),
     trace ("conv" | "code" | a CSV path), trace_offset_s (0.0), warmup_steps (200),
     compute_scale (1.0, (0, 1000]), bytes_scale (1.0, (0, 100]), compute_jitter (0.0, [0, 0.5]:
     each op's duration varies uniformly by up to this fraction, drawn per seed and op;
-    :mod:`safs.experiments.workloads.jitter`).
+    :mod:`safs.experiments.workloads.jitter`); model ("step3", a key of :data:`MODELS`) and
+    its overrides hidden_size (64..65536), layers (1..1000), a2f_bytes_per_elem and
+    f2a_bytes_per_elem (1, 2 or 4), attention_op_us and ffn_op_us ((0, 100000]); max_batch
+    defaults to the model's.
 
     ``seed`` (the run's seed) only matters when ``compute_jitter`` > 0.
 
@@ -164,7 +250,8 @@ class AfdDecode:
 
     KNOWN = {"n_attn", "n_ffn", "layers_simulated", "decode_steps", "microbatches", "max_batch",
              "time_compression", "trace", "trace_offset_s", "warmup_steps", "compute_scale", "bytes_scale",
-             "compute_jitter"}
+             "compute_jitter", "model", "hidden_size", "layers", "a2f_bytes_per_elem", "f2a_bytes_per_elem",
+             "attention_op_us", "ffn_op_us"}
 
     def __init__(self, params: dict[str, Any], topology: Any = None, source: str | None = None,
                  seed: int = 1) -> None:
@@ -174,16 +261,19 @@ class AfdDecode:
         self.jitter = jitter_param(params)
         self.n_attn = int_param(params, "n_attn", 16, 1, 64)
         self.n_ffn = int_param(params, "n_ffn", 2, 1, 16)
-        self.layers = int_param(params, "layers_simulated", 2, 1, MODEL_LAYERS)
+        self.model = _model(params)
+        self.model_layers = self.model.layers
+        self.layers = int_param(params, "layers_simulated", 2, 1, self.model_layers)
         self.steps = int_param(params, "decode_steps", 12, 2, 10_000)
         self.m = int_param(params, "microbatches", MICROBATCHES, 1, 16)
-        self.max_batch = int_param(params, "max_batch", DEFAULT_MAX_BATCH, 1, 100_000)
+        self.max_batch = int_param(params, "max_batch", self.model.max_batch, 1, 100_000)
         self.compression = float_param(params, "time_compression", 20.0, 0.0, 1e9)
         self.offset_ns = round(float(params.get("trace_offset_s", 0.0)) * NS_PER_S)
         self.warmup_steps = int_param(params, "warmup_steps", 200, 0, 1_000_000)
         compute_scale = float_param(params, "compute_scale", 1.0, 0.0, 1000.0)
         self.bytes_scale = float_param(params, "bytes_scale", 1.0, 0.0, 100.0)
-        self.compute_ns = max(1, round(STAGE_COMPUTE_NS * compute_scale))
+        self.attention_ns = max(1, round(self.model.attention_op_us * 1000 * compute_scale))
+        self.ffn_ns = max(1, round(self.model.ffn_op_us * 1000 * compute_scale))
         trace = params.get("trace", "conv")
         trace_path = DATA_DIR / TRACES[trace] if trace in TRACES else Path(str(trace))
         self.requests = load_trace(trace_path)
@@ -231,13 +321,13 @@ class AfdDecode:
         return list(self._host_load)
 
     def _ideal_layer_ns(self) -> int:
-        return self.m * self.compute_ns  # per layer, pipelined micro-batches, A ~= F
+        return self.m * max(self.attention_ns, self.ffn_ns)  # per layer: the slower side paces the pipeline
 
     # -- closed loop -----------------------------------------------------------------------
     def start(self, api: WorkloadAPI) -> None:
         self._api = api
         self._reset_batching()
-        step_virtual = self._ideal_layer_ns() * MODEL_LAYERS
+        step_virtual = self._ideal_layer_ns() * self.model_layers
         for _ in range(self.warmup_steps):
             self._advance_batch()
             self._virtual_ns += step_virtual
@@ -257,7 +347,7 @@ class AfdDecode:
     def _tokens(self, step: int) -> list[list[int]]:
         if step not in self._step_tokens:
             api = self._api
-            self._virtual_ns = self._virtual_t0 + (api.now() - self._t0) * MODEL_LAYERS // self.layers
+            self._virtual_ns = self._virtual_t0 + (api.now() - self._t0) * self.model_layers // self.layers
             per_host = self._advance_batch()
             self.batch_sizes.append(sum(per_host))
             self._step_tokens[step] = [[max(1, t // self.m + (1 if k < t % self.m else 0)) for k in range(self.m)]
@@ -273,13 +363,14 @@ class AfdDecode:
             inst.add(nxt, self._op_ns(inst.name, nxt), needs)
 
     def _op_ns(self, host: str, key: tuple[int, int]) -> int:
-        return jittered_ns(self.compute_ns, self.jitter, self.seed, host, key)
+        nominal = self.ffn_ns if host in self.ffn else self.attention_ns
+        return jittered_ns(nominal, self.jitter, self.seed, host, key)
 
     def _transfer_ns(self, src: str, dst: str, size: int) -> int:
         return self.topology.min_transfer_ns(src, dst, size) if self.topology is not None else 0
 
     def _bytes(self, tokens: int, bytes_per_elem: int) -> int:
-        return max(1, round(tokens * HIDDEN_SIZE * bytes_per_elem * self.bytes_scale))
+        return max(1, round(tokens * self.model.hidden_size * bytes_per_elem * self.bytes_scale))
 
     def _attn_begin(self, i: int, key: tuple[int, int], end: int) -> None:
         """A(g, k) starts on attention host i: announce its A2F transfers, sent at ``end``.
@@ -293,8 +384,8 @@ class AfdDecode:
         if step >= self.steps:
             return
         tokens = self._tokens(step)
-        size = self._bytes(tokens[i][k], A2F_BYTES_PER_ELEM)
-        incast = sum(self._bytes(t[k], A2F_BYTES_PER_ELEM) for t in tokens)
+        size = self._bytes(tokens[i][k], self.model.a2f_bytes_per_elem)
+        incast = sum(self._bytes(t[k], self.model.a2f_bytes_per_elem) for t in tokens)
         for j, inst in enumerate(self._ffn_inst):
             self._ensure(inst, g, k, self.n_attn)
             deadline = inst.no_bubble_ts((g, k), end, self._transfer_ns(self.attn[i], self.ffn[j], incast))
@@ -310,10 +401,10 @@ class AfdDecode:
         """
         g, k = key
         tokens = self._tokens(g // self.layers)
-        fanout = sum(self._bytes(t[k], F2A_BYTES_PER_ELEM) for t in tokens)
+        fanout = sum(self._bytes(t[k], self.model.f2a_bytes_per_elem) for t in tokens)
         for i, inst in enumerate(self._attn_inst):
             self._ensure(inst, g + 1, k, self.n_ffn)
-            size = self._bytes(tokens[i][k], F2A_BYTES_PER_ELEM)
+            size = self._bytes(tokens[i][k], self.model.f2a_bytes_per_elem)
             deadline = inst.no_bubble_ts((g + 1, k), end, self._transfer_ns(self.ffn[j], self.attn[i], fanout))
             spec = FlowSpec(self.ffn[j], self.attn[i], size, deadline, f"F2A l{g} mb{k} {self.ffn[j]}->{self.attn[i]}",
                             "pipeline")
@@ -334,9 +425,9 @@ class AfdDecode:
         return len(self.step_end_ns) >= self.steps
 
     def tpot_samples_ns(self) -> list[int]:
-        """TPOT per step n >= 1, scaled to all 61 layers (ns)."""
+        """TPOT per step n >= 1, scaled to all the model's layers (ns)."""
         ends = self.step_end_ns
-        return [(b - a) * MODEL_LAYERS // self.layers for a, b in zip(ends, ends[1:])]
+        return [(b - a) * self.model_layers // self.layers for a, b in zip(ends, ends[1:])]
 
     def dependencies(self) -> list[DependencySpec]:
         """A2F from every attention host to every FFN host and F2A back (known at launch)."""

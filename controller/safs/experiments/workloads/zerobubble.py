@@ -1,4 +1,4 @@
-"""ZeroBubble ZB-H1 pipeline-parallel training (Qi et al., "Zero Bubble Pipeline
+"""ZeroBubble ZB-H1 (or 1F1B) pipeline-parallel training (Qi et al., "Zero Bubble Pipeline
 Parallelism", ICLR 2024).
 
 Schedule (pure, :func:`zb_h1_order`): stage ``s`` of ``p`` (0-based) runs
@@ -120,6 +120,37 @@ def zb_h1_order(p: int, m: int) -> list[list[Op]]:
     return order
 
 
+def one_f_one_b_order(p: int, m: int) -> list[list[Op]]:
+    """The 1F1B (PipeDream-flush / Megatron) op order of every stage. Pure.
+
+    Stage ``s`` runs ``w = min(p-s-1, m)`` warm-up F, then ``m-w`` (F, B) rounds, then ``w``
+    cool-down B. The backward pass is not split: each B computes the input and the weight
+    gradient (its duration is T_B + T_W) and there is no W op.
+
+    Raises:
+        InvalidInput: p or m < 1.
+    """
+    if p < 1 or m < 1:
+        raise InvalidInput("stages/microbatches", f"need p >= 1 and m >= 1, got p={p}, m={m}")
+    order = []
+    for s in range(p):
+        warmup = min(p - s - 1, m)
+        ops = [Op("F", i) for i in range(warmup)]
+        for i in range(m - warmup):
+            ops += [Op("F", warmup + i), Op("B", i)]
+        ops += [Op("B", i) for i in range(m - warmup, m)]
+        order.append(ops)
+    return order
+
+
+def one_f_one_b_formula_ns(p: int, m: int, t_f: int, t_b: int, t_w: int) -> int:
+    """(m + p - 1)(T_F+T_B+T_W): 1F1B makespan, bubble (p-1)(T_F+T_B+T_W) from the paper's Table 2."""
+    return (m + p - 1) * (t_f + t_b + t_w)
+
+
+SCHEDULES = {"zb-h1": zb_h1_order, "1f1b": one_f_one_b_order}
+
+
 def op_inputs(p: int, s: int, op: Op) -> list[tuple[int, Op]]:
     """Cross-stage inputs of ``op`` on stage ``s``: list of (producer stage, producer op)."""
     if op.kind == "F" and s > 0:
@@ -187,7 +218,8 @@ class ZeroBubbleTraining:
     Params (``workload.params`` of a scenario):
         stages (4, 2..16), microbatches (8, 1..256; >= stages recommended), iterations (2,
         1..100), model ("1.5B"; keys of :data:`MODELS`), scale (0.01, (0, 1]), mfu (0.5,
-        (0, 1]: fraction of the A100 BF16 peak achieved), compute_jitter (0.0, [0, 0.5]: each
+        (0, 1]: fraction of the A100 BF16 peak achieved), schedule ("zb-h1" | "1f1b"),
+        compute_jitter (0.0, [0, 0.5]: each
         op's duration varies uniformly by up to this fraction, drawn per seed, iteration and op;
         :mod:`safs.experiments.workloads.jitter`). ``seed`` (the run's seed) only matters with jitter.
 
@@ -207,7 +239,7 @@ class ZeroBubbleTraining:
     """
 
     def __init__(self, params: dict[str, Any], topology: Any = None, seed: int = 1) -> None:
-        known = {"stages", "microbatches", "iterations", "model", "scale", "mfu", "compute_jitter"}
+        known = {"stages", "microbatches", "iterations", "model", "scale", "mfu", "compute_jitter", "schedule"}
         check_known(params, known)
         self.params = dict(params)
         self.seed = seed
@@ -238,7 +270,13 @@ class ZeroBubbleTraining:
                     raise InvalidInput("workload.params.stages",
                                        f"topology {topology.name!r} has no host {host!r} "
                                        f"(needs stage0..stage{self.p - 1})")
-        self.order = zb_h1_order(self.p, self.m)
+        schedule = params.get("schedule", "zb-h1")
+        if schedule not in SCHEDULES:
+            raise InvalidInput("workload.params.schedule", f"must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+        self.order = SCHEDULES[schedule](self.p, self.m)
+        # 1F1B does not split the backward pass: its B carries the weight gradient too.
+        self.durations = ({"F": self.t_f, "B": self.t_b + self.t_w} if schedule == "1f1b"
+                          else {"F": self.t_f, "B": self.t_b, "W": self.t_w})
         self.iteration_times_ns: list[int] = []
         self._first_end_ns: int | None = None
         self._api: WorkloadAPI | None = None
@@ -262,7 +300,8 @@ class ZeroBubbleTraining:
         :class:`~safs.experiments.workloads.ideal.IdealNetwork`, every transfer at its own uncontended time.
         """
         if self.jitter == 0:
-            return makespan(schedule_times(self.order, self.t_f, self.t_b, self.t_w, self.comm_ns()))
+            d = self.durations
+            return makespan(schedule_times(self.order, d["F"], d["B"], d.get("W", 0), self.comm_ns()))
         twin = ZeroBubbleTraining(self.params, self.topology, seed=self.seed)
         net = (
             IdealNetwork(self.topology, keep_flows=False)
@@ -285,7 +324,7 @@ class ZeroBubbleTraining:
         api = self._api
         self._it = it
         self._it_start = api.now()
-        self._ops_left = self.p * 3 * self.m
+        self._ops_left = sum(len(ops) for ops in self.order)
         self._stages = []
         for s in range(self.p):
             inst = SerialInstance(
@@ -296,10 +335,9 @@ class ZeroBubbleTraining:
                 paused=True,
             )
             self._stages.append(inst)
-        dur = {"F": self.t_f, "B": self.t_b, "W": self.t_w}
         for s, ops in enumerate(self.order):
             for op in ops:
-                duration = jittered_ns(dur[op.kind], self.jitter, self.seed, self.hosts[s], (it, op))
+                duration = jittered_ns(self.durations[op.kind], self.jitter, self.seed, self.hosts[s], (it, op))
                 self._stages[s].add(op, duration, len(op_inputs(self.p, s, op)))
         for inst in self._stages:
             inst.resume()
