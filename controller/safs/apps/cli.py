@@ -166,18 +166,21 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float:
     return statistics.fmean(vals) if vals else float("nan")
 
 
-def summary_table(name: str, records: list[dict[str, Any]]) -> Table:
-    """One row per (policy, swept parameters): means over seeds and repetitions; misses summed."""
+def summary_table(name: str, records: list[dict[str, Any]], swept: Sequence[str] = ()) -> Table:
+    """One row per (policy, swept parameters): means over seeds and repetitions; misses summed.
+    ``swept``: the scenario's ``workload.sweep`` parameters, one column each."""
     has_tpot = any("tpot_p99_ms" in r for r in records)
     has_iter = any("iteration_time_ms" in r for r in records)
+    has_coll = any("collective_time_ms" in r for r in records)
     has_load = any(r["load"] for r in records)
+
     runs = len({(r["seed"], r["repetition"]) for r in records})
     target = records[0]["target"] if records else "?"
     profiles = sorted({str(r["control_profile"]) for r in records if "control_profile" in r})
     has_control = any("control_updates_per_s" in r for r in records)
     profile_note = "".join(f"; control profile {p}{' (ablation)' if p.startswith('ideal') else ''}" for p in profiles)
     table = Table(title=f"{name} (target {target}{profile_note}; {runs} run(s) per row, means; misses summed)")
-    for col in ("policy", "bg"):
+    for col in ("policy", *swept, "bg"):
         table.add_column(col)
     if has_load:
         table.add_column("load")
@@ -185,6 +188,8 @@ def summary_table(name: str, records: list[dict[str, Any]]) -> Table:
         table.add_column("TPOT ms p50/p99", justify="right")
     if has_iter:
         table.add_column("iter ms (/ideal)", justify="right")
+    if has_coll:
+        table.add_column("coll ms (/bound)", justify="right")
     for col in ("misses", "late p99 ms", "pipe FCT ms mean/p99", "bg FCT ms mean/p99", "ctrl/data B"):
         table.add_column(col, justify="right")
     if has_control:
@@ -192,13 +197,16 @@ def summary_table(name: str, records: list[dict[str, Any]]) -> Table:
             table.add_column(col, justify="right")
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in records:
-        groups.setdefault((r["background_flows"], r["load"], r["policy"]), []).append(r)
-    for (bulk, load, policy), rows in groups.items():
-        cells = [policy, str(bulk)] + ([_fmt(load)] if has_load else [])
+        key = (tuple(r[k] for k in swept), r["background_flows"], r["load"], r["policy"])
+        groups.setdefault(key, []).append(r)
+    for (values, bulk, load, policy), rows in groups.items():
+        cells = [policy, *(str(v) for v in values), str(bulk)] + ([_fmt(load)] if has_load else [])
         if has_tpot:
             cells.append(f"{_fmt(_mean(rows, 'tpot_p50_ms'))}/{_fmt(_mean(rows, 'tpot_p99_ms'))}")
         if has_iter:
             cells.append(f"{_fmt(_mean(rows, 'iteration_time_ms'))} ({_fmt(_mean(rows, 'iteration_time_ratio'))})")
+        if has_coll:
+            cells.append(f"{_fmt(_mean(rows, 'collective_time_ms'))} ({_fmt(_mean(rows, 'collective_ratio'))})")
         misses = sum(int(r["pipeline_deadline_misses"]) for r in rows)
         flows = sum(int(r["pipeline_flows"]) for r in rows)
         cells += [
@@ -267,7 +275,7 @@ def _run_all(args: argparse.Namespace, console: Console, scenarios: list[Any]) -
             )
             all_records.extend(records)
             write_results(all_records, args.out)  # after each scenario: nothing finished is lost
-            progress.console.print(summary_table(scenario.name, records))
+            progress.console.print(summary_table(scenario.name, records, list(scenario.workload.sweep)))
     n = len(all_records)
     console.print(
         f"wrote {n} record{'s' if n != 1 else ''} to {args.out / 'results.json'} (and results.csv); "

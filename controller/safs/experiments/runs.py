@@ -26,10 +26,12 @@ class RunSpec:
     repetition: int
     background_flows: int
     load: float
+    workload_sweep: tuple[tuple[str, Any], ...] = ()  # (param, value) of the scenario's workload.sweep
 
-    def params(self) -> dict[str, float]:
-        """The swept workload parameters, as recorded (``background_flows``, ``load``)."""
-        return {"background_flows": self.background_flows, "load": self.load}
+    def params(self) -> dict[str, Any]:
+        """The swept parameters, as recorded (``background_flows``, ``load``, then each
+        ``workload.sweep`` parameter under its own name)."""
+        return {"background_flows": self.background_flows, "load": self.load, **dict(self.workload_sweep)}
 
     def record_head(self, scenario: Scenario, backend: str) -> dict[str, Any]:
         """The identity keys that start every record of this run (docs/results.md)."""
@@ -39,11 +41,14 @@ class RunSpec:
 
 def expand(scenario: Scenario) -> Iterator[RunSpec]:
     """All runs of a scenario in a fixed order (parameters, then policy, seed, repetition)."""
-    for bulk, load, policy, seed, rep in itertools.product(
-        scenario.background.bulk_flows, scenario.background.load, scenario.policies, scenario.seeds,
+    sweep = scenario.workload.sweep
+    combos = [tuple(zip(sweep, values)) for values in itertools.product(*sweep.values())]
+    for combo, bulk, load, policy, seed, rep in itertools.product(
+        combos, scenario.background.bulk_flows, scenario.background.load, scenario.policies, scenario.seeds,
         range(scenario.repetitions)
     ):
-        yield RunSpec(policy=policy, seed=seed, repetition=rep, background_flows=bulk, load=load)
+        yield RunSpec(policy=policy, seed=seed, repetition=rep, background_flows=bulk, load=load,
+                      workload_sweep=combo)
 
 
 def build_run(scenario: Scenario, spec: RunSpec) -> tuple[Topology, Workload, SimConfig]:
@@ -61,7 +66,8 @@ def build_run(scenario: Scenario, spec: RunSpec) -> tuple[Topology, Workload, Si
                                         max_time_ns=int(scenario.max_time_ms * 1_000_000))
         topology.mtu_bytes = config.mtu_bytes  # ideal times and no-bubble floors at the run's MTU
         workload = build_workload(
-            scenario.workload.kind, scenario.workload.params, topology, seed=run_seed(spec),
+            scenario.workload.kind, {**scenario.workload.params, **dict(spec.workload_sweep)}, topology,
+            seed=run_seed(spec),
             background_flows=spec.background_flows, load=spec.load,
             distribution=scenario.background.distribution, source=scenario.source, horizon_ns=config.max_time_ns,
         )

@@ -6,8 +6,9 @@ the parameters to sweep. Example (scenarios/zerobubble.yaml)::
     name: zerobubble
     topology: ../topologies/zerobubble-pp.yaml   # relative to the scenario file
     workload:
-      kind: zerobubble                 # afd | zerobubble | urgent | trace
+      kind: zerobubble                 # afd | zerobubble | urgent | trace | a collective
       params: {stages: 4, microbatches: 8, iterations: 2}
+      sweep: {microbatches: [4, 8]}    # optional: one run per value, merged into params
     background:
       bulk_flows: [0, 2, 4]            # swept: one run per value
       load: 0.0                        # Poisson arrivals, fraction of the receiver link
@@ -35,14 +36,32 @@ from safs.core.config import ConfigModel
 from safs.core.errors import InvalidInput
 from safs.core.files import load_yaml
 
-WORKLOAD_KINDS = ("afd", "zerobubble", "urgent", "trace")
+WORKLOAD_KINDS = ("afd", "zerobubble", "urgent", "trace", "alltoall", "allreduce", "allgather", "reduce-scatter")
+
+
+# Keys that identify a run in its record (docs/results.md); a workload.sweep may not reuse them.
+RECORD_IDENTITY = ("scenario", "target", "policy", "seed", "repetition", "background_flows", "load")
 
 
 class WorkloadSpec(ConfigModel):
     """Which workload and its constructor parameters (checked by the workload itself)."""
 
-    kind: Literal["afd", "zerobubble", "urgent", "trace"]
+    kind: Literal["afd", "zerobubble", "urgent", "trace", "alltoall", "allreduce", "allgather", "reduce-scatter"]
     params: dict[str, Any] = Field(default_factory=dict)
+    # Swept workload parameters: one run per combination of values, each merged into params
+    # and recorded under its own key (docs/results.md), e.g. {size_bytes: [65536, 4194304]}.
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)
+
+    @field_validator("sweep")
+    @classmethod
+    def _sweep_lists(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in v.items():
+            if key in RECORD_IDENTITY:
+                raise ValueError(f"sweep.{key}: {key!r} is a record key, not a workload parameter")
+            if not values:
+                raise ValueError(f"sweep.{key}: needs at least one value")
+            _unique(values, f"sweep.{key}")
+        return v
 
 
 class BackgroundSpec(ConfigModel):

@@ -1,5 +1,5 @@
 """Workloads: AFD 16A2F decode, ZeroBubble ZB-H1 training, the urgent-flow microbenchmark,
-background traffic, flow traces.
+collectives (all-to-all, allreduce, allgather, reduce-scatter), background traffic, flow traces.
 
 Workloads drive a network through :class:`~safs.experiments.workloads.api.WorkloadAPI` (the simulator or
 :class:`~safs.experiments.workloads.ideal.IdealNetwork`); see docs/workloads.md. The runner builds one
@@ -17,13 +17,14 @@ from safs.core.errors import InvalidInput
 from safs.experiments.workloads.afd import AfdDecode
 from safs.experiments.workloads.api import FlowSpec, Workload, WorkloadAPI
 from safs.experiments.workloads.background import BulkFlows, PoissonArrivals, WithBackground
+from safs.experiments.workloads.collective import COLLECTIVES, Collective
 from safs.experiments.workloads.trace import TraceWorkload, load_trace_file
 from safs.experiments.workloads.urgent import UrgentIncast
 from safs.experiments.workloads.zerobubble import ZeroBubbleTraining
 
 __all__ = ["FlowSpec", "Workload", "WorkloadAPI", "build_workload", "background_hosts"]
 
-KINDS = ("afd", "zerobubble", "urgent", "trace")
+KINDS = ("afd", "zerobubble", "urgent", "trace", *COLLECTIVES)
 
 
 def background_hosts(topology: Any) -> list[str]:
@@ -37,7 +38,8 @@ def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int =
     """Build a pipeline workload plus its background traffic.
 
     Args:
-        kind: ``"afd"``, ``"zerobubble"``, ``"urgent"`` or ``"trace"``.
+        kind: ``"afd"``, ``"zerobubble"``, ``"urgent"``, ``"trace"`` or a collective
+            (``"alltoall"``, ``"allreduce"``, ``"allgather"``, ``"reduce-scatter"``).
         params: the workload's parameters (checked by the workload; see docs/workloads.md).
         topology: a :class:`safs.core.topology.Topology`.
         seed: seeds the background traffic's ``random.Random``, the urgent workload's draws and
@@ -58,6 +60,8 @@ def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int =
         main = ZeroBubbleTraining(params, topology, seed=seed)
     elif kind == "urgent":
         main = UrgentIncast(params, topology, seed)
+    elif kind in COLLECTIVES:
+        main = Collective(kind, params, topology, seed)
     elif kind == "trace":
         if set(params) - {"path"} or "path" not in params:
             raise InvalidInput("workload.params", "trace workloads take exactly one parameter: path", source)
