@@ -14,6 +14,7 @@ from safs.core.errors import InvalidInput
 from safs.experiments.eval.experiments import (
     CHECK_MODULES,
     EXPERIMENTS,
+    _verdict_collective,
     check_missing,
     experiment,
     summarize,
@@ -50,9 +51,31 @@ def test_summarize_groups_by_policy_and_level() -> None:
     assert rows[1]["m_ci95"] == pytest.approx(t_interval([3.0, 4.0, 5.0])[1])
 
 
+def test_summarize_keeps_swept_values_apart() -> None:
+    recs = [{"policy": "safs", "size_bytes": z, "background_flows": 0, "load": 0.0, "m": float(z)}
+            for z in (1, 2) for _ in range(2)]
+    rows = summarize(recs, ("m",), ("size_bytes",))
+    assert [(r["size_bytes"], r["runs"], r["m_mean"]) for r in rows] == [(1, 2, 1.0), (2, 2, 2.0)]
+
+
+def test_collective_verdict_checks_the_bound_and_the_baselines_at_the_largest_size() -> None:
+    def row(policy: str, size: int, bg: int, t: float, ratio: float) -> dict:
+        return {"policy": policy, "size_bytes": size, "algorithm": "ring", "background_flows": bg, "load": 0.0,
+                "runs": 1, "collective_time_ms_mean": t, "collective_ratio_mean": ratio}
+    rows = [row("safs", 1, 2, 9.0, 9.0), row("safs", 8, 2, 1.04, 1.04), row("homa", 8, 2, 1.0, 1.0),
+            row("dctcp", 8, 2, 2.0, 2.0), row("safs", 8, 0, 1.2, 1.2)]
+    verdict = {v["check"]: v["pass"] for v in _verdict_collective(rows)}
+    assert verdict == {
+        "size_bytes=8, algorithm=ring, bg=2: SAFS collective time / bandwidth bound": True,
+        "size_bytes=8, algorithm=ring, bg=2: SAFS collective time below homa": False,
+        "size_bytes=8, algorithm=ring, bg=2: SAFS collective time below dctcp": True,
+        "size_bytes=8, algorithm=ring, bg=0: SAFS collective time / bandwidth bound": False,
+    }
+
+
 # ---- registry and bad names ------------------------------------------------------------------
 def test_experiments_list_every_policy_and_three_seeds() -> None:
-    assert set(EXPERIMENTS) == {"zerobubble", "afd-16a2f", "urgent"}
+    assert set(EXPERIMENTS) == {"zerobubble", "afd-16a2f", "urgent", "collective-allreduce", "collective-alltoall"}
     for exp in EXPERIMENTS.values():
         scenario = exp.load()
         assert len(scenario.seeds) == 3
@@ -67,7 +90,7 @@ def test_unknown_experiment_lists_valid_names(capsys: pytest.CaptureFixture[str]
     for name in (*EXPERIMENTS, "baseline-checks", "all"):
         assert name in err.value.message
     assert main(["eval", "zerobubbles"]) == 2
-    assert "valid: zerobubble, afd-16a2f, urgent" in capsys.readouterr().err
+    assert "valid: zerobubble, afd-16a2f, urgent, collective-allreduce, collective-alltoall" in capsys.readouterr().err
 
 
 def test_list_names_every_experiment(capsys: pytest.CaptureFixture[str]) -> None:
@@ -278,7 +301,8 @@ def test_rerun_keeps_earlier_files_merges_timing_and_replot_reports_missing(
     assert main(["eval", "all", "--replot", "--out", str(out)]) == 1
     text = capsys.readouterr().out
     missing = [ln for ln in text.splitlines() if "no earlier results to replot" in ln]
-    assert len(missing) == 2 and "afd-16a2f" in missing[0] and "urgent" in missing[1]
+    assert len(missing) == 4 and "afd-16a2f" in missing[0] and "urgent" in missing[1]
+    assert "collective-allreduce" in missing[2] and "collective-alltoall" in missing[3]
     assert "zerobubble: mean ± 95% t-interval" in text
 
 

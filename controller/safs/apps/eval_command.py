@@ -81,11 +81,12 @@ def _fmt(mean: float, half: float) -> str:
 
 def _summary_table(exp: Any, rows: list[dict[str, Any]]) -> Table:
     table = Table(title=f"{exp.name}: mean ± 95% t-interval half-width over seeds")
-    for col in ("policy", "bg", "runs", *exp.metrics):
+    for col in ("policy", *exp.group_by, "bg", "runs", *exp.metrics):
         table.add_column(col, justify="left" if col == "policy" else "right")
     for r in rows:
         table.add_row(
             r["policy"],
+            *(str(r[k]) for k in exp.group_by),
             str(r["background_flows"]),
             str(r["runs"]),
             *[_fmt(r[f"{m}_mean"], r[f"{m}_ci95"]) for m in exp.metrics],
@@ -94,7 +95,7 @@ def _summary_table(exp: Any, rows: list[dict[str, Any]]) -> Table:
 
 
 def _verdict_table(name: str, verdict: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"{name}: against the paper")
+    table = Table(title=f"{name}: against the paper or the issue's target")
     for col in ("check", "ours", "paper", "pass"):
         table.add_column(col)
     for v in verdict:

@@ -1,4 +1,4 @@
-"""The SAFS paper's three experiments, run as ``safs eval NAME`` (docs/evaluation.md).
+"""The SAFS paper's three experiments and the collectives, run as ``safs eval NAME`` (docs/evaluation.md).
 
 An :class:`Experiment` is a shipped scenario (every policy, 3 seeds) plus what to report: the
 headline metrics (mean and 95% confidence interval over seeds per policy and background
@@ -64,18 +64,22 @@ def t_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[flo
     return mean, float(student_t.ppf(0.5 + confidence / 2, len(vals) - 1)) * sd / math.sqrt(len(vals))
 
 
-def summarize(records: list[dict[str, Any]], metrics: tuple[str, ...]) -> list[dict[str, Any]]:
-    """One row per (policy, background_flows, load): run count and, per metric, mean and CI.
+def summarize(records: list[dict[str, Any]], metrics: tuple[str, ...],
+              group_by: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """One row per (policy, ``group_by`` values, background_flows, load): run count and, per
+    metric, mean and CI. ``group_by``: the scenario's swept workload parameters.
 
-    Row keys: ``policy``, ``background_flows``, ``load``, ``runs``, then ``<metric>_mean`` and
-    ``<metric>_ci95`` (half-width, same unit) for each metric. Rows in first-seen order.
+    Row keys: ``policy``, each ``group_by`` key, ``background_flows``, ``load``, ``runs``, then
+    ``<metric>_mean`` and ``<metric>_ci95`` (half-width, same unit) for each metric. Rows in
+    first-seen order.
     """
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in records:
-        groups.setdefault((r["policy"], r["background_flows"], r["load"]), []).append(r)
+        groups.setdefault((r["policy"], tuple(r[k] for k in group_by), r["background_flows"], r["load"]), []).append(r)
     rows = []
-    for (policy, bulk, load), rs in groups.items():
-        row: dict[str, Any] = {"policy": policy, "background_flows": bulk, "load": load, "runs": len(rs)}
+    for (policy, values, bulk, load), rs in groups.items():
+        row: dict[str, Any] = {"policy": policy, **dict(zip(group_by, values)), "background_flows": bulk,
+                               "load": load, "runs": len(rs)}
         for m in metrics:
             mean, half = t_interval([r.get(m, float("nan")) for r in rs])
             row[f"{m}_mean"] = mean
@@ -140,6 +144,33 @@ def _verdict_urgent(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _verdict_collective(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per case at the largest message: SAFS within 5% of the bandwidth bound, and under
+    background ahead of DCTCP, D2TCP and Homa (the workloads issue's targets)."""
+    size_key = "size_bytes" if any("size_bytes" in r for r in rows) else "tokens_per_rank"
+    largest = max(r[size_key] for r in rows)
+    others = [k for k in rows[0] if k not in ("policy", size_key, "background_flows", "load", "runs")
+              and not k.endswith(("_mean", "_ci95"))]
+    out = []
+    for r in rows:
+        if r["policy"] != "safs" or r[size_key] != largest:
+            continue
+        case = ", ".join(f"{k}={r[k]}" for k in others)
+        where = f"{size_key}={largest}{', ' + case if case else ''}, bg={r['background_flows']}"
+        ratio = r["collective_ratio_mean"]
+        out.append({"check": f"{where}: SAFS collective time / bandwidth bound", "ours": f"{ratio:.3f}",
+                    "paper": "<= 1.05 (workloads issue)", "pass": ratio <= 1.05})
+        if r["background_flows"] == 0:
+            continue
+        same = [x for x in rows if x["policy"] in ("dctcp", "d2tcp", "homa") and x["background_flows"]
+                == r["background_flows"] and all(x[k] == r[k] for k in (size_key, *others))]
+        for x in same:
+            out.append({"check": f"{where}: SAFS collective time below {x['policy']}",
+                        "ours": f"{r['collective_time_ms_mean']:.3f} vs {x['collective_time_ms_mean']:.3f} ms",
+                        "paper": "lower", "pass": r["collective_time_ms_mean"] < x["collective_time_ms_mean"]})
+    return out
+
+
 def ablation(rows: list[dict[str, Any]], metric: str, reference: str = "dctcp") -> list[dict[str, Any]]:
     """How much of SAFS's gain over ``reference`` each ablation keeps, per background level.
 
@@ -192,6 +223,7 @@ class Experiment:
     cdf: str | None = None
     lines: bool = False  # plot metrics as lines over background flows (else grouped bars)
     ablation_metric: str = ""
+    group_by: tuple[str, ...] = ()  # the scenario's workload.sweep keys: one summary row per value
 
     def load(self, quick: bool = False, overrides: dict[str, Any] | None = None) -> Scenario:
         """The experiment's scenario with its overrides (then ``quick``'s, then ``overrides``)."""
@@ -252,6 +284,30 @@ EXPERIMENTS: dict[str, Experiment] = {
             ablation_metric="urgent_deadline_misses",
             quick={"seeds": [1, 2], "max_time_ms": 50},
         ),
+        Experiment(
+            "collective-allreduce",
+            "allreduce (ring, tree) on the 2:1 leaf-spine over a size sweep: time / bandwidth bound",
+            "collective-allreduce-oversub.yaml",
+            ("collective_time_ms", "collective_ratio", "pipeline_deadline_misses"),
+            _verdict_collective,
+            overrides={"policies": ALL_POLICIES, "seeds": [1, 2, 3]},
+            group_by=("size_bytes", "algorithm"),
+            quick={"seeds": [1, 2], "policies": ["safs", "dctcp", "d2tcp", "homa"],
+                   "workload": {"kind": "allreduce", "params": {"iterations": 1},
+                                "sweep": {"size_bytes": [262144, 1048576], "algorithm": ["ring"]}}},
+        ),
+        Experiment(
+            "collective-alltoall",
+            "MoE all-to-all dispatch + combine on the non-blocking ToR over batch size and skew: time / bound",
+            "collective-alltoall-nonblocking.yaml",
+            ("collective_time_ms", "collective_ratio", "pipeline_deadline_misses"),
+            _verdict_collective,
+            overrides={"policies": ALL_POLICIES, "seeds": [1, 2, 3]},
+            group_by=("tokens_per_rank", "skew"),
+            quick={"seeds": [1, 2], "policies": ["safs", "dctcp", "d2tcp", "homa"], "workload": {
+                "kind": "alltoall", "params": {"iterations": 1, "ranks": [f"a{i}" for i in range(8)]},
+                "sweep": {"tokens_per_rank": [16, 64], "skew": [0]}}},
+        ),
     )
 }
 
@@ -298,11 +354,11 @@ def write_outputs(exp: Experiment, outputs: list[RunOutput], out_dir: Path) -> d
     """
     records = [o.record for o in outputs]
     write_results(records, out_dir)
-    identity = ("scenario", "target", "policy", "seed", "repetition", "background_flows", "load")
+    identity = ("scenario", "target", "policy", "seed", "repetition", "background_flows", "load", *exp.group_by)
     with (out_dir / "samples.jsonl").open("w") as fh:
         for o in outputs:
             fh.write(json.dumps({**{k: o.record[k] for k in identity}, **o.samples}) + "\n")
-    rows = summarize(records, exp.metrics)
+    rows = summarize(records, exp.metrics, exp.group_by)
     verdict = exp.verdict(rows)
     ablations = ablation(rows, exp.ablation_metric) if exp.ablation_metric else []
     clean = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]

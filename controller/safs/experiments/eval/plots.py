@@ -31,6 +31,8 @@ LABELS = {
     "urgent_fct_p99_ms": "p99 urgent FCT (ms)",
     "tpot_ms": "TPOT (ms)",
     "urgent_fct_ms": "urgent FCT (ms)",
+    "collective_time_ms": "collective time (ms)",
+    "collective_ratio": "collective time / bandwidth bound",
 }
 
 
@@ -91,12 +93,18 @@ def plot_experiment(exp: Any, records: list[dict[str, Any]], samples: list[dict[
     policies = sorted(listed, key=lambda p: p == "safs")
     levels = sorted({r["background_flows"] for r in rows})
     seeds = len({(r["seed"], r["repetition"]) for r in records})
+    # x positions: background levels, or (swept values..., background) for swept experiments.
+    group = tuple(exp.group_by)
+    xkeys = sorted({(*(r[k] for k in group), r["background_flows"]) for r in rows}, key=str) if group else \
+        [(b,) for b in levels]
+    xlabels = [", ".join(str(v) for v in x) for x in xkeys]
     for metric in exp.metrics:
-        fig, ax = plt.subplots(figsize=(7, 3.6))
+        fig, ax = plt.subplots(figsize=(7 + 0.4 * max(0, len(xkeys) - 6), 3.6))
         width = 0.8 / max(1, len(policies))
         for i, policy in enumerate(policies):
             pts = [
-                next((r for r in rows if r["policy"] == policy and r["background_flows"] == b), None) for b in levels
+                next((r for r in rows if r["policy"] == policy
+                      and (*(r[k] for k in group), r["background_flows"]) == x), None) for x in xkeys
             ]
             mean = np.array([p[f"{metric}_mean"] if p else np.nan for p in pts], dtype=float)
             half = np.array([p[f"{metric}_ci95"] if p else np.nan for p in pts], dtype=float)
@@ -108,7 +116,7 @@ def plot_experiment(exp: Any, records: list[dict[str, Any]], samples: list[dict[
                 )
             else:
                 ax.bar(
-                    np.arange(len(levels)) + offset,
+                    np.arange(len(xkeys)) + offset,
                     mean,
                     width,
                     yerr=err,
@@ -121,8 +129,10 @@ def plot_experiment(exp: Any, records: list[dict[str, Any]], samples: list[dict[
         if exp.lines:
             ax.set_xticks(levels, [str(b) for b in levels])
         else:
-            ax.set_xticks(np.arange(len(levels)), [str(b) for b in levels])
-        ax.set_xlabel("background flows" + (f" (policies dodged by {LINE_DODGE} for visibility)" if exp.lines else ""))
+            tick = {"rotation": 45, "ha": "right", "fontsize": 7} if group else {}
+            ax.set_xticks(np.arange(len(xkeys)), xlabels, **tick)
+        xlabel = ", ".join((*group, "background flows"))
+        ax.set_xlabel(xlabel + (f" (policies dodged by {LINE_DODGE} for visibility)" if exp.lines else ""))
         ax.set_ylabel(LABELS.get(metric, metric))
         if not exp.lines:
             ax.set_ylim(bottom=0)
