@@ -24,7 +24,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
 from safs.core.errors import TargetConnectionError
-from safs.core.target import Lpm, Range  # the project's match values (one place for them)
+from safs.core.target import Lpm, Range, Ternary  # the project's match values (one place for them)
 from safs.targets.p4rt.client import SwitchClient  # the shared session (connection, arbitration, RPCs)
 
 
@@ -149,14 +149,22 @@ class P4RtClient:
     def table_entry(self, table: str, match: dict, action: str | None = None,
                     params: dict | None = None, priority: int = 0,
                     is_default: bool = False) -> p4runtime_pb2.TableEntry:
-        """A TableEntry. ``match`` values: int (exact), :class:`Lpm`, :class:`Range`."""
+        """A TableEntry. ``match`` values: int (exact), :class:`Lpm`, :class:`Range`,
+        :class:`Ternary`; a ternary mask of 0 or the full range is a don't-care and is omitted
+        (P4Runtime's rule, which PI enforces)."""
         ix = self.index
         te = p4runtime_pb2.TableEntry(table_id=ix.table_id(table), priority=priority,
                                       is_default_action=is_default)
         for name, value in match.items():
             mf = ix.match_field(table, name)
+            if (isinstance(value, Ternary) and value.mask == 0) or (
+                    isinstance(value, Range) and (value.low, value.high) == (0, (1 << mf.bitwidth) - 1)):
+                continue
             fm = te.match.add(field_id=mf.id)
-            if isinstance(value, Lpm):
+            if isinstance(value, Ternary):
+                fm.ternary.value = encode(value.value, mf.bitwidth)
+                fm.ternary.mask = encode(value.mask, mf.bitwidth)
+            elif isinstance(value, Lpm):
                 fm.lpm.value = encode(value.value, mf.bitwidth)
                 fm.lpm.prefix_len = value.prefix_len
             elif isinstance(value, Range):

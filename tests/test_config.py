@@ -58,7 +58,7 @@ def test_unknown_keys_are_refused_listing_the_valid_ones() -> None:
     err = _err(SimConfig.from_mapping, {"dctcp": {"gain": 0.1}}, source="s.yaml")
     assert err.field == "sim.dctcp.gain" and err.source == "s.yaml"
     assert err.message == (
-        "unknown key; valid: dupack_threshold, g, initial_cwnd_segments, initial_rto_ns, max_rto_ns, min_rto_ns"
+        "unknown key; valid: dupack_threshold, g, initial_cwnd_segments, initial_rto_ns, max_rto_ns, min_rto_ns, wire"
     )  # mtu_bytes is the simulator's, not the user's
     err = _err(SimConfig.from_mapping, {"dctcp": {"mtu_bytes": 1500}})
     assert err.field == "sim.dctcp.mtu_bytes" and "unknown key" in err.message

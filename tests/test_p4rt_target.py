@@ -266,6 +266,22 @@ def test_every_write_path_in_one_batch_and_read_back(switch, target) -> None:
     assert target.read_table(n.DEP_GRANT) == [grant(7, rate=9, epoch=4, slot=9)]
 
 
+def test_traffic_class_entries_and_aggregate_meters_round_trip(switch, target) -> None:
+    # Ternary and range fields with don't-cares omitted on the wire, read back as written (the
+    # scheduler's form: Ternary(0, 0) and the full Range for "any").
+    cfg = SchedulerConfig.model_validate({"traffic_classes": [
+        {"name": "nccl", "protocol": 17, "dst_ports": [4791, 4791], "roce_qp": 0x100, "roce_qp_mask": 0xF00,
+         "queue": 4},
+        {"name": "bulk", "src": "10.0.1.0/24", "protocol": 17, "dst_ports": [4791, 4791], "queue": 1,
+         "rate_bps": 8_000_000_000}]})
+    sched = Scheduler(two_tors(), {"tor0": PipelineModel("tor0", lambda: 0), "tor1": PipelineModel("tor1", lambda: 0)},
+                      cfg)
+    entries, meters = sched.traffic_class_entries(), sched.traffic_class_meters()
+    target.write([Update(Op.INSERT, e) for e in entries] + [Update(Op.MODIFY, m) for m in meters])
+    assert sorted(target.read_table(n.TRAFFIC_CLASS), key=key) == sorted(entries, key=key)
+    assert target.read_meter(n.AGGREGATE_METER, 2) == meters[0]
+
+
 def exact_value(index: P4InfoIndex, te: p4runtime_pb2.TableEntry, field: str) -> bytes:
     """The bytes of exact match field ``field`` of an encoded dep_grant entry."""
     fid = next(f.id for f in index.table(n.DEP_GRANT).match_fields if f.name == field)

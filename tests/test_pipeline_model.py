@@ -27,7 +27,7 @@ from safs.core.protocol import (
     Color,
     MsgType,
 )
-from safs.core.target import CloneSession, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
+from safs.core.target import CloneSession, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Ternary, Update
 from safs.core.timebase import TIME_MASK, slack_to_key, wrap
 from safs.targets.pipeline_model import CLONE_SESSION_ID_MAX, CONTROL_PACKET_BYTES, PipelineModel, qdepth_bucket
 
@@ -832,3 +832,75 @@ def test_slack_partition_matches_priority_scan(ranges, keys) -> None:
         p.ts = wrap(key ^ (1 << 47))  # now = 0, so the slack key is exactly `key`
         sw.ingress(p, 0)
         assert p.qclass == want
+
+
+# ---------------------------------------------------------------------------- traffic classes
+
+ANY_T, ANY_PORT = Ternary(0, 0), Range(0, 65535)  # don't-care values
+
+
+def aggregate(qclass: int, priority: int, *, src: Ternary = ANY_T, proto: Ternary = ANY_T,
+              dports: Range = ANY_PORT, qp: Ternary = ANY_T, meter: int | None = None) -> TableEntry:
+    match = {n.F_SRC_ADDR: src, n.F_DST_ADDR: Ternary(0, 0), n.F_PROTOCOL: proto,
+             n.F_L4_SRC_PORT: Range(0, 65535), n.F_L4_DST_PORT: dports, n.F_ROCE_QP: qp}
+    if meter is None:
+        return TableEntry(n.TRAFFIC_CLASS, match, n.ACT_SET_TRAFFIC_CLASS, {"qclass": qclass}, priority=priority)
+    return TableEntry(n.TRAFFIC_CLASS, match, n.ACT_SET_METERED_TRAFFIC_CLASS,
+                      {"qclass": qclass, "meter_index": meter}, priority=priority)
+
+
+def roce_pkt(qp: int, size: int = 1500, ecn: int = ECN_ECT0) -> Packet:
+    p = Packet(SENDER_IP, RECEIVER_IP, PROTO_UDP, 49152 + qp, n.ROCE_V2_UDP_PORT, size, size - 58, ecn)
+    p.roce_qp = qp
+    return p
+
+
+def test_traffic_classes_map_rocev2_by_queue_pair_and_tcp_by_port() -> None:
+    sw, _ = make_switch()
+    sw.write([ins(aggregate(4, 30, proto=Ternary(17, 0xFF), dports=Range(4791, 4791), qp=Ternary(0x100, 0xF00))),
+              ins(aggregate(1, 20, proto=Ternary(17, 0xFF), dports=Range(4791, 4791))),
+              ins(aggregate(3, 10, proto=Ternary(PROTO_TCP, 0xFF), dports=Range(5000, 5999)))])
+    cases = [(roce_pkt(0x1AB), 4), (roce_pkt(0x2AB), 1),  # QPs 0x1xx: the first aggregate; others: the second
+             (Packet(SENDER_IP, RECEIVER_IP, PROTO_TCP, 40000, 5001, 1500, 1446), 3),
+             (Packet(SENDER_IP, RECEIVER_IP, PROTO_TCP, 40000, 80, 1500, 1446), QUEUE_BEST_EFFORT)]
+    for pkt, queue in cases:
+        assert sw.ingress(pkt, SENDER_PORT) == [(RECEIVER_PORT, pkt)]
+        assert pkt.priority == queue
+    # A QP outside RoCEv2 (UDP to another port) is not read: the second aggregate does not match either.
+    other = roce_pkt(0x1AB)
+    other.dport = 9999
+    sw.ingress(other, SENDER_PORT)
+    assert other.priority == QUEUE_BEST_EFFORT
+    # SAFS packets are not traffic-classified.
+    data = safs_pkt(MsgType.DATA, ts=SLACK_NS[4] + 1_000_000)
+    sw.ingress(data, SENDER_PORT)
+    assert data.priority != QUEUE_BEST_EFFORT
+
+
+def test_a_metered_aggregate_marks_over_rate_packets_ce_or_drops_them_and_keeps_its_queue() -> None:
+    sw, clock = make_switch()
+    sw.write([ins(aggregate(3, 1, proto=Ternary(17, 0xFF), meter=1)),
+              mod(MeterConfig(n.AGGREGATE_METER, 1, cir=1_000_000, cburst=3000, pir=1_000_000, pburst=3000))])
+    out = [roce_pkt(7) for _ in range(4)]
+    results = [sw.ingress(p, SENDER_PORT) for p in out]
+    assert [len(r) for r in results] == [1, 1, 1, 1] and all(p.priority == 3 for p in out)
+    assert [p.ecn for p in out] == [ECN_ECT0, ECN_ECT0, ECN_CE, ECN_CE]  # 3000-byte burst, then RED
+    not_ect = roce_pkt(7, ecn=ECN_NOT_ECT)
+    assert sw.ingress(not_ect, SENDER_PORT) == []  # RED and not ECN-capable: policed
+    clock.t += 10_000_000  # 10 ms at 1 MB/s refills the bucket
+    fresh = roce_pkt(7)
+    assert sw.ingress(fresh, SENDER_PORT) == [(RECEIVER_PORT, fresh)] and fresh.ecn == ECN_ECT0
+    assert sw.meter_config(1, n.AGGREGATE_METER).cir == 1_000_000 and sw.meter_config(1) is None
+
+
+@pytest.mark.parametrize("match, msg", [
+    ({n.F_PROTOCOL: Ternary(17, 0x0F)}, "value & mask"), ({n.F_ROCE_QP: Ternary(1 << 24, (1 << 25) - 1)}, "24 bits"),
+    ({n.F_L4_DST_PORT: Range(10, 1)}, "low<=high"), ({n.F_SRC_ADDR: 5}, "Ternary"),
+])
+def test_bad_traffic_class_entries_are_refused(match: dict, msg: str) -> None:
+    sw, _ = make_switch()
+    e = aggregate(3, 1)
+    with pytest.raises(TargetError, match=msg):
+        sw.write([ins(TableEntry(e.table, {**e.match, **match}, e.action, e.params, priority=1))])
+    with pytest.raises(TargetError, match="priority"):
+        sw.write([ins(TableEntry(e.table, e.match, e.action, e.params, priority=0))])

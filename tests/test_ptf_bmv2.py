@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 RUNNER = REPO / "ptf_tests" / "run.py"
-PTF_TESTS = 23  # test classes in ptf_tests/ (docs/dataplane.md, "PTF suite"): none may go missing
+PTF_TESTS = 25  # test classes in ptf_tests/ (docs/dataplane.md, "PTF suite"): none may go missing
 
 
 @pytest.mark.bmv2

@@ -26,7 +26,7 @@ from safs.core.protocol import (
 )
 from safs.core.protocol import transfer_dep_id as T
 from safs.core.scheduler import Scheduler, SchedulerConfig, node_mac, wire_epoch
-from safs.core.target import CloneSession, MeterConfig, Op, RequestDigest, TableEntry, Update
+from safs.core.target import CloneSession, MeterConfig, Op, RequestDigest, TableEntry, Ternary, Update
 from safs.core.timebase import wrap
 from safs.core.topology import build_topology
 from safs.targets.pipeline_model import PipelineModel
@@ -89,6 +89,29 @@ def writes(sched: Scheduler) -> tuple[int, int, int]:
 
 
 # ---------------------------------------------------------------------------- setup
+
+def test_traffic_classes_are_installed_on_every_switch_with_their_meters_and_slack_queues() -> None:
+    cfg = SchedulerConfig.model_validate({"traffic_classes": [
+        {"name": "nccl-urgent", "protocol": 17, "dst_ports": [4791, 4791], "roce_qp": 0x100, "roce_qp_mask": 0xF00,
+         "slack_ns": -1},  # late: the most urgent slack class
+        {"name": "nccl-bulk", "protocol": 17, "dst_ports": [4791, 4791], "queue": 1, "rate_bps": 40_000_000_000},
+        {"name": "storage", "dst": "10.0.1.0/24", "protocol": 6, "queue": 0}]})
+    topo, clock, targets, sched = make(cfg)
+    for target in targets.values():
+        entries = sorted(target.entries(n.TRAFFIC_CLASS), key=lambda e: -e.priority)
+        assert [e.params["qclass"] for e in entries] == [6, 1, 0] and [e.priority for e in entries] == [3, 2, 1]
+        assert entries[1].params["meter_index"] == 2
+        assert target.meter_config(2, n.AGGREGATE_METER).cir == 40_000_000_000 // 8
+        assert entries[2].match[n.F_DST_ADDR] == Ternary(0x0A000100, 0xFFFFFF00)
+    pkt = Packet(topo.host_ip("a"), topo.host_ip("d"), PROTO_UDP, 50000, n.ROCE_V2_UDP_PORT, 1000, 942)
+    pkt.roce_qp = 0x1FF
+    targets["tor0"].ingress(pkt, topo.port_of("tor0", "a"))
+    assert pkt.priority == 6
+    before = writes(sched)
+    sched.setup(0)  # idempotent: only the clock offsets are re-written
+    assert writes(sched)[1] == before[1] and writes(sched)[0] - before[0] == len(targets)
+
+
 
 def test_setup_installs_routes_receiver_ports_classes_defaults_and_is_idempotent() -> None:
     topo, clock, targets, sched = make(SHARE)

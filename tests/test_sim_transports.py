@@ -488,6 +488,32 @@ def test_dctcp_finite_flow_completes_despite_losses() -> None:
         assert rec.finish_ns is not None and rec.closed and rx.rcv_nxt == 2_000_000
 
 
+def test_dctcp_with_a_rocev2_identity_completes_and_carries_udp_4791_and_its_queue_pair() -> None:
+    eng, net, tor = star(2, 10 * G)
+    cfg = DctcpConfig(wire="rocev2")
+    stats = TransportStats()
+    s, d = net.hosts["h1"], net.hosts["h0"]
+    seen: list[tuple[int, int, int, int]] = []
+    rec = Flow()
+    fid = (1 << 24) + 5  # the QP is the flow id's low 24 bits
+    rx = DctcpReceiver(eng, d, s.ip, fid, 500_000, stats, rec.on_finish)
+    tx = DctcpSender(eng, s, d.ip, fid, 500_000, cfg, stats, rec.on_closed)
+
+    def spy(endpoint):  # noqa: ANN001, ANN202 - records what reaches an endpoint
+        def receive(pkt: Packet) -> None:
+            seen.append((pkt.proto, pkt.dport, pkt.roce_qp, pkt.payload))
+            endpoint.receive(pkt)
+        return type("Spy", (), {"receive": staticmethod(receive)})()
+
+    d.receivers[fid], s.senders[fid] = spy(rx), spy(tx)
+    tx.start()
+    eng.run(10**9)
+    assert rec.finish_ns is not None and rec.closed
+    data = [x for x in seen if x[3] > 0]
+    acks = [x for x in seen if x[3] == 0]
+    assert data and acks and {x[:3] for x in data} == {x[:3] for x in acks} == {(PROTO_UDP, 4791, 5)}
+
+
 def test_dctcp_config_rejects_bad_values() -> None:
     for kwargs, fld in [({"g": 0.0}, "g"), ({"min_rto_ns": 0}, "min_rto_ns"),
                         ({"initial_cwnd_segments": 0}, "initial_cwnd_segments"),

@@ -20,8 +20,10 @@ typedef bit<16> load_t;        // active dependencies of one urgency class at a 
 typedef bit<3>  qclass_t;      // BMv2 priority queue, 7 = highest
 
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
+const bit<8>  IP_PROTO_TCP   = 6;
 const bit<8>  IP_PROTO_UDP   = 17;
 const bit<16> SAFS_UDP_PORT  = 0x5AF5;   // 23285
+const bit<16> ROCE_V2_UDP_PORT = 4791;   // IANA; InfiniBand Architecture Spec. Annex A17 (RoCEv2)
 const bit<4>  SAFS_VERSION   = 2;
 const bit<16> SAFS_HDR_LEN   = 36;
 const bit<16> UDP_HDR_LEN    = 8;
@@ -70,5 +72,7 @@ const bit<32> PKT_INSTANCE_TYPE_INGRESS_CLONE = 1;
 #define NUM_PORTS          512
 #define QDEPTH_BUCKETS       8
 #define CLONE_SESSION_BASE   1   // clone session id = egress port + base
+#define TRAFFIC_CLASS_SIZE 256   // controller-installed aggregates of non-SAFS traffic
+#define AGGREGATE_METERS   256   // one meter per metered aggregate (index 0 unused)
 
 #endif

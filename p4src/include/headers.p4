@@ -33,6 +33,18 @@ header udp_t {
     bit<16> checksum;
 }
 
+// InfiniBand Base Transport Header (12 bytes), after UDP port 4791 in RoCEv2 (IBTA Vol. 1,
+// 9.2; Annex A17). Only dest_qp is read: the queue pair is the RDMA flow's identity.
+header bth_t {
+    bit<8>  opcode;
+    bit<8>  se_m_pad_tver;
+    bit<16> pkey;
+    bit<8>  fecn_becn_resv;
+    bit<24> dest_qp;
+    bit<8>  ackreq_resv;
+    bit<24> psn;
+}
+
 header safs_t {
     bit<4>      version;
     bit<4>      msg_type;
@@ -53,6 +65,7 @@ struct headers_t {
     ethernet_t ethernet;
     ipv4_t     ipv4;
     udp_t      udp;
+    bth_t      bth;
     safs_t     safs;
 }
 
@@ -98,6 +111,9 @@ struct metadata_t {
     @field_list(1)
     ns_t         grant_now_ns;
     bit<16>      ecn_threshold;
+    bit<16>      l4_src_port;      // UDP or TCP ports, 0 for other protocols (traffic_class key)
+    bit<16>      l4_dst_port;
+    bit<24>      roce_qp;          // BTH destination QP of RoCEv2, else 0 (traffic_class key)
 }
 
 #endif

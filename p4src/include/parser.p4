@@ -2,6 +2,8 @@
  * Parser, checksum controls and deparser.
  * Ethernet -> IPv4 -> UDP -> SAFS (only UDP to port 23285 whose UDP length covers the 36-byte
  * SAFS header; a shorter one is marked truncated and stays plain UDP: docs/protocol.md).
+ * UDP to 4791 (RoCEv2) -> BTH; TCP: only its ports are read (lookahead, nothing extracted).
+ * The L4 ports and the BTH destination QP are copied to metadata for traffic_class.
  */
 #ifndef SAFS_PARSER_P4
 #define SAFS_PARSER_P4
@@ -21,15 +23,30 @@ parser SafsParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
         packet.extract(hdr.ipv4);
         transition select(hdr.ipv4.protocol) {
             IP_PROTO_UDP: parse_udp;
+            IP_PROTO_TCP: parse_tcp_ports;
             default: accept;
         }
     }
+    state parse_tcp_ports {
+        bit<32> ports = packet.lookahead<bit<32>>();
+        meta.l4_src_port = ports[31:16];
+        meta.l4_dst_port = ports[15:0];
+        transition accept;
+    }
     state parse_udp {
         packet.extract(hdr.udp);
+        meta.l4_src_port = hdr.udp.src_port;
+        meta.l4_dst_port = hdr.udp.dst_port;
         transition select(hdr.udp.dst_port) {
             SAFS_UDP_PORT: check_safs_len;
+            ROCE_V2_UDP_PORT: parse_bth;
             default: accept;
         }
+    }
+    state parse_bth {
+        packet.extract(hdr.bth);
+        meta.roce_qp = hdr.bth.dest_qp;
+        transition accept;
     }
     state check_safs_len {
         transition select(hdr.udp.length < UDP_HDR_LEN + SAFS_HDR_LEN) {
@@ -66,6 +83,7 @@ control SafsDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.ethernet);
         packet.emit(hdr.ipv4);
         packet.emit(hdr.udp);
+        packet.emit(hdr.bth);
         packet.emit(hdr.safs);
     }
 }

@@ -8,17 +8,20 @@
  *   slack_class: range(slack_key) -> set_slack_class(qclass 6..2), miss -> 2
  *
  * REQUEST, GRANT and DONE go to the control queue 7; everything else (non-SAFS, malformed)
- * to queue 0. The chosen class is written into safs.qclass so tests and receivers can see it.
+ * to its traffic class (traffic_class.p4; queue 0 when no aggregate matches). The chosen class
+ * is written into safs.qclass so tests and receivers can see it.
  */
 #ifndef SAFS_SLACK_CLASSIFIER_P4
 #define SAFS_SLACK_CLASSIFIER_P4
 
 #include "include/headers.p4"
+#include "include/traffic_class.p4"
 
 control SlackClassifier(inout headers_t hdr, inout metadata_t meta,
                         inout standard_metadata_t standard_metadata) {
     @name(".SafsIngress.slack_class_counter")
     direct_counter(CounterType.packets_and_bytes) slack_class_counter;
+    TrafficClass() traffic_classifier;
 
     @name(".SafsIngress.set_clock_offset")
     action set_clock_offset(@name("offset_ns") ns_t offset_ns) {
@@ -58,7 +61,7 @@ control SlackClassifier(inout headers_t hdr, inout metadata_t meta,
             }
             hdr.safs.qclass = (bit<8>) standard_metadata.priority;
         } else {
-            standard_metadata.priority = QUEUE_BEST_EFFORT;
+            traffic_classifier.apply(hdr, meta, standard_metadata);
         }
     }
 }

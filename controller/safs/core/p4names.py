@@ -45,6 +45,16 @@ ACT_SET_SHARE_LEASE = "SafsIngress.set_share_lease"  # params: lease_us (32): th
 ECN_THRESHOLD = "SafsEgress.ecn_threshold"
 ACT_SET_ECN_THRESHOLD = "SafsEgress.set_ecn_threshold"  # params: qdepth_pkts (19)
 
+# Non-SAFS traffic aggregates (traffic_class.p4): key src_addr, dst_addr, protocol (ternary),
+# l4_src_port, l4_dst_port (range), roce_qp (ternary, 24: the RoCEv2 BTH destination QP).
+TRAFFIC_CLASS = "SafsIngress.traffic_class"
+ACT_SET_TRAFFIC_CLASS = "SafsIngress.set_traffic_class"  # params: qclass (3)
+ACT_SET_METERED_TRAFFIC_CLASS = "SafsIngress.set_metered_traffic_class"  # params: qclass (3), meter_index (16)
+AGGREGATE_METER = "SafsIngress.aggregate_meter"  # indirect, bytes; RED: ECN CE if ECT, else drop
+AGGREGATE_METERS = 256  # AGGREGATE_METERS in defines.p4; index 0 unused
+TRAFFIC_CLASS_SIZE = 256  # TRAFFIC_CLASS_SIZE in defines.p4
+ROCE_V2_UDP_PORT = 4791  # IANA; InfiniBand Architecture Specification, Annex A17
+
 # Match field names.
 F_DST_ADDR = "dst_addr"
 F_EGRESS_PORT = "egress_port"
@@ -52,6 +62,10 @@ F_SLACK_KEY = "slack_key"
 F_DEP_ID = "dep_id"
 F_LOAD = "load"
 F_MODE = "mode"
+F_PROTOCOL = "protocol"
+F_L4_SRC_PORT = "l4_src_port"
+F_L4_DST_PORT = "l4_dst_port"
+F_ROCE_QP = "roce_qp"
 
 # Externs ------------------------------------------------------------------------------
 DEP_METER = "SafsIngress.dep_meter"  # indirect, bytes; index = meter_slot; slot 0 = default

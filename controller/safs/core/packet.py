@@ -35,6 +35,7 @@ class Packet:
         flags, qclass, color, flow_id, remaining, ts, rate_kbps, epoch, lease_us, qdepth, dep_id:
             SAFS header fields (docs/protocol.md).
         seq, ack, tcp_flags: TCP fields for the DCTCP transports (seq/ack in bytes).
+        roce_qp: the RoCEv2 BTH destination QP (24 bits) of a UDP packet to port 4791, else 0.
         sent_ns: when the sender handed it to its NIC (for RTT samples).
         conn: opaque reference the transports use to find their connection (not on the wire).
     """
@@ -43,7 +44,7 @@ class Packet:
         "src", "dst", "proto", "sport", "dport", "size", "payload", "ecn", "priority",
         "safs_version", "safs_type", "safs_truncated", "flags", "qclass", "color", "flow_id",
         "remaining", "ts", "rate_kbps", "epoch", "lease_us", "qdepth", "dep_id",
-        "seq", "ack", "tcp_flags", "sent_ns", "conn",
+        "seq", "ack", "tcp_flags", "sent_ns", "conn", "roce_qp",
     )
 
     def __init__(self, src: int, dst: int, proto: int, sport: int, dport: int, size: int,
@@ -76,6 +77,7 @@ class Packet:
         self.tcp_flags = 0
         self.sent_ns = 0
         self.conn = None
+        self.roce_qp = 0
 
     def __repr__(self) -> str:  # for test failure messages
         return (f"Packet(src={self.src:#x}, dst={self.dst:#x}, proto={self.proto}, size={self.size}, "

@@ -43,20 +43,22 @@ batches, and an estimate of their encoded size in bytes (``*_UPDATE_BYTES`` belo
 from __future__ import annotations
 
 import heapq
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from safs.core import p4names as n
 from safs.core.allocator import Allocator, AllocatorConfig, AllocFlow, Grant
-from safs.core.config import ConfigModel
+from safs.core.config import ConfigModel, FieldError
 from safs.core.errors import InvalidInput, TargetError, UpdateFailure
 from safs.core.hints import DependencyHint, DependencyRegistry, FlowClass, FlowHint, HintRegistry
 from safs.core.packet import ETH_HEADER_BYTES
 from safs.core.protocol import (
     EPOCH_MAX,
+    QUEUE_SLACK_LEAST_URGENT,
     WIRE_OVERHEAD_BYTES,
     lease_ns_to_us,
     rate_bps_to_kbps,
@@ -73,9 +75,10 @@ from safs.core.target import (
     TableEntry,
     TableEntryKey,
     Target,
+    Ternary,
     Update,
 )
-from safs.core.timebase import TIME_MASK, wrap
+from safs.core.timebase import TIME_MASK, slack_to_key, wrap
 
 if TYPE_CHECKING:  # annotations only
     from safs.core.topology import Topology
@@ -88,6 +91,70 @@ NS_PER_S = 1_000_000_000
 TABLE_UPDATE_BYTES = 62
 METER_UPDATE_BYTES = 38
 BATCH_OVERHEAD_BYTES = 10
+
+
+class TrafficClassSpec(ConfigModel):
+    """One aggregate of non-SAFS traffic mapped to one queue (docs/dataplane.md, "Traffic
+    classes"; p4src/include/traffic_class.p4), for example NCCL over RoCEv2.
+
+    Attributes:
+        name: a label (logs and docs only).
+        src, dst: IPv4 networks (CIDR, e.g. ``10.0.1.0/24``; a bare address is a /32), or None
+            for any.
+        protocol: IP protocol 0..255 (6 TCP, 17 UDP), or None for any.
+        src_ports, dst_ports: inclusive ``[low, high]`` L4 port ranges (UDP or TCP), or None for
+            any. RoCEv2 is UDP to 4791; its source port is only ECMP entropy, so match on the
+            destination port and the QP, not the source port.
+        roce_qp, roce_qp_mask: the BTH destination QP (24 bits) and which of its bits must
+            match (default all); None for any.
+        queue: the strict-priority queue 0..6 (7 is SAFS control), or
+        slack_ns: the aggregate's slack instead: it gets the queue SAFS gives a DATA packet
+            with this much slack (the allocator's slack classes). Exactly one of the two.
+        rate_bps: one meter for the whole aggregate, bit/s (None: unmetered). Over the rate
+            (RED) a packet is ECN-marked CE if ECN-capable and dropped otherwise; it is never
+            moved to another queue (reordering part of a RoCE flow sets off go-back-N).
+
+    Entries earlier in ``SchedulerConfig.traffic_classes`` win where aggregates overlap.
+    """
+
+    name: str = Field(min_length=1, max_length=64)
+    src: str | None = None
+    dst: str | None = None
+    protocol: int | None = Field(None, ge=0, le=255)
+    src_ports: list[int] | None = Field(None, min_length=2, max_length=2)
+    dst_ports: list[int] | None = Field(None, min_length=2, max_length=2)
+    roce_qp: int | None = Field(None, ge=0, le=2**24 - 1)
+    roce_qp_mask: int = Field(2**24 - 1, ge=1, le=2**24 - 1)
+    queue: int | None = Field(None, ge=0, le=6)
+    slack_ns: int | None = Field(None, ge=-(2**46), le=2**46)
+    rate_bps: int | None = Field(None, gt=0, le=2**63 - 1)
+
+    @field_validator("src", "dst")
+    @classmethod
+    def _cidr(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                ipaddress.IPv4Network(v, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"expected an IPv4 network like 10.0.1.0/24 (host bits zero), got {v!r}: {exc}") \
+                    from None
+        return v
+
+    @field_validator("src_ports", "dst_ports")
+    @classmethod
+    def _ports(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and not 0 <= v[0] <= v[1] <= 65535:
+            raise ValueError(f"expected [low, high] with 0 <= low <= high <= 65535, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _queue_or_slack(self) -> TrafficClassSpec:
+        if (self.queue is None) == (self.slack_ns is None):
+            raise FieldError("queue", "give exactly one of queue (0..6) and slack_ns")
+        if self.roce_qp is not None and self.roce_qp & self.roce_qp_mask != self.roce_qp:
+            raise FieldError("roce_qp_mask",
+                             f"roce_qp {self.roce_qp:#x} has bits outside the mask {self.roce_qp_mask:#x}")
+        return self
 
 
 class SchedulerConfig(ConfigModel):
@@ -144,6 +211,10 @@ class SchedulerConfig(ConfigModel):
             need some rate: the switch sees a dependency's urgency only in its packets, and a
             waiting one's grows until it shares the port. Default 1/32 (about 3 Gbit/s of
             100 Gbit/s: a 9000-byte packet each 24 µs for one waiting dependency).
+        traffic_classes: aggregates of non-SAFS traffic and their queues and meters
+            (:class:`TrafficClassSpec`), installed on every switch; at most 255 (the P4
+            program's ``traffic_class`` and ``aggregate_meter`` sizes). Default none: all
+            non-SAFS traffic in queue 0.
         background_share: fraction of each receiver port kept from the dependencies' shares for
             traffic without a grant (class 0), in [0, 0.9]. Default 0.
     """
@@ -167,6 +238,7 @@ class SchedulerConfig(ConfigModel):
     share_lease_ns: int = Field(20_000_000, ge=1_000, le=(2**32 - 1) * 1000)
     waiting_share: float = Field(1 / 32, ge=0.001, le=0.5)
     background_share: float = Field(0.0, ge=0, le=0.9)
+    traffic_classes: list[TrafficClassSpec] = Field(default_factory=list, max_length=n.AGGREGATE_METERS - 1)
 
     def meter_for(self, slot: int, rate_bps: int) -> MeterConfig:
         """Meter config of ``flow_meter[slot]`` for a grant of ``rate_bps`` (module docstring)."""
@@ -181,6 +253,14 @@ class SchedulerConfig(ConfigModel):
 DCTCP_K_PKTS_10G = 65  # DCTCP paper, Section 3.4: K = 65 packets at 10 Gbit/s
 DCTCP_K_PKT_BYTES = 1500  # ... measured in 1500-byte packets
 DCTCP_K_RATE_BPS = 10_000_000_000
+
+
+def _ternary_net(cidr: str | None) -> Ternary:
+    """An IPv4 network as a ternary match (None: don't care)."""
+    if cidr is None:
+        return Ternary(0, 0)
+    net = ipaddress.IPv4Network(cidr)
+    return Ternary(int(net.network_address), int(net.netmask))
 
 
 def dctcp_k_packets(rate_bps: int, mtu_bytes: int) -> int:
@@ -354,6 +434,7 @@ class Scheduler:
             sw: list(range(1, self.config.meter_slots)) for sw in switches}  # heaps (sorted lists)
         self._shadow: dict[str, dict[TableEntryKey, TableEntry]] = {sw: {} for sw in self._targets}
         self._shadow_meters: dict[str, dict[int, MeterConfig]] = {sw: {} for sw in self._targets}
+        self._shadow_agg_meters: dict[str, dict[int, MeterConfig]] = {sw: {} for sw in self._targets}
         self._shadow_clones: dict[str, dict[int, CloneSession]] = {sw: {} for sw in self._targets}
         # dep_grant entries in the shadow, by key (the part of it _plan_all_grants walks)
         self._shadow_grants: dict[str, dict[TableEntryKey, TableEntry]] = {sw: {} for sw in self._targets}
@@ -396,6 +477,8 @@ class Scheduler:
                 self._plan_clone_session(sw, session, plan)
             if self.config.rate_grants:  # without grants slot 0 stays unconfigured (never demotes)
                 self._plan_meter(sw, self.config.meter_for(n.DEFAULT_METER_SLOT, self.config.default_rate_bps), plan)
+            for meter in self.traffic_class_meters():
+                self._plan_meter(sw, meter, plan)
         self._plan_all_grants(plans)
         self._flush(plans)
 
@@ -416,6 +499,7 @@ class Scheduler:
         self._shadow[switch] = {}
         self._shadow_grants[switch] = {}
         self._shadow_meters[switch] = {}
+        self._shadow_agg_meters[switch] = {}
         self._shadow_clones[switch] = {}
         target = self._targets[switch]
         target.set_clock_offset(clock_offset_ns)
@@ -427,6 +511,8 @@ class Scheduler:
             self._plan_clone_session(switch, session, plan)
         if self.config.rate_grants:
             self._plan_meter(switch, self.config.meter_for(n.DEFAULT_METER_SLOT, self.config.default_rate_bps), plan)
+        for meter in self.traffic_class_meters():
+            self._plan_meter(switch, meter, plan)
         plans = {switch: plan}
         self._plan_all_grants(plans)
         self._flush(plans)
@@ -464,7 +550,47 @@ class Scheduler:
             "meter_slot": n.DEFAULT_METER_SLOT}, is_default=True))
         out.append(TableEntry(n.ECN_THRESHOLD, {}, n.ACT_SET_ECN_THRESHOLD,
                               {"qdepth_pkts": cfg.ecn_threshold_pkts}, is_default=True))
+        out += self.traffic_class_entries()
         return out
+
+    def traffic_class_entries(self) -> list[TableEntry]:
+        """``traffic_class`` entries of ``config.traffic_classes``: the first listed gets the
+        highest priority; a metered aggregate i (0-based) uses ``aggregate_meter[i + 1]``."""
+        specs = self.config.traffic_classes
+        out = []
+        for i, tc in enumerate(specs):
+            qclass = tc.queue if tc.queue is not None else self._slack_qclass(cast(int, tc.slack_ns))
+            match = {
+                n.F_SRC_ADDR: _ternary_net(tc.src), n.F_DST_ADDR: _ternary_net(tc.dst),
+                n.F_PROTOCOL: Ternary(tc.protocol, 0xFF) if tc.protocol is not None else Ternary(0, 0),
+                n.F_L4_SRC_PORT: Range(*tc.src_ports) if tc.src_ports else Range(0, 65535),
+                n.F_L4_DST_PORT: Range(*tc.dst_ports) if tc.dst_ports else Range(0, 65535),
+                n.F_ROCE_QP: Ternary(tc.roce_qp, tc.roce_qp_mask) if tc.roce_qp is not None else Ternary(0, 0),
+            }
+            if tc.rate_bps is None:
+                out.append(TableEntry(n.TRAFFIC_CLASS, match, n.ACT_SET_TRAFFIC_CLASS, {"qclass": qclass},
+                                      priority=len(specs) - i))
+            else:
+                out.append(TableEntry(n.TRAFFIC_CLASS, match, n.ACT_SET_METERED_TRAFFIC_CLASS,
+                                      {"qclass": qclass, "meter_index": i + 1}, priority=len(specs) - i))
+        return out
+
+    def traffic_class_meters(self) -> list[MeterConfig]:
+        """``aggregate_meter`` configs of the metered aggregates (index i + 1), bytes/s."""
+        out = []
+        for i, tc in enumerate(self.config.traffic_classes):
+            if tc.rate_bps is not None:
+                m = self.config.meter_for(i + 1, tc.rate_bps)
+                out.append(replace(m, meter=n.AGGREGATE_METER))
+        return out
+
+    def _slack_qclass(self, slack_ns: int) -> int:
+        """The queue the slack classes give a DATA packet with ``slack_ns`` of slack."""
+        key = slack_to_key(slack_ns)
+        for r in self.allocator.key_ranges() if self.config.slack_classes else []:
+            if r.low_key <= key <= r.high_key:
+                return r.qclass
+        return QUEUE_SLACK_LEAST_URGENT
 
     def _share_entries(self, port: int, link_bps: int) -> list[TableEntry]:
         """``port_share`` of one receiver port: for every load 1..MAX_LOAD the rate of one
@@ -888,8 +1014,11 @@ class Scheduler:
         if current != session:
             plan.append(Update(Op.INSERT if current is None else Op.MODIFY, session))
 
+    def _meter_shadow(self, sw: str, cfg: MeterConfig) -> dict[int, MeterConfig]:
+        return self._shadow_agg_meters[sw] if cfg.meter == n.AGGREGATE_METER else self._shadow_meters[sw]
+
     def _plan_meter(self, sw: str, cfg: MeterConfig, plan: list[Update]) -> None:
-        if self._shadow_meters[sw].get(cfg.index) != cfg:
+        if self._meter_shadow(sw, cfg).get(cfg.index) != cfg:
             plan.append(Update(Op.MODIFY, cfg))
 
     def _flush(self, plans: Mapping[str, list[Update]]) -> None:
@@ -964,7 +1093,7 @@ class Scheduler:
     def _record(self, sw: str, upd: Update) -> None:
         entity = upd.entity
         if isinstance(entity, MeterConfig):
-            self._shadow_meters[sw][entity.index] = entity
+            self._meter_shadow(sw, entity)[entity.index] = entity
         elif isinstance(entity, CloneSession):
             if upd.op is Op.DELETE:
                 self._shadow_clones[sw].pop(entity.session_id, None)

@@ -40,7 +40,15 @@ class Range:
     high: int
 
 
-MatchValue = int | Lpm | Range
+@dataclass(frozen=True)
+class Ternary:
+    """Ternary match value: the bits of ``value`` where ``mask`` has a 1 (mask 0: don't care)."""
+
+    value: int
+    mask: int
+
+
+MatchValue = int | Lpm | Range | Ternary
 # What :meth:`TableEntry.key` returns: (table, is_default, sorted match items, priority).
 TableEntryKey = tuple[str, bool, tuple[tuple[str, MatchValue], ...], int]
 
@@ -49,9 +57,10 @@ TableEntryKey = tuple[str, bool, tuple[tuple[str, MatchValue], ...], int]
 class TableEntry:
     """One table entry.
 
-    ``match`` maps match-field names to ints (exact), :class:`Lpm` or :class:`Range`; an empty
-    ``match`` with ``is_default=True`` sets the table's default action (single-entry settings
-    tables). ``priority`` is required for range tables (higher wins, as in P4Runtime).
+    ``match`` maps match-field names to ints (exact), :class:`Lpm`, :class:`Range` or
+    :class:`Ternary`; an empty ``match`` with ``is_default=True`` sets the table's default action
+    (single-entry settings tables). ``priority`` is required for range and ternary tables
+    (higher wins, as in P4Runtime).
     """
 
     table: str

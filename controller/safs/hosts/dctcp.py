@@ -27,15 +27,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cached_property
+from typing import Literal
 
 from pydantic import Field, model_validator
 
 from safs.core.config import ConfigModel, FieldError
 from safs.core.errors import InvalidInput
+from safs.core.p4names import ROCE_V2_UDP_PORT
 from safs.core.packet import (
     ETH_HEADER_BYTES,
     IPV4_HEADER_BYTES,
     PROTO_TCP,
+    PROTO_UDP,
     TCP_ACK,
     TCP_ECE,
     TCP_HEADER_BYTES,
@@ -47,6 +50,7 @@ from safs.hosts.env import Clock, HostPort
 from safs.hosts.stats import TransportStats
 
 TCP_OVERHEAD_BYTES = ETH_HEADER_BYTES + IPV4_HEADER_BYTES + TCP_HEADER_BYTES  # 54
+ROCE_QP_MASK = (1 << 24) - 1  # BTH destination QP: 24 bits
 ACK_BYTES = 64  # a pure ACK (54 bytes of headers) padded to Ethernet's minimum frame
 
 
@@ -64,6 +68,11 @@ class DctcpConfig(ConfigModel):
         initial_rto_ns: RTO before the first RTT sample (1 ms; RFC 6298's 1 s is for the WAN).
         max_rto_ns: cap of the exponential back-off, >= ``min_rto_ns``. All times > 0.
         dupack_threshold: 3 (RFC 5681), >= 1.
+        wire: ``"tcp"`` (default) or ``"rocev2"``: the same DCTCP congestion control (a stand-in
+            for DCQCN, which also reacts to ECN marks) with a RoCEv2 identity on the wire: UDP to
+            port 4791, the flow id's low 24 bits as BTH destination QP, a per-flow UDP source
+            port (ECMP entropy); ACKs likewise. Sizes stay TCP's (RoCEv2's headers are 4 bytes
+            longer). For traffic classes (``SchedulerConfig.traffic_classes``); simulator only.
 
     Raises:
         InvalidInput: a field out of range or unknown (the bare field name).
@@ -76,6 +85,7 @@ class DctcpConfig(ConfigModel):
     initial_rto_ns: int = Field(1_000_000, gt=0)
     max_rto_ns: int = Field(200_000_000, gt=0)
     dupack_threshold: int = Field(3, ge=1)
+    wire: Literal["tcp", "rocev2"] = "tcp"
 
     @model_validator(mode="after")
     def _max_rto_covers_min(self) -> DctcpConfig:
@@ -150,8 +160,13 @@ class DctcpSender:
 
     def _send_segment(self, seq: int) -> int:
         payload = min(self.mss, self.size - seq)
-        pkt = Packet(self.src, self.dst, PROTO_TCP, 1024 + self.flow_id % 64000, 5001,
-                     payload + TCP_OVERHEAD_BYTES, payload, ECN_ECT0)
+        if self.cfg.wire == "rocev2":
+            pkt = Packet(self.src, self.dst, PROTO_UDP, 1024 + self.flow_id % 64000, ROCE_V2_UDP_PORT,
+                         payload + TCP_OVERHEAD_BYTES, payload, ECN_ECT0)
+            pkt.roce_qp = self.flow_id & ROCE_QP_MASK
+        else:
+            pkt = Packet(self.src, self.dst, PROTO_TCP, 1024 + self.flow_id % 64000, 5001,
+                         payload + TCP_OVERHEAD_BYTES, payload, ECN_ECT0)
         pkt.flow_id = self.flow_id
         pkt.seq = seq
         pkt.sent_ns = self.engine.now
@@ -333,7 +348,11 @@ class DctcpReceiver:
     def _ack(self, pkt: Packet, flags: int, seq: int = 0) -> None:
         """ACK ``pkt`` (cumulative ``rcv_nxt``; ``seq`` names the segment, 0 for none) and
         report the flow finished once every byte arrived."""
-        ack = Packet(self.src, self.sender, PROTO_TCP, pkt.dport, pkt.sport, ACK_BYTES, 0)
+        if pkt.proto == PROTO_UDP:  # RoCEv2 identity: the ACK goes to 4791 too, to the sender's QP
+            ack = Packet(self.src, self.sender, PROTO_UDP, pkt.sport, ROCE_V2_UDP_PORT, ACK_BYTES, 0)
+            ack.roce_qp = pkt.roce_qp
+        else:
+            ack = Packet(self.src, self.sender, PROTO_TCP, pkt.dport, pkt.sport, ACK_BYTES, 0)
         ack.flow_id = self.flow_id
         ack.ack = self.rcv_nxt
         ack.seq = seq

@@ -59,7 +59,7 @@ from typing import TypeVar, cast
 
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetError, UpdateFailure
-from safs.core.packet import PROTO_UDP, Packet
+from safs.core.packet import PROTO_TCP, PROTO_UDP, Packet
 from safs.core.protocol import (
     ECN_CE,
     ECN_ECT0,
@@ -92,6 +92,7 @@ from safs.core.target import (
     RequestDigest,
     TableEntry,
     TableEntryKey,
+    Ternary,
     Update,
 )
 from safs.core.timebase import HALF, TIME_MASK
@@ -121,7 +122,7 @@ _LEAST_URGENT = n.URGENCY_CLASSES - 1
 
 @dataclass(frozen=True)
 class _TableSchema:
-    keys: tuple[tuple[str, str, int], ...]  # (field, "exact" | "lpm" | "range", bits)
+    keys: tuple[tuple[str, str, int], ...]  # (field, "exact" | "lpm" | "range" | "ternary", bits)
     actions: dict[str, tuple[tuple[str, int], ...]]
     entry_actions: frozenset[str]  # actions allowed on entries (others: default only)
     # Derived in __post_init__ (not arguments; left out of repr and ==).
@@ -176,6 +177,12 @@ _SCHEMAS: dict[str, _TableSchema] = {
     n.ECN_THRESHOLD: _TableSchema(
         keys=(), actions={n.ACT_SET_ECN_THRESHOLD: (("qdepth_pkts", ECN_THRESHOLD_BITS),)},
         entry_actions=frozenset()),
+    n.TRAFFIC_CLASS: _TableSchema(
+        keys=((n.F_SRC_ADDR, "ternary", 32), (n.F_DST_ADDR, "ternary", 32), (n.F_PROTOCOL, "ternary", 8),
+              (n.F_L4_SRC_PORT, "range", 16), (n.F_L4_DST_PORT, "range", 16), (n.F_ROCE_QP, "ternary", 24)),
+        actions={n.ACT_SET_TRAFFIC_CLASS: (("qclass", 3),),
+                 n.ACT_SET_METERED_TRAFFIC_CLASS: (("qclass", 3), ("meter_index", 16))},
+        entry_actions=frozenset({n.ACT_SET_TRAFFIC_CLASS, n.ACT_SET_METERED_TRAFFIC_CLASS})),
 }
 
 # Writable defaults. receiver_port, grant_route and flow_grant have const defaults (a miss
@@ -190,7 +197,7 @@ _INITIAL_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
                                                 "meter_slot": n.DEFAULT_METER_SLOT}),
     n.ECN_THRESHOLD: (n.ACT_SET_ECN_THRESHOLD, {"qdepth_pkts": ECN_THRESHOLD_OFF}),
 }
-_CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.DEP_GRANT, n.PORT_SHARE})
+_CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.DEP_GRANT, n.PORT_SHARE, n.TRAFFIC_CLASS})
 # Counters declared CounterType.packets in P4 (their byte_count reads 0).
 _PACKET_ONLY_COUNTERS = frozenset({n.MALFORMED, n.ECN_MARKED, n.QDEPTH_HIST})
 
@@ -276,6 +283,10 @@ class PipelineModel:
             for t, (a, p) in _INITIAL_DEFAULTS.items()
         }
         self._meter_cfg: dict[int, MeterConfig] = {}
+        self._agg_meter_cfg: dict[int, MeterConfig] = {}
+        self._agg_meters: dict[int, _Meter] = {}
+        # traffic_class entries, highest priority first: (src, dst, proto, sport, dport, qp, qclass, meter)
+        self._aggregates: list[tuple] = []
         self._counters: dict[str, tuple[list[int], list[int]]] = {
             c: ([0] * size, [0] * size) for c, size in _COUNTER_SIZES.items()
         }
@@ -389,15 +400,20 @@ class PipelineModel:
     def _write_meter(self, op: Op, cfg: MeterConfig) -> None:
         if op is not Op.MODIFY:
             raise _Reject("INVALID_ARGUMENT", f"meter config accepts only MODIFY, got {op.value}")
-        if cfg.meter != n.DEP_METER:
+        size = {n.DEP_METER: n.DEP_SLOTS, n.AGGREGATE_METER: n.AGGREGATE_METERS}.get(cfg.meter)
+        if size is None:
             raise _Reject("INVALID_ARGUMENT", f"unknown meter {cfg.meter!r}")
-        if not 0 <= cfg.index < n.DEP_SLOTS:
-            raise _Reject("INVALID_ARGUMENT", f"meter index must be in 0..{n.DEP_SLOTS - 1}, got {cfg.index}")
+        if not 0 <= cfg.index < size:
+            raise _Reject("INVALID_ARGUMENT", f"meter index must be in 0..{size - 1}, got {cfg.index}")
         for fname, v in (("cir", cfg.cir), ("cburst", cfg.cburst), ("pir", cfg.pir), ("pburst", cfg.pburst)):
             if not 0 <= v <= _METER_RATE_MAX:
                 raise _Reject("INVALID_ARGUMENT", f"meter {fname} must be in 0..2^64-1, got {v}")
         if cfg.pir < cfg.cir:
             raise _Reject("INVALID_ARGUMENT", f"meter pir ({cfg.pir}) must be >= cir ({cfg.cir})")
+        if cfg.meter == n.AGGREGATE_METER:
+            self._agg_meter_cfg[cfg.index] = cfg
+            self._agg_meters[cfg.index] = _Meter(cfg, self._clock())
+            return
         self._meter_cfg[cfg.index] = cfg
         self._meters[cfg.index] = _Meter(cfg, self._clock())
 
@@ -505,6 +521,12 @@ class PipelineModel:
                 host_bits = (1 << (bits - v.prefix_len)) - 1
                 if v.value & host_bits:
                     raise _Reject("INVALID_ARGUMENT", f"{fname} has bits set beyond /{v.prefix_len}: {v!r}")
+            elif kind == "ternary":
+                has_range = True
+                if (not isinstance(v, Ternary) or not 0 <= v.value < limit or not 0 <= v.mask < limit
+                        or v.value & v.mask != v.value):
+                    raise _Reject("INVALID_ARGUMENT",
+                                  f"{fname} must be Ternary within {bits} bits with value & mask == value, got {v!r}")
             else:  # range
                 has_range = True
                 if not isinstance(v, Range) or not 0 <= v.low < limit or not 0 <= v.high < limit or v.low > v.high:
@@ -551,6 +573,8 @@ class PipelineModel:
             self._default_grant = (p["rate_kbps"], 0, p["lease_us"], p["meter_slot"])
         elif table == n.ECN_THRESHOLD:
             self._ecn_threshold = default.params["qdepth_pkts"]
+        elif table == n.TRAFFIC_CLASS:
+            self._aggregates = [_aggregate_tuple(e) for e in sorted(entries, key=lambda e: -e.priority)]
 
     def entries(self, table: str) -> list[TableEntry]:
         """Installed (non-default) entries of ``table``, in insertion order.
@@ -578,9 +602,10 @@ class PipelineModel:
         """Installed clone sessions, by session id."""
         return [self._clone_sessions[sid] for sid in sorted(self._clone_sessions)]
 
-    def meter_config(self, index: int) -> MeterConfig | None:
-        """The config of ``flow_meter[index]``, or None when never configured (always green)."""
-        return self._meter_cfg.get(index)
+    def meter_config(self, index: int, meter: str = n.DEP_METER) -> MeterConfig | None:
+        """The config of ``meter[index]`` (``dep_meter`` or ``aggregate_meter``), or None when
+        never configured (always green)."""
+        return (self._agg_meter_cfg if meter == n.AGGREGATE_METER else self._meter_cfg).get(index)
 
     def read_counter_cells(self, counter: str, indices: Sequence[int]) -> list[CounterValue]:
         """:meth:`read_counter` of each index, in order (one P4Runtime Read on a switch)."""
@@ -668,8 +693,10 @@ class PipelineModel:
         if port < 0:
             return []
         if not safs_ok:
-            pkt.priority = QUEUE_BEST_EFFORT
-            return [(port, pkt)]
+            if not self._aggregates:
+                pkt.priority = QUEUE_BEST_EFFORT
+                return [(port, pkt)]
+            return self._traffic_class(pkt, port)
         at_receiver = port in self._receiver_ports
         if t != _DATA and t != _REQUEST:  # GRANT, DONE: control, forwarded
             pkt.qclass = pkt.priority = QUEUE_CONTROL
@@ -733,6 +760,25 @@ class PipelineModel:
         pkt.rate_kbps, pkt.epoch, pkt.lease_us = kbps, epoch, lease
         pkt.ts = now
         return [(gport, pkt)]
+
+    def _traffic_class(self, pkt: Packet, port: int) -> list[tuple[int, Packet]]:
+        """traffic_class.p4: the first (highest-priority) matching aggregate sets the queue; a
+        metered one marks RED packets CE when ECN-capable and drops them otherwise."""
+        tcp_udp = pkt.proto in (PROTO_TCP, PROTO_UDP)
+        sport, dport = (pkt.sport, pkt.dport) if tcp_udp else (0, 0)
+        qp = pkt.roce_qp if pkt.proto == PROTO_UDP and dport == n.ROCE_V2_UDP_PORT else 0
+        for src, dst, proto, sp, dp, rqp, qclass, meter in self._aggregates:
+            if (pkt.src & src[1] == src[0] and pkt.dst & dst[1] == dst[0] and pkt.proto & proto[1] == proto[0]
+                    and sp[0] <= sport <= sp[1] and dp[0] <= dport <= dp[1] and qp & rqp[1] == rqp[0]):
+                pkt.priority = qclass
+                m = self._agg_meters.get(meter) if meter >= 0 else None
+                if m is not None and m.color(pkt.size, self._clock()) == _RED:
+                    if pkt.ecn == 0:
+                        return []
+                    pkt.ecn = ECN_CE
+                return [(port, pkt)]
+        pkt.priority = QUEUE_BEST_EFFORT
+        return [(port, pkt)]
 
     def _share_grant(self, pkt: Packet, port: int, slot: int, qclass: int, default_kbps: int,
                      default_lease: int) -> tuple[int, int, int]:
@@ -831,6 +877,23 @@ def _push_wanted(pkt: Packet, kbps: int) -> bool:
 
 
 _GRANT_ACTIONS = frozenset({n.ACT_SET_SHARE_GRANT, n.ACT_SET_FIXED_GRANT})
+
+
+def _aggregate_tuple(e: TableEntry) -> tuple:
+    """A traffic_class entry in the per-packet form of :meth:`PipelineModel._traffic_class`."""
+    m = e.match
+
+    def tern(f: str) -> tuple[int, int]:
+        t = cast(Ternary, m[f])
+        return (t.value, t.mask)
+
+    def rng(f: str) -> tuple[int, int]:
+        r = cast(Range, m[f])
+        return (r.low, r.high)
+
+    meter = e.params["meter_index"] if e.action == n.ACT_SET_METERED_TRAFFIC_CLASS else -1
+    return (tern(n.F_SRC_ADDR), tern(n.F_DST_ADDR), tern(n.F_PROTOCOL), rng(n.F_L4_SRC_PORT),
+            rng(n.F_L4_DST_PORT), tern(n.F_ROCE_QP), e.params["qclass"], meter)
 
 
 def _grant_key(e: TableEntry) -> tuple[int, int]:

@@ -30,7 +30,7 @@ from heapq import heappush
 from typing import Any, Protocol
 
 from safs.core.errors import InvalidInput
-from safs.core.packet import PROTO_UDP, Packet
+from safs.core.packet import Packet
 from safs.core.protocol import NUM_QUEUES, MsgType
 from safs.experiments.sim.engine import Engine
 
@@ -219,8 +219,8 @@ class Host:
         self.unmatched = 0
 
     def receive(self, pkt: Packet, in_port: int) -> None:
-        if pkt.proto == PROTO_UDP:
-            t = pkt.safs_type
+        t = pkt.safs_type
+        if t:  # SAFS (UDP); other UDP (RoCEv2-identity DCTCP) is told apart as TCP is
             to_sender = t == _GRANT or t == _DONE
             if t == _GRANT:  # a GRANT is for the dependency, whichever of its transfers it names
                 dep = self.dependencies.get(pkt.dep_id)

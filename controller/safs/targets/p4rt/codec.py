@@ -24,7 +24,17 @@ from __future__ import annotations
 from p4.v1 import p4data_pb2, p4runtime_pb2
 
 from safs.core.errors import InvalidInput
-from safs.core.target import CloneSession, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Update
+from safs.core.target import (
+    CloneSession,
+    Lpm,
+    MeterConfig,
+    Op,
+    Range,
+    RequestDigest,
+    TableEntry,
+    Ternary,
+    Update,
+)
 from safs.targets.p4rt.p4info import P4InfoIndex, bytes_to_int, canonical_bytes, padded_bytes
 
 UPDATE_TYPES = {Op.INSERT: p4runtime_pb2.Update.INSERT,
@@ -94,6 +104,13 @@ def encode_table_entry(index: P4InfoIndex, entry: TableEntry, padded: bool = Fal
                 continue  # don't care: omitted (spec; PI rejects the explicit full range)
             fm.range.low = _value(value.low, field.bitwidth, padded, what)
             fm.range.high = _value(value.high, field.bitwidth, padded, what)
+        elif field.kind == "ternary":
+            if not isinstance(value, Ternary):
+                raise EncodeError("INVALID_ARGUMENT", what, f"is ternary: give a Ternary, got {value!r}")
+            if value.mask == 0:
+                continue  # don't care: omitted (spec; PI rejects a zero mask)
+            fm.ternary.value = _value(value.value, field.bitwidth, padded, what)
+            fm.ternary.mask = _value(value.mask, field.bitwidth, padded, what)
         else:
             raise EncodeError("UNIMPLEMENTED", what, f"match kind {field.kind} is not supported")
         msg.match.append(fm)
@@ -111,8 +128,8 @@ def encode_table_entry(index: P4InfoIndex, entry: TableEntry, padded: bool = Fal
 def decode_table_entry(index: P4InfoIndex, msg: p4runtime_pb2.TableEntry) -> TableEntry:
     """Decode a p4.v1.TableEntry (as a server answers reads) into a :class:`TableEntry`.
 
-    Omitted LPM and range fields come back as ``Lpm(0, 0)`` and the full ``Range``; exact
-    fields must be present.
+    Omitted LPM, range and ternary fields come back as ``Lpm(0, 0)``, the full ``Range`` and
+    ``Ternary(0, 0)``; exact fields must be present.
 
     Raises:
         InvalidInput: ids not in the P4Info, or a missing exact field (field ``table_entry``).
@@ -121,7 +138,7 @@ def decode_table_entry(index: P4InfoIndex, msg: p4runtime_pb2.TableEntry) -> Tab
     if table is None:
         raise InvalidInput("table_entry", f"unknown table id {msg.table_id}")
     given = {fm.field_id: fm for fm in msg.match}
-    match: dict[str, int | Lpm | Range] = {}
+    match: dict[str, int | Lpm | Range | Ternary] = {}
     if not msg.is_default_action:
         for field in table.match_fields:
             fm = given.get(field.id)
@@ -135,6 +152,9 @@ def decode_table_entry(index: P4InfoIndex, msg: p4runtime_pb2.TableEntry) -> Tab
             elif field.kind == "range":
                 match[field.name] = (Range(bytes_to_int(fm.range.low), bytes_to_int(fm.range.high))
                                      if fm is not None else Range(0, (1 << field.bitwidth) - 1))
+            elif field.kind == "ternary":
+                match[field.name] = (Ternary(bytes_to_int(fm.ternary.value), bytes_to_int(fm.ternary.mask))
+                                     if fm is not None else Ternary(0, 0))
     act = msg.action.action
     action = index.actions_by_id.get(act.action_id)
     if action is None:
