@@ -27,7 +27,7 @@ def synthesized_p4info() -> p4info_pb2.P4Info:
     info = p4info_pb2.P4Info()
     ids = iter(range(1, 1 << 20))
     kinds = {"exact": p4info_pb2.MatchField.EXACT, "lpm": p4info_pb2.MatchField.LPM,
-             "range": p4info_pb2.MatchField.RANGE}
+             "range": p4info_pb2.MatchField.RANGE, "ternary": p4info_pb2.MatchField.TERNARY}
     action_ids: dict[str, int] = {}
     for schema in pm._SCHEMAS.values():
         for aname, params in schema.actions.items():
@@ -62,9 +62,10 @@ def synthesized_p4info() -> p4info_pb2.P4Info:
         c = info.counters.add(size=size)
         c.preamble.id = 0x12000000 + next(ids)
         c.preamble.name = cname
-    m = info.meters.add(size=n.DEP_SLOTS)
-    m.preamble.id = 0x13000000 + next(ids)
-    m.preamble.name = n.DEP_METER
+    for meter, size in ((n.DEP_METER, n.DEP_SLOTS), (n.AGGREGATE_METER, n.AGGREGATE_METERS)):
+        m = info.meters.add(size=size)
+        m.preamble.id = 0x13000000 + next(ids)
+        m.preamble.name = meter
     d = info.digests.add()
     d.preamble.id = 0x18000000 + next(ids)
     d.preamble.name = n.REQUEST_DIGEST

@@ -87,6 +87,8 @@ def test_synthesized_p4info_matches_the_committed_one() -> None:
     for name, c in ours.counters.items():
         assert real.counter(name).size == c.size, name
     assert real.meter(n.DEP_METER).size == n.DEP_SLOTS
+    assert real.meter(n.AGGREGATE_METER).size == n.AGGREGATE_METERS
+    assert real.table(n.TRAFFIC_CLASS).size == n.TRAFFIC_CLASS_SIZE
     assert real.digest(n.REQUEST_DIGEST).members == DIGEST_MEMBERS
 
 

@@ -78,6 +78,11 @@ class Op:
     mb: int
 
 
+def _check_shape(p: int, m: int) -> None:
+    if p < 1 or m < 1:
+        raise InvalidInput("stages/microbatches", f"need p >= 1 and m >= 1, got p={p}, m={m}")
+
+
 def zb_h1_order(p: int, m: int) -> list[list[Op]]:
     """The ZB-H1 op order of every stage (see module docstring). Pure.
 
@@ -90,8 +95,7 @@ def zb_h1_order(p: int, m: int) -> list[list[Op]]:
     Raises:
         InvalidInput: p or m < 1.
     """
-    if p < 1 or m < 1:
-        raise InvalidInput("stages/microbatches", f"need p >= 1 and m >= 1, got p={p}, m={m}")
+    _check_shape(p, m)
     order = []
     for s in range(p):
         ops: list[Op] = []
@@ -130,8 +134,7 @@ def one_f_one_b_order(p: int, m: int) -> list[list[Op]]:
     Raises:
         InvalidInput: p or m < 1.
     """
-    if p < 1 or m < 1:
-        raise InvalidInput("stages/microbatches", f"need p >= 1 and m >= 1, got p={p}, m={m}")
+    _check_shape(p, m)
     order = []
     for s in range(p):
         warmup = min(p - s - 1, m)
