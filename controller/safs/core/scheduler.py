@@ -68,6 +68,7 @@ from safs.core.target import (
     CloneSession,
     CounterValue,
     Lpm,
+    MatchValue,
     MeterConfig,
     Op,
     Range,
@@ -560,7 +561,7 @@ class Scheduler:
         out = []
         for i, tc in enumerate(specs):
             qclass = tc.queue if tc.queue is not None else self._slack_qclass(cast(int, tc.slack_ns))
-            match = {
+            match: dict[str, MatchValue] = {
                 n.F_SRC_ADDR: _ternary_net(tc.src), n.F_DST_ADDR: _ternary_net(tc.dst),
                 n.F_PROTOCOL: Ternary(tc.protocol, 0xFF) if tc.protocol is not None else Ternary(0, 0),
                 n.F_L4_SRC_PORT: Range(*tc.src_ports) if tc.src_ports else Range(0, 65535),

@@ -213,6 +213,12 @@ _METER_RATE_MAX = (1 << 64) - 1  # P4Runtime MeterConfig fields are int64; keep 
 CLONE_SESSION_ID_MAX = 32767  # largest clone session id BMv2's PI accepts ("out-of-range" above)
 
 
+# A traffic_class entry per packet: (value, mask) of src, dst, protocol; (low, high) of the
+# source and destination ports; (value, mask) of the RoCEv2 QP; qclass; meter index or -1.
+_Pair = tuple[int, int]
+_Aggregate = tuple[_Pair, _Pair, _Pair, _Pair, _Pair, _Pair, int, int]
+
+
 class _Reject(Exception):
     """One update failed: P4Runtime status name and message (internal to write())."""
 
@@ -286,7 +292,7 @@ class PipelineModel:
         self._agg_meter_cfg: dict[int, MeterConfig] = {}
         self._agg_meters: dict[int, _Meter] = {}
         # traffic_class entries, highest priority first: (src, dst, proto, sport, dport, qp, qclass, meter)
-        self._aggregates: list[tuple] = []
+        self._aggregates: list[_Aggregate] = []
         self._counters: dict[str, tuple[list[int], list[int]]] = {
             c: ([0] * size, [0] * size) for c, size in _COUNTER_SIZES.items()
         }
@@ -879,7 +885,7 @@ def _push_wanted(pkt: Packet, kbps: int) -> bool:
 _GRANT_ACTIONS = frozenset({n.ACT_SET_SHARE_GRANT, n.ACT_SET_FIXED_GRANT})
 
 
-def _aggregate_tuple(e: TableEntry) -> tuple:
+def _aggregate_tuple(e: TableEntry) -> _Aggregate:
     """A traffic_class entry in the per-packet form of :meth:`PipelineModel._traffic_class`."""
     m = e.match
 
