@@ -9,6 +9,7 @@ import logging
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from safs.control.controller import (
     parse_switch_spec,
 )
 from safs.control.hintapi.client import HintClient
+from safs.control.metrics import parse_metrics_addr, serve_metrics
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetConnectionError
 from safs.core.hints import DependencyHint, FlowHint
@@ -452,3 +454,35 @@ def test_scheduler_config_file_keys_override_the_derived_ones(tmp_path: Path) ->
     with pytest.raises(InvalidInput) as err:
         load_scheduler_config(path, topo)
     assert err.value.field == "scheduler.max_frame_bytes" and "64..65535 bytes" in err.value.message
+
+
+def test_prometheus_metrics_expose_controller_scheduler_and_port_counters(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer]) -> None:
+    run = Running(config(topo_file, servers))
+    try:
+        servers["tor1"].set_counter(n.PORT_TX_BYTES, 1, 123_456, 100)
+        servers["tor1"].set_counter(n.ECN_MARKED, 1, 0, 7)
+        server = serve_metrics(run.app, "127.0.0.1", 0)
+        try:
+            host, port = server.server_address[:2]
+            url = f"http://{host}:{port}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                text = resp.read().decode()
+        finally:
+            server.shutdown()
+        assert 'safs_port_tx_bytes_total{port="1",switch="tor1"} 123456.0' in text
+        assert 'safs_port_tx_packets_total{port="1",switch="tor1"} 100.0' in text
+        assert 'safs_port_ecn_marked_packets_total{port="1",switch="tor1"} 7.0' in text
+        assert 'safs_switch_up{switch="tor0"} 1.0' in text
+        updates = run.app.scheduler.stats.table_updates
+        assert updates > 0 and f"safs_scheduler_table_updates_total {float(updates)}" in text
+        assert "safs_controller_digests_total 0.0" in text
+    finally:
+        run.stop()
+
+
+@pytest.mark.parametrize("addr", ["9100", "localhost:", ":9100", "localhost:70000", "localhost:x"])
+def test_bad_metrics_address_is_refused_naming_the_option(addr: str) -> None:
+    with pytest.raises(InvalidInput) as exc:
+        parse_metrics_addr(addr)
+    assert exc.value.field == "--metrics-addr" and "HOST:PORT" in exc.value.message

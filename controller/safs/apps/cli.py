@@ -32,6 +32,7 @@ from safs.apps.cliargs import OneLineParser
 from safs.apps.eval_command import add_parser as add_eval_parser
 from safs.apps.eval_command import run as run_eval
 from safs.control.controller import ControllerApp, config_from_args
+from safs.control.metrics import parse_metrics_addr, serve_metrics
 from safs.core.errors import InvalidInput, SafsError, TargetConnectionError, TargetError
 from safs.core.files import BMV2_JSON_PATH, P4INFO_PATH, scenario_path
 from safs.core.numfmt import sig
@@ -133,6 +134,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "--bmv2-json", default=None, metavar="FILE", help="compiled BMv2 JSON (default: the shipped v1model program's)"
     )
     ctl.add_argument("--tick-ms", default="1", metavar="MS", help="scheduler tick period in ms (default 1)")
+    ctl.add_argument(
+        "--metrics-addr",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off; docs/controller.md)",
+    )
     ctl.add_argument(
         "--duration-s", default=None, metavar="S", help="stop after S seconds (default: until SIGINT/SIGTERM)"
     )
@@ -306,11 +313,13 @@ def _cmd_controller(args: argparse.Namespace) -> int:
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidInput("--bmv2-json", f"{args.bmv2_json} is not a BMv2 JSON file: {exc}") from None
     config = config_from_args(args)
+    metrics_addr = parse_metrics_addr(args.metrics_addr) if args.metrics_addr is not None else None
     app = ControllerApp(config)  # checks the switch names against the topology
     logging.basicConfig(
         level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     stop = threading.Event()
+    metrics_server = None
     previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
@@ -327,8 +336,14 @@ def _cmd_controller(args: argparse.Namespace) -> int:
             raise InvalidInput(
                 f"--switch {spec.name}={spec.grpc_addr}", f"switch unusable ({code}): {message}"
             ) from None
+        if metrics_addr is not None:
+            metrics_server = serve_metrics(app, *metrics_addr)
+            logging.getLogger("safs.control.metrics").info(
+                "Prometheus metrics at http://%s:%d/metrics", *metrics_server.server_address[:2])
         app.run(stop)
     finally:
+        if metrics_server is not None:
+            metrics_server.shutdown()
         app.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

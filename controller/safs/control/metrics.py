@@ -1,0 +1,123 @@
+"""Prometheus metrics of a running controller (``safs controller --metrics-port``).
+
+Read at scrape time (a prometheus-client custom collector), so nothing is kept twice:
+
+* controller counters (:class:`~safs.control.controller.ControllerStats`): digests, rejected
+  digests, ticks, tick failures, reconnects (``safs_controller_*_total``);
+* scheduler counters (:class:`~safs.core.scheduler.SchedulerStats`): table and meter updates
+  written, write batches, encoded control bytes, grant changes, dependencies admitted, write
+  failures (``safs_scheduler_*_total``);
+* the switches' own telemetry, read over P4Runtime at scrape time, one Read per counter and
+  switch: ``port_tx_bytes`` (bytes and packets sent per egress port) and ``ecn_marked``
+  (packets marked CE per egress port), labelled ``switch`` and ``port`` (the topology's ports
+  of that switch); ``safs_switch_up`` is 0 while a switch is down (its counters then hold the
+  last value read).
+
+Scrapes take the controller's lock for the switch reads (as a tick does), so scrape every few
+seconds, not faster than the tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from safs.core import p4names as n
+from safs.core.errors import InvalidInput, TargetConnectionError
+
+if TYPE_CHECKING:  # annotations only
+    from safs.control.controller import ControllerApp
+
+CONTROLLER_COUNTERS = (
+    ("digests", "REQUEST digests received from switches"),
+    ("digests_rejected", "digests the scheduler refused"),
+    ("ticks", "scheduler ticks run"),
+    ("tick_failures", "ticks or digest merges with refused writes or failed reads"),
+    ("reconnects", "switches reconnected and re-installed"),
+    ("reconnect_failures", "failed reconnection attempts"),
+)
+SCHEDULER_COUNTERS = (
+    ("table_updates", "table entry updates written"),
+    ("meter_updates", "meter config updates written"),
+    ("batches", "P4Runtime write batches"),
+    ("control_bytes", "estimated encoded bytes of the writes"),
+    ("grant_changes", "grants the allocator changed"),
+    ("dependencies", "dependencies admitted"),
+    ("write_failures", "updates a switch refused after reconciliation"),
+)
+
+
+class ControllerCollector(Collector):
+    """Collects ``app``'s counters and its switches' port telemetry at each scrape.
+
+    Args:
+        app: a started :class:`~safs.control.controller.ControllerApp`.
+    """
+
+    def __init__(self, app: ControllerApp) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[Metric]:
+        app = self.app
+        for name, doc in CONTROLLER_COUNTERS:
+            yield CounterMetricFamily(f"safs_controller_{name}", doc, value=getattr(app.stats, name))
+        sched = app.scheduler
+        if sched is not None:
+            for name, doc in SCHEDULER_COUNTERS:
+                yield CounterMetricFamily(f"safs_scheduler_{name}", doc, value=getattr(sched.stats, name))
+        up = GaugeMetricFamily("safs_switch_up", "1 while the switch's P4Runtime connection is up", labels=["switch"])
+        tx_bytes = CounterMetricFamily("safs_port_tx_bytes", "bytes sent per egress port (port_tx_bytes)",
+                                       labels=["switch", "port"])
+        tx_packets = CounterMetricFamily("safs_port_tx_packets", "packets sent per egress port (port_tx_bytes)",
+                                         labels=["switch", "port"])
+        ecn = CounterMetricFamily("safs_port_ecn_marked_packets", "packets marked CE per egress port (ecn_marked)",
+                                  labels=["switch", "port"])
+        with app.lock:
+            for sw, link in app.links.items():
+                up.add_metric([sw], 0.0 if link.is_down else 1.0)
+                ports = sorted(app.topology.ports(sw))
+                try:
+                    sent = link.read_counter_cells(n.PORT_TX_BYTES, ports)
+                    marked = link.read_counter_cells(n.ECN_MARKED, ports)
+                except TargetConnectionError:
+                    continue  # the link marked itself down; the next scrape tries again
+                for port, s, m in zip(ports, sent, marked):
+                    tx_bytes.add_metric([sw, str(port)], s.byte_count)
+                    tx_packets.add_metric([sw, str(port)], s.packet_count)
+                    ecn.add_metric([sw, str(port)], m.packet_count)
+        yield up
+        yield tx_bytes
+        yield tx_packets
+        yield ecn
+
+
+def parse_metrics_addr(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` of ``--metrics-addr`` (port 0..65535; 0: any free port).
+
+    Raises:
+        InvalidInput: not HOST:PORT (field ``--metrics-addr``).
+    """
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidInput("--metrics-addr", f"expected HOST:PORT with a port in 0..65535, got {text!r}")
+    return host, int(port)
+
+
+def serve_metrics(app: ControllerApp, host: str, port: int) -> Any:
+    """Serve ``app``'s metrics (its own registry) over HTTP in a daemon thread; returns the
+    server (``shutdown()`` stops it; ``server_address`` is where it listens).
+
+    Raises:
+        InvalidInput: the address cannot be bound (field ``--metrics-addr``).
+    """
+    registry = CollectorRegistry()
+    registry.register(ControllerCollector(app))
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise InvalidInput("--metrics-addr", f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return server
