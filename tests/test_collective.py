@@ -128,6 +128,7 @@ def test_allreduce_broadcast_waits_for_the_reduction():
     ("allreduce", {"ranks": ["h0", "nope"]}, "ranks"), ("allreduce", {"ranks": ["h0"]}, "ranks"),
     ("allreduce", {"size_bytes": 0}, "size_bytes"), ("alltoall", {"skew": 5}, "skew"),
     ("alltoall", {"dispatch_bytes_per_elem": 4}, "dispatch_bytes_per_elem"),
+    ("alltoall", {"combine_bytes_per_elem": 2.0}, "combine_bytes_per_elem"),
     ("alltoall", {"size_bytes": 1}, "size_bytes"), ("allgather", {"tokens_per_rank": 1}, "tokens_per_rank"),
 ])
 def test_bad_collective_params_name_the_field(kind, params, field):

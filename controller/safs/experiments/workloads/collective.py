@@ -290,9 +290,9 @@ class Collective:
             top_k = int_param(params, "top_k", DEEPSEEK_V3_TOP_K, 1, 64)
             d_elem = params.get("dispatch_bytes_per_elem", 1)
             c_elem = params.get("combine_bytes_per_elem", 2)
-            if isinstance(d_elem, bool) or d_elem not in (1, 2):
+            if type(d_elem) is not int or d_elem not in (1, 2):
                 raise InvalidInput("workload.params.dispatch_bytes_per_elem", f"must be 1 or 2, got {d_elem!r}")
-            if isinstance(c_elem, bool) or c_elem not in (1, 2, 4):
+            if type(c_elem) is not int or c_elem not in (1, 2, 4):
                 raise InvalidInput("workload.params.combine_bytes_per_elem", f"must be 1, 2 or 4, got {c_elem!r}")
             skew = params.get("skew", 0.0)
             if isinstance(skew, bool) or not isinstance(skew, (int, float)) or not 0 <= skew <= 4:
