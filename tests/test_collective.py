@@ -175,3 +175,22 @@ def test_bad_sweeps_are_refused(tmp_path, sweep, msg):
 def test_single_tor_trees_are_stars():
     w = Collective("allgather", {"algorithm": "tree", "ranks": ["a0", "a1", "a2"]}, TOR)
     assert all(t.src == t.root and t.level == 1 for t in w.phases[0])
+
+
+def test_a_swept_parameter_also_set_in_params_is_refused(tmp_path):
+    path = tmp_path / "s.yaml"
+    text = SWEEP.format(topo=ROOT / "topologies" / "afd-16a2f.yaml")
+    path.write_text(text.replace("{iterations: 1, ranks: [a0, a1, a2, a3]}",
+                                 "{iterations: 1, ranks: [a0, a1, a2, a3], size_bytes: 1024}"))
+    with pytest.raises(InvalidInput, match="also set in workload.params") as exc:
+        load_scenario(path)
+    assert exc.value.field == "workload.sweep.size_bytes"
+
+
+@pytest.mark.parametrize("kind,params,field", [
+    ("allgather", {"ranks": ["h0", ["h1"]]}, "ranks"), ("allgather", {"algorithm": ["ring"]}, "algorithm"),
+])
+def test_list_values_where_names_belong_are_refused(kind, params, field):
+    with pytest.raises(InvalidInput) as exc:
+        Collective(kind, params, OVERSUB)
+    assert exc.value.field == f"workload.params.{field}"

@@ -728,3 +728,14 @@ def test_reinstall_restores_dependency_grants_and_meters() -> None:
     assert restarted.entries(n.DEP_GRANT) == targets["tor1"].entries(n.DEP_GRANT) != []
     assert restarted.meter_config(1) == targets["tor1"].meter_config(1)
     assert len(restarted.entries(n.PORT_SHARE)) == n.MAX_LOAD * len(n.SHARE_MODES)
+
+
+def test_traffic_class_errors_name_the_class_keys_and_the_limit() -> None:
+    with pytest.raises(InvalidInput) as exc:
+        SchedulerConfig.from_mapping({"traffic_classes": [{"name": "x", "queue": 1, "colour": "red"}]})
+    assert exc.value.field.endswith("traffic_classes.colour") and "roce_qp_mask" in exc.value.message
+    assert "admit_on_request" not in exc.value.message
+    many = [{"name": f"c{i}", "queue": 1} for i in range(256)]
+    with pytest.raises(InvalidInput, match="at most 255 entries") as exc:
+        SchedulerConfig.from_mapping({"traffic_classes": many})
+    assert len(str(exc.value)) < 300

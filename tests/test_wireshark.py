@@ -56,8 +56,10 @@ def test_every_field_of_every_message_type_is_decoded(tmp_path: Path) -> None:
 
 def test_malformed_headers_are_flagged(tmp_path: Path) -> None:
     base = Ether() / IP(src="10.0.0.1", dst="10.0.1.2") / UDP(sport=40000, dport=SAFS_UDP_PORT)
+    reply_from_port = Ether() / IP(src="10.0.1.2", dst="10.0.0.1") / UDP(sport=SAFS_UDP_PORT, dport=50000)
     wrpcap(str(tmp_path / "bad.pcap"), [base / Raw(bytes(10)), base / Raw(bytes([0x11]) + bytes(35)),
-                                        base / Raw(bytes([0x27]) + bytes(35))])
-    experts = [row[-1] for row in tshark_fields(tmp_path / "bad.pcap")]
-    assert experts == ["SAFS header truncated (36 bytes expected)", "SAFS version is not 2",
-                       "SAFS message type is not 1..4"]
+                                        base / Raw(bytes([0x27]) + bytes(35)), reply_from_port / Raw(bytes(40))])
+    rows = tshark_fields(tmp_path / "bad.pcap")
+    assert [row[-1] for row in rows] == ["SAFS header truncated (36 bytes expected)", "SAFS version is not 2",
+                                         "SAFS message type is not 1..4", ""]
+    assert rows[3][1] == ""  # from port 23285 is not SAFS (the P4 parser reads the destination port)

@@ -494,3 +494,17 @@ def test_flowspec_dependency_names():
         with pytest.raises(InvalidInput) as err:
             FlowSpec("a", "b", 10, 5, "x", dependency=bad)
         assert err.value.field == "flow.dependency"
+
+
+@pytest.mark.parametrize("params,field", [({"model": ["llama-3-70b"]}, "model"), ({"trace": ["conv"]}, "trace")])
+def test_afd_list_values_where_names_belong_are_refused(params, field):
+    with pytest.raises(InvalidInput) as exc:
+        AfdDecode(params, None)
+    assert exc.value.field == f"workload.params.{field}"
+
+
+@pytest.mark.parametrize("params,field", [({"schedule": ["zb-h1"]}, "schedule"), ({"model": ["1.5B"]}, "model")])
+def test_zerobubble_list_values_where_names_belong_are_refused(zb_topo, params, field):
+    with pytest.raises(InvalidInput) as exc:
+        ZeroBubbleTraining(params, zb_topo)
+    assert exc.value.field == f"workload.params.{field}"

@@ -3,7 +3,7 @@ results, summaries with confidence intervals, and plots (docs/evaluation.md).
 
     safs eval --list
     safs eval zerobubble afd-16a2f urgent [--out results/eval] [--jobs N | --ray ADDRESS]
-    safs eval all                      # the three experiments and the baseline checks
+    safs eval all                      # the paper's three experiments and the baseline checks
     safs eval baseline-checks
 """
 
@@ -131,7 +131,7 @@ def _list(console: Console) -> int:
         "the baselines' own-paper checks (Homa, pFabric, D2TCP; docs/baselines.md)",
         "safs/experiments/eval/checks/",
     )
-    table.add_row("all", "the three experiments and the baseline checks", "")
+    table.add_row("all", "the paper's three experiments and the baseline checks (collectives: by name)", "")
     console.print(table)
     return 0
 
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         )
     names: list[str] = []
     for n in args.names:
-        names += [*ex.EXPERIMENTS, ex.CHECKS_NAME] if n == "all" else [n]
+        names += [*ex.PAPER_EXPERIMENTS, ex.CHECKS_NAME] if n == "all" else [n]
     names = list(dict.fromkeys(names))
     exps = []
     for n in names:

@@ -249,6 +249,8 @@ def _walk(model: type[BaseModel], loc: tuple[str | int, ...]
 
 def _nested_model(tp: Any) -> type[BaseModel] | None:
     tp = _strip_optional(tp)
+    if get_origin(tp) is list and get_args(tp):  # list[Model]: its items are the model
+        tp = get_args(tp)[0]
     return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
 
 

@@ -239,7 +239,16 @@ class SchedulerConfig(ConfigModel):
     share_lease_ns: int = Field(20_000_000, ge=1_000, le=(2**32 - 1) * 1000)
     waiting_share: float = Field(1 / 32, ge=0.001, le=0.5)
     background_share: float = Field(0.0, ge=0, le=0.9)
-    traffic_classes: list[TrafficClassSpec] = Field(default_factory=list, max_length=n.AGGREGATE_METERS - 1)
+    traffic_classes: list[TrafficClassSpec] = Field(default_factory=list)
+
+    @field_validator("traffic_classes")
+    @classmethod
+    def _traffic_class_limit(cls, v: list[TrafficClassSpec]) -> list[TrafficClassSpec]:
+        limit = n.AGGREGATE_METERS - 1
+        if len(v) > limit:
+            raise ValueError(f"at most {limit} entries (the P4 program's traffic_class and aggregate_meter), "
+                             f"got {len(v)}")
+        return v
 
     def meter_for(self, slot: int, rate_bps: int) -> MeterConfig:
         """Meter config of ``flow_meter[slot]`` for a grant of ``rate_bps`` (module docstring)."""

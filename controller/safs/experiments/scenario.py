@@ -30,9 +30,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, field_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from safs.core.config import ConfigModel
+from safs.core.config import ConfigModel, FieldError
 from safs.core.errors import InvalidInput
 from safs.core.files import load_yaml
 
@@ -52,14 +52,21 @@ class WorkloadSpec(ConfigModel):
     # and recorded under its own key (docs/results.md), e.g. {size_bytes: [65536, 4194304]}.
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _sweep_not_in_params(self) -> WorkloadSpec:
+        both = sorted(set(self.sweep) & set(self.params))
+        if both:
+            raise FieldError(f"sweep.{both[0]}", "is also set in workload.params; give it in one place")
+        return self
+
     @field_validator("sweep")
     @classmethod
     def _sweep_lists(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
         for key, values in v.items():
             if key in RECORD_IDENTITY:
-                raise ValueError(f"sweep.{key}: {key!r} is a record key, not a workload parameter")
+                raise ValueError(f"{key}: {key!r} is a record key, not a workload parameter")
             if not values:
-                raise ValueError(f"sweep.{key}: needs at least one value")
+                raise ValueError(f"{key}: needs at least one value")
             _unique(values, f"sweep.{key}")
         return v
 
@@ -142,11 +149,11 @@ class Scenario(ConfigModel):
 
 def _unique(values: list[Any], what: str) -> list[Any]:
     # A repeated seed or policy would count the same runs twice and narrow the intervals.
-    seen = set()
+    seen: list[Any] = []  # a list, not a set: swept values may be lists (ranks)
     for v in values:
         if v in seen:
             raise ValueError(f"duplicate {what} {v!r}; each may appear once")
-        seen.add(v)
+        seen.append(v)
     return values
 
 

@@ -45,12 +45,15 @@ safs.experts = { e_short, e_version, e_type }
 local ts_meaning = { [1] = "latest start", [2] = "latest start", [3] = "switch time", [4] = "no-bubble timestamp" }
 
 function safs.dissector(buf, pinfo, tree)
+    -- SAFS is UDP *to* 23285 (as the P4 parser reads it); "udp.port" also offers packets
+    -- from 23285, which are not SAFS: decline them (0 = not ours, the next dissector tries).
+    if pinfo.dst_port ~= SAFS_UDP_PORT then return 0 end
     pinfo.cols.protocol = "SAFS"
     local t = tree:add(safs, buf(0, math.min(buf:len(), HEADER_LEN)))
     if buf:len() < HEADER_LEN then
         t:add_proto_expert_info(e_short)
         pinfo.cols.info = "SAFS (truncated)"
-        return
+        return buf:len()
     end
     local version = buf(0, 1):bitfield(0, 4)
     local mtype = buf(0, 1):bitfield(4, 4)
@@ -81,6 +84,7 @@ function safs.dissector(buf, pinfo, tree)
     if buf:len() > HEADER_LEN then
         Dissector.get("data"):call(buf(HEADER_LEN):tvb(), pinfo, tree)
     end
+    return buf:len()
 end
 
 DissectorTable.get("udp.port"):add(SAFS_UDP_PORT, safs)

@@ -312,6 +312,11 @@ EXPERIMENTS: dict[str, Experiment] = {
 }
 
 
+# What ``safs eval all`` runs (with the baseline checks): the SAFS paper's three experiments.
+# The collective experiments (648 runs each) run by name.
+PAPER_EXPERIMENTS = ("zerobubble", "afd-16a2f", "urgent")
+
+
 def experiment(name: str) -> Experiment:
     """The experiment called ``name``.
 

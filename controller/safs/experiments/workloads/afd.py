@@ -207,7 +207,7 @@ def _model(params: dict[str, Any]) -> AfdModel:
         InvalidInput: unknown preset or an override out of range (naming the field).
     """
     name = params.get("model", DEFAULT_MODEL)
-    if name not in MODELS:
+    if not isinstance(name, str) or name not in MODELS:
         raise InvalidInput("workload.params.model", f"must be one of {', '.join(MODELS)}, got {name!r}")
     base = MODELS[name]
     elem = {}
@@ -275,7 +275,9 @@ class AfdDecode:
         self.attention_ns = max(1, round(self.model.attention_op_us * 1000 * compute_scale))
         self.ffn_ns = max(1, round(self.model.ffn_op_us * 1000 * compute_scale))
         trace = params.get("trace", "conv")
-        trace_path = DATA_DIR / TRACES[trace] if trace in TRACES else Path(str(trace))
+        if not isinstance(trace, str):
+            raise InvalidInput("workload.params.trace", f"must be conv, code or a CSV path, got {trace!r}", source)
+        trace_path = DATA_DIR / TRACES[trace] if trace in TRACES else Path(trace)
         self.requests = load_trace(trace_path)
         self.attn = [f"a{i}" for i in range(self.n_attn)]
         self.ffn = [f"f{i}" for i in range(self.n_ffn)]

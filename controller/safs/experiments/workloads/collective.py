@@ -267,14 +267,15 @@ class Collective:
         self.topology = topology
         self.seed = seed
         ranks = params.get("ranks", [h for h in topology.hosts() if not h.startswith("bg")])
-        if not isinstance(ranks, list) or not 2 <= len(ranks) <= 1024 or len(set(ranks)) != len(ranks):
+        if (not isinstance(ranks, list) or not all(isinstance(r, str) for r in ranks) or not 2 <= len(ranks) <= 1024
+                or len(set(ranks)) != len(ranks)):
             raise InvalidInput("workload.params.ranks", f"must be a list of 2..1024 distinct host names, got {ranks!r}")
         for r in ranks:
             if not isinstance(r, str) or not topology.is_host(r):
                 raise InvalidInput("workload.params.ranks", f"topology {topology.name!r} has no host {r!r}")
         self.ranks = list(ranks)
         algorithm = params.get("algorithm", ALGORITHMS[kind][0])
-        if algorithm not in ALGORITHMS[kind]:
+        if not isinstance(algorithm, str) or algorithm not in ALGORITHMS[kind]:
             raise InvalidInput("workload.params.algorithm",
                                f"{kind} supports {', '.join(ALGORITHMS[kind])}, got {algorithm!r}")
         self.algorithm = algorithm

@@ -251,7 +251,7 @@ class ZeroBubbleTraining:
         self.m = int_param(params, "microbatches", 8, 1, 256)
         self.iterations = int_param(params, "iterations", 2, 1, 100)
         model = params.get("model", "1.5B")
-        if model not in MODELS:
+        if not isinstance(model, str) or model not in MODELS:
             raise InvalidInput("workload.params.model", f"must be one of {', '.join(MODELS)}, got {model!r}")
         self.model = MODELS[model]
         self.scale = float_param(params, "scale", 0.01, 0.0, 1.0)
@@ -274,7 +274,7 @@ class ZeroBubbleTraining:
                                        f"topology {topology.name!r} has no host {host!r} "
                                        f"(needs stage0..stage{self.p - 1})")
         schedule = params.get("schedule", "zb-h1")
-        if schedule not in SCHEDULES:
+        if not isinstance(schedule, str) or schedule not in SCHEDULES:
             raise InvalidInput("workload.params.schedule", f"must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
         self.order = SCHEDULES[schedule](self.p, self.m)
         # 1F1B does not split the backward pass: its B carries the weight gradient too.
