@@ -274,8 +274,14 @@ def test_afd_bad_params(params, field):
 
 def test_afd_missing_hosts():
     topo = load_topology(TOPO / "zerobubble-pp.yaml")
-    with pytest.raises(InvalidInput, match="no host 'a0'"):
+    with pytest.raises(InvalidInput, match="no host 'a0'") as exc:
         AfdDecode({}, topo)
+    assert exc.value.field == "workload.params.n_attn"
+    with pytest.raises(InvalidInput, match="it has a0..a15, so n_attn must be in 1..16") as exc:
+        AfdDecode({"n_attn": 17}, load_topology(TOPO / "afd-16a2f.yaml"))
+    assert exc.value.field == "workload.params.n_attn"
+    with pytest.raises(InvalidInput, match="n_ffn must be in 1..2") as exc:
+        AfdDecode({"n_ffn": 3}, load_topology(TOPO / "afd-16a2f.yaml"))
 
 
 def test_azure_trace_bad_rows(tmp_path):

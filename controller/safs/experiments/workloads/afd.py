@@ -283,10 +283,17 @@ class AfdDecode:
         self.ffn = [f"f{i}" for i in range(self.n_ffn)]
         self.topology = topology
         if topology is not None:
-            for h in self.attn + self.ffn:
-                if not topology.is_host(h):
-                    raise InvalidInput("workload.params", f"topology {topology.name!r} has no host {h!r} "
-                                       f"(needs a0..a{self.n_attn - 1}, f0..f{self.n_ffn - 1})", source)
+            for field, prefix, hosts in (("n_attn", "a", self.attn), ("n_ffn", "f", self.ffn)):
+                missing = next((h for h in hosts if not topology.is_host(h)), None)
+                if missing is not None:
+                    have = 0
+                    while topology.is_host(f"{prefix}{have}"):
+                        have += 1
+                    raise InvalidInput(f"workload.params.{field}",
+                                       f"topology {topology.name!r} has no host {missing!r}: it has "
+                                       f"{prefix}0..{prefix}{have - 1}, so {field} must be in 1..{have}"
+                                       if have else f"topology {topology.name!r} has no host {missing!r} "
+                                       f"(hosts {prefix}0, {prefix}1, ... are needed)", source)
         self.step_end_ns: list[int] = []
         self.batch_sizes: list[int] = []
         self._api: WorkloadAPI | None = None
