@@ -200,7 +200,7 @@ def _uplink_bps(topology: Any, tor: str) -> int:
     return sum(topology.link(tor, nxt)["rate_bps"] for nxt in used)
 
 
-def _cuts(topology: Any, ranks: list[str], pairs: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+def _cuts(topology: Any, pairs: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
     """Bytes per cut for a set of (src, dst) -> bytes that must cross the network as given."""
     cuts: dict[tuple[str, str], int] = {}
     for (s, d), size in pairs.items():
@@ -271,7 +271,7 @@ class Collective:
                 or len(set(ranks)) != len(ranks)):
             raise InvalidInput("workload.params.ranks", f"must be a list of 2..1024 distinct host names, got {ranks!r}")
         for r in ranks:
-            if not isinstance(r, str) or not topology.is_host(r):
+            if not topology.is_host(r):
                 raise InvalidInput("workload.params.ranks", f"topology {topology.name!r} has no host {r!r}")
         self.ranks = list(ranks)
         algorithm = params.get("algorithm", ALGORITHMS[kind][0])
@@ -304,7 +304,7 @@ class Collective:
             combine = {(d, s): b * c_elem // d_elem for (s, d), b in dispatch.items()}
             for matrix in (dispatch, combine):
                 self.phases.append([Transfer(s, d, b, 1, ()) for (s, d), b in matrix.items()])
-                cuts.append(_cuts(topology, self.ranks, matrix))
+                cuts.append(_cuts(topology, matrix))
             self.phase_gap_ns = [expert_ns]
         else:
             size = int_param(params, "size_bytes", 4 << 20, 1, 1 << 34)
