@@ -9,6 +9,7 @@ import networkx as nx
 import pytest
 import yaml
 
+from safs.core import ecmp
 from safs.core.errors import InvalidInput
 from safs.core.topology import build_topology, load_topology, parse_rate
 
@@ -87,18 +88,64 @@ def test_routes_one_slash32_per_host_towards_it():
     for sw in topo.switches():
         routes = topo.routes(sw)
         assert len(routes) == len(topo.hosts())
-        for prefix, plen, port in routes:
-            assert plen == 32
+        for prefix, plen, ports in routes:
+            assert plen == 32 and list(ports) == sorted(ports)
             dst = topo.ip_to_host[prefix]
-            nb = topo.neighbor_at(sw, port)
-            # One step closer to the destination.
-            assert nx.shortest_path_length(topo.graph, nb, dst) == nx.shortest_path_length(topo.graph, sw, dst) - 1
+            for port in ports:
+                nb = topo.neighbor_at(sw, port)
+                # One step closer to the destination.
+                assert nx.shortest_path_length(topo.graph, nb, dst) == nx.shortest_path_length(topo.graph, sw, dst) - 1
 
 
-def test_tie_break_picks_lowest_port():
+def test_ecmp_groups_hold_every_equal_cost_next_hop():
     topo = load_topology(TOPO_DIR / "leaf-spine.yaml")
-    # leaf0 reaches h4 via spine0 or spine1; spine0's link comes first in the file.
+    ups = (topo.port_of("leaf0", "spine0"), topo.port_of("leaf0", "spine1"))
+    assert topo.next_hop_ports("leaf0", "h4") == ups
+    assert topo.next_hop_ports("leaf0", "h1") == (topo.port_of("leaf0", "h1"),)
+    assert topo.next_hop_ports("spine1", "h4") == (topo.port_of("spine1", "leaf1"),)
+    # grant_route's single next hop: the lowest port (spine0's link comes first in the file).
     assert topo.next_hop_port("leaf0", "h4") == topo.port_of("leaf0", "spine0")
+
+
+def test_single_path_routing_keeps_the_lowest_port():
+    raw = yaml.safe_load((TOPO_DIR / "leaf-spine.yaml").read_text())
+    topo = build_topology({**raw, "routing": "single-path"})
+    assert topo.next_hop_ports("leaf0", "h4") == (topo.port_of("leaf0", "spine0"),)
+    with pytest.raises(InvalidInput, match="routing: must be one of ecmp, single-path, got 'random'"):
+        build_topology({**raw, "routing": "random"})
+
+
+def test_crc16_is_bmv2s_crc16_arc():
+    assert ecmp.crc16(b"123456789") == 0xBB3D  # CRC-16/ARC check value
+    assert ecmp.crc16(b"") == 0
+
+
+def test_flow_path_follows_the_hash_and_spreads_flows():
+    topo = load_topology(TOPO_DIR / "leaf-spine.yaml")
+    spines = set()
+    for sport in range(1024, 1088):
+        path = topo.path("h0", "h4", (17, sport, 23285))
+        h = ecmp.flow_hash(topo.host_ip("h0"), topo.host_ip("h4"), 17, sport, 23285)
+        ups = topo.next_hop_ports("leaf0", "h4")
+        assert path[2] == topo.neighbor_at("leaf0", ups[h % len(ups)])
+        spines.add(path[2])
+    assert spines == {"spine0", "spine1"}
+    assert topo.path("h0", "h4")[2] == "spine0"  # no flow: the lowest-port path
+
+
+def test_oversubscribed_links_are_named():
+    topo = load_topology(TOPO_DIR / "leaf-spine.yaml")  # 4 x 100G down, 2 x 400G up per leaf
+    assert topo.oversubscribed_links() == []
+    assert topo.link_load_bounds()[("leaf0", "spine0")] == 200_000_000_000  # half of 4 x 100G
+    raw = yaml.safe_load((TOPO_DIR / "leaf-spine.yaml").read_text())
+    single = build_topology({**raw, "routing": "single-path"})  # every leaf's uplink traffic on spine0
+    names = {(a, b) for a, b, _, _ in single.oversubscribed_links()}
+    assert ("leaf0", "spine0") not in names  # 400G offered, 400G rate: not over
+    narrow = build_topology({**raw, "routing": "single-path",
+                             "links": [{**link, "rate": "100Gbps"} for link in raw["links"]]})
+    over = narrow.oversubscribed_links()
+    assert ("leaf0", "spine0", 400_000_000_000, 100_000_000_000) in over
+    assert all(b != "spine1" for _, b, _, _ in over)  # spine1 carries nothing
 
 
 def test_link_attributes_and_overrides():

@@ -63,6 +63,8 @@ const bit<32> PKT_INSTANCE_TYPE_INGRESS_CLONE = 1;
 
 // Table and extern sizes (safs/core/p4names.py mirrors the slot count and the load limit).
 #define IPV4_LPM_SIZE     1024
+#define ECMP_GROUPS       1024   // ecmp entries: distinct next-hop sets per switch
+#define ECMP_MEMBERS      4096   // ecmp_selector members (one per next hop of any group)
 #define RECEIVER_PORT_SIZE 512
 #define SLACK_CLASS_SIZE    16
 #define DEP_GRANT_SIZE    4096   // dependencies known per receiver ToR

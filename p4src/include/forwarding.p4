@@ -2,6 +2,11 @@
  * Forwarding: IPv4 longest-prefix match on the destination, and the receiver_port table that
  * marks egress ports facing a directly attached host (only there does the switch meter, answer
  * REQUESTs and send digests: BRIEF "Where the switch acts").
+ *
+ * A route with several equal-cost next hops sets an ECMP group; the ecmp table's action selector
+ * picks one member (set_egress) by crc16 of the 5-tuple, so every packet of a flow takes one path
+ * and SAFS dependencies, each with its own UDP source port, spread over the paths. The controller
+ * predicts the choice exactly (controller/safs/core/ecmp.py; PTF EcmpPredictionTest checks it).
  */
 #ifndef SAFS_FORWARDING_P4
 #define SAFS_FORWARDING_P4
@@ -14,6 +19,8 @@ control Forwarding(inout headers_t hdr, inout metadata_t meta,
     direct_counter(CounterType.packets_and_bytes) ipv4_lpm_counter;
     @name(".SafsIngress.receiver_port_counter")
     direct_counter(CounterType.packets_and_bytes) receiver_port_counter;
+    @name(".SafsIngress.ecmp_counter")
+    direct_counter(CounterType.packets_and_bytes) ecmp_counter;
     @name(".SafsIngress.grant_route_counter")
     direct_counter(CounterType.packets_and_bytes) grant_route_counter;
 
@@ -27,13 +34,39 @@ control Forwarding(inout headers_t hdr, inout metadata_t meta,
     action drop() {
         mark_to_drop(standard_metadata);
     }
+    // Next hop chosen by ecmp; dropped if the group has no ecmp entry (mark_to_drop sets the
+    // drop port, which set_egress overwrites).
+    @name(".SafsIngress.set_ecmp_group")
+    action set_ecmp_group(@name("group") bit<16> group) {
+        mark_to_drop(standard_metadata);
+        meta.ecmp_group = group;
+    }
     @name(".SafsIngress.ipv4_lpm")
     table ipv4_lpm {
         key = { hdr.ipv4.dst_addr: lpm @name("dst_addr"); }
-        actions = { set_egress; drop; }
+        actions = { set_egress; set_ecmp_group; drop; }
         default_action = drop();
         size = IPV4_LPM_SIZE;
         counters = ipv4_lpm_counter;
+    }
+
+    // Field order is the hash input order (safs.core.ecmp.flow_hash): changing it moves flows.
+    @name(".SafsIngress.ecmp_selector")
+    action_selector(HashAlgorithm.crc16, ECMP_MEMBERS, 16) ecmp_selector;
+    @name(".SafsIngress.ecmp")
+    table ecmp {
+        key = {
+            meta.ecmp_group: exact @name("ecmp_group");
+            hdr.ipv4.src_addr: selector;
+            hdr.ipv4.dst_addr: selector;
+            hdr.ipv4.protocol: selector;
+            meta.l4_src_port: selector;
+            meta.l4_dst_port: selector;
+        }
+        actions = { set_egress; }
+        size = ECMP_GROUPS;
+        implementation = ecmp_selector;
+        counters = ecmp_counter;
     }
 
     @name(".SafsIngress.mark_receiver_port")
@@ -76,7 +109,11 @@ control Forwarding(inout headers_t hdr, inout metadata_t meta,
 
     apply {
         if (hdr.ipv4.isValid()) {
+            meta.ecmp_group = 0;
             ipv4_lpm.apply();
+            if (meta.ecmp_group != 0) {
+                ecmp.apply();
+            }
             receiver_port.apply();
             if (meta.receiver_port == 1) {
                 grant_route.apply();

@@ -113,6 +113,7 @@ struct metadata_t {
     bit<16>      ecn_threshold;
     bit<16>      l4_src_port;      // UDP or TCP ports, 0 for other protocols (traffic_class key)
     bit<16>      l4_dst_port;
+    bit<16>      ecmp_group;       // set_ecmp_group: the route's ecmp key (0: single next hop)
     bit<24>      roce_qp;          // BTH destination QP of RoCEv2, else 0 (traffic_class key)
 }
 

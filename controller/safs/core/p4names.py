@@ -8,9 +8,18 @@ action parameters carry these exact ``@name`` annotations in p4src/.
 from __future__ import annotations
 
 # Ingress tables -----------------------------------------------------------------------
-IPV4_LPM = "SafsIngress.ipv4_lpm"  # key dst_addr (lpm, 32) -> set_egress(port) | drop
+IPV4_LPM = "SafsIngress.ipv4_lpm"  # key dst_addr (lpm, 32) -> set_egress(port) | set_ecmp_group | drop
 ACT_SET_EGRESS = "SafsIngress.set_egress"  # params: port (9 bits)
 ACT_DROP = "SafsIngress.drop"
+ACT_SET_ECMP_GROUP = "SafsIngress.set_ecmp_group"  # params: group (16): look the next hop up in ecmp
+
+# ECMP (forwarding.p4): an indirect table keyed by the route's group, with an action selector
+# hashing the 5-tuple (safs.core.ecmp); members set_egress(port, dst_mac), one per next hop.
+ECMP = "SafsIngress.ecmp"  # key ecmp_group (exact, 16); implementation ECMP_SELECTOR
+ECMP_SELECTOR = "SafsIngress.ecmp_selector"  # action_selector(crc16): members and groups
+F_ECMP_GROUP = "ecmp_group"
+ECMP_GROUPS = 1024  # ECMP_GROUPS in defines.p4: groups (distinct next-hop sets) per switch
+ECMP_MEMBERS = 4096  # ECMP_MEMBERS in defines.p4: members of the selector
 
 RECEIVER_PORT = "SafsIngress.receiver_port"  # key egress_port (exact, 9): ports with a host
 ACT_MARK_RECEIVER = "SafsIngress.mark_receiver_port"  # no params

@@ -65,12 +65,15 @@ from safs.core.protocol import (
     transfer_dep_id,
 )
 from safs.core.target import (
+    ActionProfileGroup,
+    ActionProfileMember,
     CloneSession,
     CounterValue,
     Lpm,
     MatchValue,
     MeterConfig,
     Op,
+    ProfileEntity,
     Range,
     RequestDigest,
     TableEntry,
@@ -446,6 +449,7 @@ class Scheduler:
         self._shadow_meters: dict[str, dict[int, MeterConfig]] = {sw: {} for sw in self._targets}
         self._shadow_agg_meters: dict[str, dict[int, MeterConfig]] = {sw: {} for sw in self._targets}
         self._shadow_clones: dict[str, dict[int, CloneSession]] = {sw: {} for sw in self._targets}
+        self._shadow_profiles: dict[str, dict[tuple[str, str, int], ProfileEntity]] = {sw: {} for sw in self._targets}
         # dep_grant entries in the shadow, by key (the part of it _plan_all_grants walks)
         self._shadow_grants: dict[str, dict[TableEntryKey, TableEntry]] = {sw: {} for sw in self._targets}
         self._ip_to_host = {topology.host_ip(h): h for h in hosts}
@@ -456,7 +460,9 @@ class Scheduler:
         """Install the static state on every target (idempotent: only differences are written).
 
         Per switch: ``ipv4_lpm`` routes (topology.routes; ``dst_mac`` = :func:`node_mac` of the
-        next hop), ``receiver_port`` for each port facing a host and, on switches with such
+        next hop; a route with several next hops ``set_ecmp_group`` with an ``ecmp`` entry for its
+        ``ecmp_selector`` group, whose members and groups (:meth:`ecmp_profile`) are written in a
+        batch before the others), ``receiver_port`` for each port facing a host and, on switches with such
         ports, ``grant_route`` (the same routes keyed on the source address) and one clone
         session per port (:meth:`CloneSession.for_port`: a stale-epoch GRANT is cloned to
         session port + 1), ``slack_class`` ranges (allocator key ranges, disjoint, distinct
@@ -478,19 +484,29 @@ class Scheduler:
         for sw, target in self._targets.items():
             target.set_clock_offset(offsets.get(sw, 0))
             self._count_clock_write()
-        plans: dict[str, list[Update]] = {}
-        for sw in self._targets:
-            plan = plans.setdefault(sw, [])
-            for entry in self._static_entries(sw):
-                self._plan_entry(sw, entry, plan)
-            for session in self._clone_sessions(sw):
-                self._plan_clone_session(sw, session, plan)
-            if self.config.rate_grants:  # without grants slot 0 stays unconfigured (never demotes)
-                self._plan_meter(sw, self.config.meter_for(n.DEFAULT_METER_SLOT, self.config.default_rate_bps), plan)
-            for meter in self.traffic_class_meters():
-                self._plan_meter(sw, meter, plan)
+        self._flush({sw: self._plan_profile(sw) for sw in self._targets})  # before the entries using it
+        plans = {sw: self._plan_static(sw) for sw in self._targets}
         self._plan_all_grants(plans)
         self._flush(plans)
+
+    def _plan_profile(self, sw: str) -> list[Update]:
+        """Writes that bring ``sw``'s ECMP members and groups to :meth:`ecmp_profile`."""
+        shadow = self._shadow_profiles[sw]
+        return [Update(Op.INSERT if e.key() not in shadow else Op.MODIFY, e)
+                for e in self.ecmp_profile(sw) if shadow.get(e.key()) != e]
+
+    def _plan_static(self, sw: str) -> list[Update]:
+        """Writes that bring ``sw``'s static state (:meth:`setup`) to what it should be."""
+        plan: list[Update] = []
+        for entry in self._static_entries(sw):
+            self._plan_entry(sw, entry, plan)
+        for session in self._clone_sessions(sw):
+            self._plan_clone_session(sw, session, plan)
+        if self.config.rate_grants:  # without grants slot 0 stays unconfigured (never demotes)
+            self._plan_meter(sw, self.config.meter_for(n.DEFAULT_METER_SLOT, self.config.default_rate_bps), plan)
+        for meter in self.traffic_class_meters():
+            self._plan_meter(sw, meter, plan)
+        return plan
 
     def reinstall(self, switch: str, now_ns: int, clock_offset_ns: int = 0,
                   target: Target | None = None) -> None:
@@ -511,37 +527,34 @@ class Scheduler:
         self._shadow_meters[switch] = {}
         self._shadow_agg_meters[switch] = {}
         self._shadow_clones[switch] = {}
+        self._shadow_profiles[switch] = {}
         target = self._targets[switch]
         target.set_clock_offset(clock_offset_ns)
         self._count_clock_write()
-        plan: list[Update] = []
-        for entry in self._static_entries(switch):
-            self._plan_entry(switch, entry, plan)
-        for session in self._clone_sessions(switch):
-            self._plan_clone_session(switch, session, plan)
-        if self.config.rate_grants:
-            self._plan_meter(switch, self.config.meter_for(n.DEFAULT_METER_SLOT, self.config.default_rate_bps), plan)
-        for meter in self.traffic_class_meters():
-            self._plan_meter(switch, meter, plan)
-        plans = {switch: plan}
+        self._flush({switch: self._plan_profile(switch)})
+        plans = {switch: self._plan_static(switch)}
         self._plan_all_grants(plans)
         self._flush(plans)
 
     def _static_entries(self, sw: str) -> list[TableEntry]:
         cfg = self.config
         topo = self._topo
-        routes = [(prefix, plen, port, node_mac(topo, topo.neighbor_at(sw, port)))
-                  for prefix, plen, port in topo.routes(sw)]
-        out = [TableEntry(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(prefix, plen)}, n.ACT_SET_EGRESS,
+        groups = self._ecmp_groups(sw)
+        routes = [(prefix, plen, ports[0], node_mac(topo, topo.neighbor_at(sw, ports[0])), groups.get(ports, 0))
+                  for prefix, plen, ports in topo.routes(sw)]
+        out = [TableEntry(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(prefix, plen)}, n.ACT_SET_ECMP_GROUP, {"group": group})
+               if group else
+               TableEntry(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(prefix, plen)}, n.ACT_SET_EGRESS,
                           {"port": port, "dst_mac": mac})
-               for prefix, plen, port, mac in routes]
+               for prefix, plen, port, mac, group in routes]
+        out += [TableEntry(n.ECMP, {n.F_ECMP_GROUP: group}, "", group_id=group) for group in groups.values()]
         host_ports = [port for port, nb in topo.ports(sw).items() if topo.is_host(nb)]
         out += [TableEntry(n.RECEIVER_PORT, {n.F_EGRESS_PORT: port}, n.ACT_MARK_RECEIVER)
                 for port in host_ports]
-        if host_ports:  # grant_route is applied only at a receiver's ToR
+        if host_ports:  # grant_route is applied only at a receiver's ToR (lowest port of a group)
             out += [TableEntry(n.GRANT_ROUTE, {n.F_SRC_ADDR: Lpm(prefix, plen)}, n.ACT_SET_GRANT_ROUTE,
                                {"port": port, "dst_mac": mac})
-                    for prefix, plen, port, mac in routes]
+                    for prefix, plen, port, mac, _ in routes]
         if cfg.slack_classes:
             out += [TableEntry(n.SLACK_CLASS, {n.F_SLACK_KEY: Range(r.low_key, r.high_key)},
                                n.ACT_SET_SLACK_CLASS,
@@ -562,6 +575,26 @@ class Scheduler:
                               {"qdepth_pkts": cfg.ecn_threshold_pkts}, is_default=True))
         out += self.traffic_class_entries()
         return out
+
+    def _ecmp_groups(self, sw: str) -> dict[tuple[int, ...], int]:
+        """``sw``'s ECMP groups: each distinct set of more than one next-hop port its routes
+        use -> group id 1, 2, ... (ascending port tuples; the id is both the route's ``ecmp_group``
+        and the selector group)."""
+        sets = sorted({ports for _, _, ports in self._topo.routes(sw) if len(ports) > 1})
+        return {ports: i + 1 for i, ports in enumerate(sets)}
+
+    def ecmp_profile(self, sw: str) -> list[ActionProfileMember | ActionProfileGroup]:
+        """``ecmp_selector`` members (one per next-hop port of any group, member id = port, in
+        ascending order, so on a clean switch BMv2's member handles follow port order, which
+        :func:`safs.core.ecmp.select` assumes) and then the groups."""
+        topo = self._topo
+        groups = self._ecmp_groups(sw)
+        ports = sorted({p for ps in groups for p in ps})
+        members: list[ActionProfileMember | ActionProfileGroup] = [
+            ActionProfileMember(n.ECMP_SELECTOR, port, n.ACT_SET_EGRESS,
+                                {"port": port, "dst_mac": node_mac(topo, topo.neighbor_at(sw, port))})
+            for port in ports]
+        return members + [ActionProfileGroup(n.ECMP_SELECTOR, gid, ps, max_size=len(ps)) for ps, gid in groups.items()]
 
     def traffic_class_entries(self) -> list[TableEntry]:
         """``traffic_class`` entries of ``config.traffic_classes``: the first listed gets the
@@ -1109,6 +1142,11 @@ class Scheduler:
                 self._shadow_clones[sw].pop(entity.session_id, None)
             else:
                 self._shadow_clones[sw][entity.session_id] = entity
+        elif isinstance(entity, (ActionProfileMember, ActionProfileGroup)):
+            if upd.op is Op.DELETE:
+                self._shadow_profiles[sw].pop(entity.key(), None)
+            else:
+                self._shadow_profiles[sw][entity.key()] = entity
         elif upd.op is Op.DELETE:
             key = _entry_key(entity)
             self._shadow[sw].pop(key, None)

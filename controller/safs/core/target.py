@@ -60,7 +60,9 @@ class TableEntry:
     ``match`` maps match-field names to ints (exact), :class:`Lpm`, :class:`Range` or
     :class:`Ternary`; an empty ``match`` with ``is_default=True`` sets the table's default action
     (single-entry settings tables). ``priority`` is required for range and ternary tables
-    (higher wins, as in P4Runtime).
+    (higher wins, as in P4Runtime). ``group_id`` (> 0) makes it an entry of an indirect table
+    whose action is an :class:`ActionProfileGroup` (P4Runtime ``action_profile_group_id``);
+    ``action`` is then ``""`` and ``params`` empty.
     """
 
     table: str
@@ -69,6 +71,7 @@ class TableEntry:
     params: Mapping[str, int] = field(default_factory=dict)
     priority: int = 0
     is_default: bool = False
+    group_id: int = 0
 
     def key(self) -> TableEntryKey:
         """Identity of the entry in its table (what INSERT/MODIFY/DELETE address)."""
@@ -119,11 +122,46 @@ class CloneSession:
 
 
 @dataclass(frozen=True)
+class ActionProfileMember:
+    """A member of an action profile or selector (P4Runtime ``ActionProfileMember``): one
+    action with its parameters, e.g. one ECMP next hop ``set_egress(port, dst_mac)``.
+    INSERT/MODIFY/DELETE address it by ``(profile, member_id)``."""
+
+    profile: str
+    member_id: int
+    action: str
+    params: Mapping[str, int] = field(default_factory=dict)
+
+    def key(self) -> tuple[str, str, int]:
+        return ("member", self.profile, self.member_id)
+
+
+@dataclass(frozen=True)
+class ActionProfileGroup:
+    """A group of an action selector (P4Runtime ``ActionProfileGroup``, every member weight 1):
+    the selector picks one of ``members`` (member ids) per packet by its hash
+    (:mod:`safs.core.ecmp`). ``max_size`` 0: the server's default. INSERT/MODIFY/DELETE address
+    it by ``(profile, group_id)``; its members must exist first."""
+
+    profile: str
+    group_id: int
+    members: tuple[int, ...]
+    max_size: int = 0
+
+    def key(self) -> tuple[str, str, int]:
+        return ("group", self.profile, self.group_id)
+
+
+ProfileEntity = ActionProfileMember | ActionProfileGroup
+
+
+@dataclass(frozen=True)
 class Update:
-    """One write: an operation on a table entry, a clone session or (MODIFY only) a meter config."""
+    """One write: an operation on a table entry, a clone session, an action profile member or
+    group, or (MODIFY only) a meter config."""
 
     op: Op
-    entity: TableEntry | MeterConfig | CloneSession
+    entity: TableEntry | MeterConfig | CloneSession | ActionProfileMember | ActionProfileGroup
 
 
 @dataclass(frozen=True)

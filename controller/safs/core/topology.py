@@ -8,6 +8,7 @@ File format (all keys except ``defaults`` and ``links`` are required)::
                                       #   (or "Gbit/s" style), or an integer bit/s
       delay_ns: 500                   # one-way propagation delay of a link, integer ns >= 0
       buffer_bytes: 1048576           # shared buffer per switch egress port, integer bytes > 0
+    routing: ecmp                     # optional: ecmp (default) or single-path
     switches: [tor0, spine0]          # switch names (unique)
     hosts:                            # host name -> attachment
       a0: {ip: 10.0.0.1, switch: tor0}            # IPv4, unique; the switch it hangs off
@@ -18,8 +19,10 @@ File format (all keys except ``defaults`` and ``links`` are required)::
 Built-in defaults when ``defaults`` omits a key: rate 100 Gbit/s, delay 500 ns (about 100 m of
 fibre), buffer 1 MiB per port. Switch ports are numbered from 1 per switch in file order: first
 the hosts attached to it (in the order of ``hosts``), then its links (in the order of
-``links``). Routing is shortest path by hop count; among equal next hops the lowest port wins
-(deterministic, no ECMP). Hosts never forward.
+``links``). Routing is shortest path by hop count. With ``routing: ecmp`` every equal-cost next
+hop is used: the switch hashes each packet's 5-tuple (:mod:`safs.core.ecmp`, the P4 program's
+action selector) and :meth:`Topology.path` predicts the path a given 5-tuple takes; with
+``routing: single-path`` the lowest port wins (one path per host pair). Hosts never forward.
 
 Errors: a malformed file raises :class:`safs.core.errors.InvalidInput` with ``source`` = the file,
 ``field`` = the key path (``hosts.a3.ip``) and a message saying what was expected.
@@ -35,6 +38,7 @@ from typing import Any, cast
 
 import networkx as nx
 
+from safs.core import ecmp
 from safs.core.errors import InvalidInput
 from safs.core.files import load_yaml
 from safs.core.protocol import WIRE_OVERHEAD_BYTES
@@ -52,6 +56,7 @@ _DATA_HEADERS_IN_MTU = WIRE_OVERHEAD_BYTES - 14  # IPv4 + UDP + SAFS: the part i
 
 HOST = "host"
 SWITCH = "switch"
+ROUTING_MODES = ("ecmp", "single-path")
 
 
 def parse_rate(value: Any, field_name: str, source: str | None = None) -> int:
@@ -111,14 +116,17 @@ class Topology:
         mtu_bytes: the fabric's largest IP packet, bytes, the default of
             :meth:`min_transfer_ns`; the runner sets it to the run's ``sim.mtu_bytes`` before it
             builds the workload, so ideal times and no-bubble floors use the MTU the run uses.
+        routing: ``"ecmp"`` (every equal-cost next hop, chosen per packet by the 5-tuple hash)
+            or ``"single-path"`` (the lowest port).
     """
 
     name: str
     graph: nx.Graph
     source: str = ""
     mtu_bytes: int = 9000
+    routing: str = "ecmp"
     _ip_to_host: dict[int, str] = field(default_factory=dict, repr=False)
-    _next_hop: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+    _next_hop: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict, repr=False)
     _path_cost: dict[tuple[str, str], tuple[int, int, list[int]]] = field(default_factory=dict, repr=False)
 
     # networkx is untyped: the accessors below cast node and edge attributes to the types
@@ -190,8 +198,8 @@ class Topology:
         out = {self.graph.edges[switch, nb]["ports"][switch]: nb for nb in self.graph.neighbors(switch)}
         return dict(sorted(out.items()))
 
-    def _table_to(self, dst_host: str) -> dict[str, int]:
-        """Next-hop port at every switch towards ``dst_host`` (cached)."""
+    def _table_to(self, dst_host: str) -> dict[str, tuple[int, ...]]:
+        """Equal-cost next-hop ports (ascending) at every switch towards ``dst_host`` (cached)."""
         table = self._next_hop.get(dst_host)
         if table is not None:
             return table
@@ -202,37 +210,106 @@ class Topology:
         for sw in self.switches():
             if sw not in dist:
                 continue
-            best = min(self.graph.edges[sw, nb]["ports"][sw] for nb in transit.neighbors(sw)
-                        if dist.get(nb, -2) == dist[sw] - 1)
-            table[sw] = best
+            ports = sorted(self.graph.edges[sw, nb]["ports"][sw] for nb in transit.neighbors(sw)
+                           if dist.get(nb, -2) == dist[sw] - 1)
+            table[sw] = tuple(ports) if self.routing == "ecmp" else tuple(ports[:1])
         self._next_hop[dst_host] = table
         return table
 
-    def next_hop_port(self, switch: str, dst_host: str) -> int:
-        """Egress port at ``switch`` on a shortest path to ``dst_host`` (lowest port on ties)."""
-        self._require_host(dst_host)
+    def _require_switch(self, switch: str) -> None:
         if switch not in self.graph or self.graph.nodes[switch]["kind"] != SWITCH:
             raise InvalidInput("switch", f"unknown switch {switch!r}", self.source)
+
+    def next_hop_ports(self, switch: str, dst_host: str) -> tuple[int, ...]:
+        """Egress ports at ``switch`` on shortest paths to ``dst_host``, ascending: all of them
+        under ``routing: ecmp`` (the switch's ECMP group), the lowest under ``single-path``."""
+        self._require_host(dst_host)
+        self._require_switch(switch)
         return self._table_to(dst_host)[switch]
 
-    def path(self, src_host: str, dst_host: str) -> list[str]:
-        """Node names from ``src_host`` to ``dst_host`` along the installed routes."""
+    def next_hop_port(self, switch: str, dst_host: str) -> int:
+        """The lowest egress port at ``switch`` on a shortest path to ``dst_host`` (the route
+        back for switch-generated GRANTs, ``grant_route``, which does not hash)."""
+        return self.next_hop_ports(switch, dst_host)[0]
+
+    def path(self, src_host: str, dst_host: str, flow: tuple[int, int, int] | None = None) -> list[str]:
+        """Node names from ``src_host`` to ``dst_host`` along the installed routes.
+
+        Args:
+            flow: ``(protocol, l4_src_port, l4_dst_port)`` of the packets: the path the switches'
+                ECMP hash gives them (:mod:`safs.core.ecmp`). None: the lowest-port path (the same
+                as any flow's where every route has one next hop).
+        """
         self._require_host(src_host)
         self._require_host(dst_host)
         nodes = [src_host]
         if src_host == dst_host:
             return nodes
+        h = 0 if flow is None else ecmp.flow_hash(self.host_ip(src_host), self.host_ip(dst_host), *flow)
         node = self.tor_of(src_host)
         while node != dst_host:
             nodes.append(node)
-            node = self.neighbor_at(node, self.next_hop_port(node, dst_host))
+            ports = self._table_to(dst_host)[node]
+            node = self.neighbor_at(node, ecmp.select(ports, h) if flow is not None else ports[0])
         nodes.append(dst_host)
         return nodes
 
-    def routes(self, switch: str) -> list[tuple[int, int, int]]:
-        """LPM routes for ``switch``: ``(prefix_int, prefix_len, port)``, one /32 per host, by IP."""
-        return [(self.host_ip(h), 32, self.next_hop_port(switch, h))
+    def routes(self, switch: str) -> list[tuple[int, int, tuple[int, ...]]]:
+        """LPM routes for ``switch``: ``(prefix_int, prefix_len, ports)``, one /32 per host, by IP;
+        ``ports`` the next hops (:meth:`next_hop_ports`; more than one: an ECMP group)."""
+        return [(self.host_ip(h), 32, self.next_hop_ports(switch, h))
                 for h in sorted(self.hosts(), key=self.host_ip)]
+
+    def link_load_bounds(self) -> dict[tuple[str, str], int]:
+        """For every directed switch-to-switch link ``(a, b)``: the most traffic, bit/s, the hosts
+        can offer it under perfectly balanced ECMP (the hose model: every host sends and receives
+        at most its access rate). A source host contributes its rate times the largest share of
+        its traffic to any destination that the routes put on the link (equal split at every
+        ECMP group), a destination likewise; the bound is the smaller of the two sums.
+
+        Used by :meth:`oversubscribed_links`. ECMP hashes flows, it does not split them, so a
+        link under its bound can still be congested by hash collisions.
+        """
+        src_share: dict[tuple[str, str], dict[str, float]] = {}
+        dst_share: dict[tuple[str, str], dict[str, float]] = {}
+        hosts = self.hosts()
+        for dst in hosts:
+            table = self._table_to(dst)
+            for src in hosts:
+                if src == dst:
+                    continue
+                frontier = {self.tor_of(src): 1.0}
+                while frontier:
+                    nxt: dict[str, float] = {}
+                    for sw, share in frontier.items():
+                        ports = table[sw]
+                        for port in ports:
+                            nb = self.neighbor_at(sw, port)
+                            if self.is_host(nb):
+                                continue
+                            part = share / len(ports)
+                            s = src_share.setdefault((sw, nb), {})
+                            s[src] = max(s.get(src, 0.0), part)
+                            d = dst_share.setdefault((sw, nb), {})
+                            d[dst] = max(d.get(dst, 0.0), part)
+                            nxt[nb] = nxt.get(nb, 0.0) + part
+                    frontier = nxt
+        return {link: int(min(sum(self.host_link_bps(h) * f for h, f in src_share[link].items()),
+                              sum(self.host_link_bps(h) * f for h, f in dst_share[link].items())))
+                for link in src_share}
+
+    def oversubscribed_links(self) -> list[tuple[str, str, int, int]]:
+        """Directed switch-to-switch links that can be offered more than their rate:
+        ``(a, b, load_bound_bps, rate_bps)`` (:meth:`link_load_bounds`), sorted. Empty: the core is
+        non-blocking under balanced ECMP, so only host links (which the allocator shares out)
+        bind. The scheduler warns with these names (BRIEF: the non-blocking-core assumption is
+        checked)."""
+        out = []
+        for (a, b), load in sorted(self.link_load_bounds().items()):
+            rate = cast(int, self.graph.edges[a, b]["rate_bps"])
+            if load > rate:
+                out.append((a, b, load, rate))
+        return out
 
     def min_transfer_ns(self, src_host: str, dst_host: str, size_bytes: int, mtu_bytes: int | None = None) -> int:
         """Uncontended transfer time of ``size_bytes`` of payload from ``src_host`` to ``dst_host``, ns.
@@ -284,10 +361,14 @@ def build_topology(raw: Any, source: str = "") -> Topology:
         InvalidInput: any malformed or inconsistent entry, naming ``source`` and the key.
     """
     src = source
-    _check_keys(raw, {"name", "defaults", "switches", "hosts", "links"}, {"name", "switches", "hosts"}, "", src)
+    _check_keys(raw, {"name", "defaults", "routing", "switches", "hosts", "links"}, {"name", "switches", "hosts"},
+                "", src)
     name = raw["name"]
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise InvalidInput("name", f"expected 1-64 characters of [A-Za-z0-9_.-], got {name!r}", src)
+    routing = raw.get("routing", "ecmp")
+    if routing not in ROUTING_MODES:
+        raise InvalidInput("routing", f"must be one of {', '.join(ROUTING_MODES)}, got {routing!r}", src)
     defaults = _check_keys(raw.get("defaults") or {}, {"rate", "delay_ns", "buffer_bytes"}, set(), "defaults", src)
     rate0 = parse_rate(defaults.get("rate", DEFAULT_RATE_BPS), "defaults.rate", src)
     delay0 = _int_field(defaults.get("delay_ns", DEFAULT_DELAY_NS), "defaults.delay_ns", 0, src)
@@ -363,7 +444,7 @@ def build_topology(raw: Any, source: str = "") -> Topology:
     if not nx.is_connected(g):
         parts = sorted((sorted(c) for c in nx.connected_components(g)), key=len)
         raise InvalidInput("links", f"graph is disconnected: {parts[0]} cannot reach the rest", src)
-    return Topology(name=name, graph=g, source=src, _ip_to_host=ip_to_host)
+    return Topology(name=name, graph=g, source=src, routing=routing, _ip_to_host=ip_to_host)
 
 
 def load_topology(path: str | Path) -> Topology:

@@ -8,6 +8,8 @@ It mirrors p4src/ (v1model/safs.p4 and include/*.p4) control by control. Ingress
 
     malformed SAFS (truncated / version / type) -> malformed[reason] counted, then as non-SAFS
     ipv4_lpm(dst) --miss--> drop
+        |  set_ecmp_group(g): ecmp(g) -> the selector group's member for crc16(5-tuple)
+        |  (safs.core.ecmp: member hash % size in member-id order)
         |
         +-- not SAFS / malformed SAFS -------------------------------> priority 0
         +-- REQUEST, GRANT, DONE -------------------------------------> priority 7, qclass 7
@@ -41,6 +43,12 @@ lease 0 / slot 0, ``ecn_threshold`` the 19-bit maximum (marking effectively off)
 of ``receiver_port`` (not a receiver port), ``grant_route`` (no route) and ``flow_grant``
 (``no_grant``) are const: writing them is INVALID_ARGUMENT.
 
+ECMP: ``ecmp_selector`` members (:class:`safs.core.target.ActionProfileMember`, ``set_egress``)
+and groups (:class:`~safs.core.target.ActionProfileGroup`, existing distinct members; at most
+``ECMP_MEMBERS`` / ``ECMP_GROUPS``) with P4Runtime's op codes; deleting a member in a group or a
+group an ``ecmp`` entry uses is FAILED_PRECONDITION; ``ecmp`` entries carry a ``group_id`` of an
+existing group and no action.
+
 Clone sessions (:class:`safs.core.target.CloneSession`) follow P4Runtime as BMv2's PI answers them:
 INSERT of an existing session ALREADY_EXISTS, MODIFY/DELETE of a missing one NOT_FOUND, session
 id outside 1..32767 INVALID_ARGUMENT; the model also refuses an egress port outside the 9-bit
@@ -55,8 +63,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
+from safs.core import ecmp
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetError, UpdateFailure
 from safs.core.packet import PROTO_TCP, PROTO_UDP, Packet
@@ -83,6 +92,8 @@ from safs.core.protocol import (
     MsgType,
 )
 from safs.core.target import (
+    ActionProfileGroup,
+    ActionProfileMember,
     CloneSession,
     CounterValue,
     Lpm,
@@ -139,8 +150,14 @@ class _TableSchema:
 _SCHEMAS: dict[str, _TableSchema] = {
     n.IPV4_LPM: _TableSchema(
         keys=((n.F_DST_ADDR, "lpm", 32),),
-        actions={n.ACT_SET_EGRESS: (("port", 9), ("dst_mac", 48)), n.ACT_DROP: ()},
-        entry_actions=frozenset({n.ACT_SET_EGRESS, n.ACT_DROP})),
+        actions={n.ACT_SET_EGRESS: (("port", 9), ("dst_mac", 48)), n.ACT_SET_ECMP_GROUP: (("group", 16),),
+                 n.ACT_DROP: ()},
+        entry_actions=frozenset({n.ACT_SET_EGRESS, n.ACT_SET_ECMP_GROUP, n.ACT_DROP})),
+    # Indirect: entries carry an ActionProfileGroup of ECMP_SELECTOR (group_id), no action.
+    n.ECMP: _TableSchema(
+        keys=((n.F_ECMP_GROUP, "exact", 16),),
+        actions={n.ACT_SET_EGRESS: (("port", 9), ("dst_mac", 48))},
+        entry_actions=frozenset()),
     n.GRANT_ROUTE: _TableSchema(
         keys=((n.F_SRC_ADDR, "lpm", 32),),
         actions={n.ACT_SET_GRANT_ROUTE: (("port", 9), ("dst_mac", 48))},
@@ -197,7 +214,8 @@ _INITIAL_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
                                                 "meter_slot": n.DEFAULT_METER_SLOT}),
     n.ECN_THRESHOLD: (n.ACT_SET_ECN_THRESHOLD, {"qdepth_pkts": ECN_THRESHOLD_OFF}),
 }
-_CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.DEP_GRANT, n.PORT_SHARE, n.TRAFFIC_CLASS})
+_CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.DEP_GRANT, n.PORT_SHARE, n.TRAFFIC_CLASS,
+                                   n.ECMP})
 # Counters declared CounterType.packets in P4 (their byte_count reads 0).
 _PACKET_ONLY_COUNTERS = frozenset({n.MALFORMED, n.ECN_MARKED, n.QDEPTH_HIST})
 
@@ -301,9 +319,16 @@ class PipelineModel:
         # Per-packet form: session id -> replica port (the same dict's values, kept in step).
         self._clone_port: dict[int, int] = {}
         # Per-packet lookup structures, rebuilt from the stored entries on write.
-        self._lpm_by_len: list[tuple[int, dict[int, int]]] = []  # (mask, prefix -> port|-1), longest first
+        # (mask, prefix -> port, -1 drop, or -2 - g for ECMP group g), longest first
+        self._lpm_by_len: list[tuple[int, dict[int, int]]] = []
         self._lpm_default = -1  # port on LPM miss; -1 = drop
-        self._lpm_cache: dict[int, int] = {}  # dst -> port, -1 = drop
+        self._lpm_cache: dict[int, int] = {}  # dst -> as _lpm_by_len's values
+        # ECMP: selector members (member id -> member) and groups (group id -> group); the
+        # per-packet form, ecmp group (the route's) -> member ports in member-id order.
+        self._members: dict[int, ActionProfileMember] = {}
+        self._groups: dict[int, ActionProfileGroup] = {}
+        self._ecmp_ports: dict[int, tuple[int, ...]] = {}
+        self._ecmp_cache: dict[tuple[int, int, int, int, int, int], int] = {}  # (group, 5-tuple) -> port
         self._back_by_len: list[tuple[int, dict[int, int]]] = []  # grant_route, same shape
         self._back_cache: dict[int, int] = {}  # src -> port, -1 = no route
         self._receiver_ports: frozenset[int] = frozenset()
@@ -394,6 +419,9 @@ class PipelineModel:
                         touched.add(entity.table)
                 elif isinstance(entity, CloneSession):
                     self._write_clone_session(upd.op, entity)
+                elif isinstance(entity, (ActionProfileMember, ActionProfileGroup)):
+                    self._write_profile(upd.op, entity)
+                    touched.add(n.ECMP)
                 else:
                     raise _Reject("INVALID_ARGUMENT", f"unsupported entity {type(entity).__name__}")
             except _Reject as r:
@@ -448,10 +476,64 @@ class PipelineModel:
         self._clone_sessions[sid] = cs
         self._clone_port[sid] = port
 
+    def _write_profile(self, op: Op, e: ActionProfileMember | ActionProfileGroup) -> None:
+        """Members and groups of ``ecmp_selector``, as BMv2's PI answers: a group's members must
+        exist, a member in a group or a group an entry uses cannot be deleted."""
+        if e.profile != n.ECMP_SELECTOR:
+            raise _Reject("INVALID_ARGUMENT", f"unknown action profile {e.profile!r}")
+        if isinstance(e, ActionProfileMember):
+            store: dict[int, Any] = self._members
+            ident, limit = e.member_id, n.ECMP_MEMBERS
+            if op is not Op.DELETE:
+                spec = _SCHEMAS[n.ECMP].actions
+                if e.action not in spec:
+                    raise _Reject("INVALID_ARGUMENT", f"action {e.action!r} not in {n.ECMP}")
+                self._check_params(cast(TableEntry, e), spec[e.action], _SCHEMAS[n.ECMP].param_names[e.action])
+            elif any(ident in g.members for g in self._groups.values()):
+                raise _Reject("FAILED_PRECONDITION", f"member {ident} is in a group")
+        else:
+            store, ident, limit = self._groups, e.group_id, n.ECMP_GROUPS
+            if op is not Op.DELETE:
+                missing = [m for m in e.members if m not in self._members]
+                if missing or not e.members or len(set(e.members)) != len(e.members):
+                    raise _Reject("INVALID_ARGUMENT" if not missing else "NOT_FOUND",
+                                  f"group {ident} members must be distinct existing members, got {list(e.members)}")
+                if e.max_size and len(e.members) > e.max_size:
+                    raise _Reject("INVALID_ARGUMENT", f"group {ident} has more members than max_size {e.max_size}")
+            elif any(t.group_id == ident for t in self._tables[n.ECMP].values()):
+                raise _Reject("FAILED_PRECONDITION", f"group {ident} is used by an {n.ECMP} entry")
+        if isinstance(ident, bool) or not isinstance(ident, int) or not 1 <= ident < (1 << 32):
+            raise _Reject("INVALID_ARGUMENT", f"id must be in 1..2^32-1, got {ident!r}")
+        if op is Op.INSERT:
+            if ident in store:
+                raise _Reject("ALREADY_EXISTS", f"{e.key()[0]} {ident} already exists")
+            if len(store) >= limit:
+                raise _Reject("RESOURCE_EXHAUSTED", f"{n.ECMP_SELECTOR} holds at most {limit} {e.key()[0]}s")
+            store[ident] = e
+        elif op in (Op.MODIFY, Op.DELETE):
+            if ident not in store:
+                raise _Reject("NOT_FOUND", f"{e.key()[0]} {ident} does not exist")
+            if op is Op.MODIFY:
+                store[ident] = e
+            else:
+                del store[ident]
+        else:
+            raise _Reject("INVALID_ARGUMENT", f"unknown op {op!r}")
+
     def _write_entry(self, op: Op, e: TableEntry) -> None:
         schema = _SCHEMAS.get(e.table)
         if schema is None:
             raise _Reject("INVALID_ARGUMENT", f"unknown table {e.table!r}")
+        if e.table == n.ECMP or e.group_id:
+            if e.table != n.ECMP:
+                raise _Reject("INVALID_ARGUMENT", f"{e.table} is a direct table: give an action, not a group")
+            if op is not Op.DELETE and (e.action or e.params or e.group_id not in self._groups):
+                raise _Reject("NOT_FOUND" if not e.action else "INVALID_ARGUMENT",
+                              f"{n.ECMP} entries name an existing {n.ECMP_SELECTOR} group, got "
+                              f"group {e.group_id} action {e.action!r}")
+            self._check_match(e, schema)
+            self._write_keyed(op, e)
+            return
         if e.action not in schema.actions:
             raise _Reject("INVALID_ARGUMENT", f"action {e.action!r} not in table {e.table}")
         self._check_params(e, schema.actions[e.action], schema.param_names[e.action])
@@ -550,6 +632,12 @@ class PipelineModel:
             self._lpm_by_len = _lpm_index(entries, n.F_DST_ADDR)
             self._lpm_default = default.params["port"] if default.action == n.ACT_SET_EGRESS else -1
             self._lpm_cache = {}
+        elif table == n.ECMP:
+            self._ecmp_ports = {
+                cast(int, e.match[n.F_ECMP_GROUP]):
+                    tuple(self._members[m].params["port"] for m in sorted(self._groups[e.group_id].members))
+                for e in entries}
+            self._ecmp_cache = {}
         elif table == n.GRANT_ROUTE:
             self._back_by_len = _lpm_index(entries, n.F_SRC_ADDR)
             self._back_cache = {}
@@ -669,6 +757,18 @@ class PipelineModel:
             self._lpm_cache[dst] = port
         return port
 
+    def _ecmp_port(self, group: int, pkt: Packet) -> int:
+        """The ECMP member port ``pkt`` hashes to in route group ``group`` (-1: no ecmp entry, drop)."""
+        tcp_udp = pkt.proto in (PROTO_TCP, PROTO_UDP)
+        sport, dport = (pkt.sport, pkt.dport) if tcp_udp else (0, 0)
+        key = (group, pkt.src, pkt.dst, pkt.proto, sport, dport)
+        port = self._ecmp_cache.get(key)
+        if port is None:
+            ports = self._ecmp_ports.get(group)
+            port = ecmp.select(ports, ecmp.flow_hash(pkt.src, pkt.dst, pkt.proto, sport, dport)) if ports else -1
+            self._ecmp_cache[key] = port
+        return port
+
     def _route_back(self, src: int) -> int:
         port = self._back_cache.get(src)
         if port is None:
@@ -696,6 +796,8 @@ class PipelineModel:
             else:
                 safs_ok = True
         port = self._route(pkt.dst)
+        if port < -1:
+            port = self._ecmp_port(-2 - port, pkt)
         if port < 0:
             return []
         if not safs_ok:
@@ -934,11 +1036,12 @@ def _range_partition(ranges: list[tuple[int, int, int, V]], default: V) -> tuple
 
 
 def _lpm_index(entries: Iterable[TableEntry], field: str) -> list[tuple[int, dict[int, int]]]:
-    """(mask, {prefix: port or -1 for drop}) per prefix length, longest first."""
+    """(mask, {prefix: port, -1 for drop, -2 - group for an ECMP group}) per prefix length,
+    longest first."""
     by_len: dict[int, dict[int, int]] = {}
     for e in entries:
         m = cast(Lpm, e.match[field])
-        port = e.params["port"] if "port" in e.params else -1
+        port = e.params["port"] if "port" in e.params else -2 - e.params["group"] if "group" in e.params else -1
         by_len.setdefault(m.prefix_len, {})[m.value] = port
     return [(((1 << 32) - 1) ^ ((1 << (32 - plen)) - 1), by_len[plen]) for plen in sorted(by_len, reverse=True)]
 

@@ -36,7 +36,15 @@ messages are PI's):
   ALREADY_EXISTS; writes and pipeline pushes from anyone else PERMISSION_DENIED; a wrong
   device id NOT_FOUND; no pipeline yet FAILED_PRECONDITION.
 
-Not imitated: packet I/O, action profiles, direct counters/meters, idle timeouts, roles,
+* Action profiles: members (INSERT of an existing id ALREADY_EXISTS, MODIFY/DELETE of a
+  missing one NOT_FOUND, an action the profile's tables cannot use INVALID_ARGUMENT, DELETE
+  of a member in a group FAILED_PRECONDITION) and selector groups (members must exist:
+  NOT_FOUND; more than ``max_size`` or a weight other than 1 INVALID_ARGUMENT; DELETE of a group
+  a table entry uses FAILED_PRECONDITION). An indirect table's entries name an existing
+  member or group (NOT_FOUND otherwise), a direct action there is INVALID_ARGUMENT, and so is a
+  member or group on a direct table. Reads answer them as stored.
+
+Not imitated: packet I/O, direct counters/meters, idle timeouts, roles,
 the initial default actions of the BMv2 JSON (a never-written default entry reads as nothing),
 digest timeouts and duplicate suppression.
 """
@@ -152,8 +160,22 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
         self._counters: dict[tuple[int, int], tuple[int, int]] = {}
         self._digest_config: dict[int, p4runtime_pb2.DigestEntry.Config] = {}
         self._clone_sessions: dict[int, p4runtime_pb2.CloneSessionEntry] = {}
+        self._members: dict[tuple[int, int], p4runtime_pb2.ActionProfileMember] = {}
+        self._groups: dict[tuple[int, int], p4runtime_pb2.ActionProfileGroup] = {}
 
     # ------------------------------------------------------------------ test hooks
+
+    def action_profile_groups(self, profile: str) -> dict[int, list[int]]:
+        """Group id -> member ids of action selector ``profile``."""
+        with self._lock:
+            pid = self._require_index().action_profiles[profile].id
+            return {gid: [m.member_id for m in g.members] for (p, gid), g in self._groups.items() if p == pid}
+
+    def action_profile_members(self, profile: str) -> dict[int, p4runtime_pb2.ActionProfileMember]:
+        """Member id -> stored member of action profile ``profile``."""
+        with self._lock:
+            pid = self._require_index().action_profiles[profile].id
+            return {mid: m for (p, mid), m in self._members.items() if p == pid}
 
     def table_entries(self, table: str) -> list[p4runtime_pb2.TableEntry]:
         """Stored (canonical) non-default entries of ``table``, in insertion order."""
@@ -416,8 +438,71 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             self._write_counter(upd.type, upd.entity.counter_entry)
         elif kind == "packet_replication_engine_entry":
             self._write_pre(upd.type, upd.entity.packet_replication_engine_entry)
+        elif kind == "action_profile_member":
+            self._write_member(upd.type, upd.entity.action_profile_member)
+        elif kind == "action_profile_group":
+            self._write_group(upd.type, upd.entity.action_profile_group)
         else:
             raise _Reject(code_pb2.UNIMPLEMENTED, f"{kind} writes are not supported by the fake server")
+
+    def _profile(self, profile_id: int):
+        prof = self.index.action_profiles_by_id.get(profile_id)
+        if prof is None:
+            raise _Reject(code_pb2.INVALID_ARGUMENT, "Invalid P4 id")
+        return prof
+
+    def _write_member(self, op: int, m: p4runtime_pb2.ActionProfileMember) -> None:
+        prof = self._profile(m.action_profile_id)
+        key = (prof.id, m.member_id)
+        U = p4runtime_pb2.Update
+        if op == U.DELETE:
+            if key not in self._members:
+                raise _Reject(code_pb2.NOT_FOUND, "Member id does not exist")
+            if any(p == prof.id and any(x.member_id == m.member_id for x in g.members)
+                   for (p, _), g in self._groups.items()):
+                raise _Reject(code_pb2.FAILED_PRECONDITION, "Member is still in a group")
+            del self._members[key]
+            return
+        if op == U.INSERT and key in self._members:
+            raise _Reject(code_pb2.ALREADY_EXISTS, "Member id already exists")
+        if op == U.MODIFY and key not in self._members:
+            raise _Reject(code_pb2.NOT_FOUND, "Member id does not exist")
+        table = self._table(min(prof.table_ids))
+        holder = p4runtime_pb2.TableEntry(table_id=table.id)
+        holder.action.action.CopyFrom(m.action)
+        canon = self._canonical_action(table, holder, default=False)
+        stored = p4runtime_pb2.ActionProfileMember(action_profile_id=prof.id, member_id=m.member_id, action=canon)
+        self._members[key] = stored
+
+    def _write_group(self, op: int, g: p4runtime_pb2.ActionProfileGroup) -> None:
+        prof = self._profile(g.action_profile_id)
+        if not prof.with_selector:
+            raise _Reject(code_pb2.INVALID_ARGUMENT, "Action profile has no selector: groups are not allowed")
+        key = (prof.id, g.group_id)
+        U = p4runtime_pb2.Update
+        if op == U.DELETE:
+            if key not in self._groups:
+                raise _Reject(code_pb2.NOT_FOUND, "Group id does not exist")
+            if any(te.action.action_profile_group_id == g.group_id
+                   for tid in prof.table_ids for te in self._entries.get(tid, {}).values()):
+                raise _Reject(code_pb2.FAILED_PRECONDITION, "Group is used by a table entry")
+            del self._groups[key]
+            return
+        if op == U.INSERT and key in self._groups:
+            raise _Reject(code_pb2.ALREADY_EXISTS, "Group id already exists")
+        if op == U.MODIFY and key not in self._groups:
+            raise _Reject(code_pb2.NOT_FOUND, "Group id does not exist")
+        limit = g.max_size or prof.max_group_size
+        if limit and len(g.members) > limit:
+            raise _Reject(code_pb2.INVALID_ARGUMENT, "Group has more members than its max size")
+        for m in g.members:
+            if (prof.id, m.member_id) not in self._members:
+                raise _Reject(code_pb2.NOT_FOUND, "Member id does not exist")
+            if m.weight != 1:
+                raise _Reject(code_pb2.INVALID_ARGUMENT, "Member weight must be 1")
+        stored = p4runtime_pb2.ActionProfileGroup()
+        stored.CopyFrom(g)
+        self._groups[key] = stored
 
     def _table(self, table_id: int) -> TableInfo:
         table = self.index.tables_by_id.get(table_id)
@@ -543,9 +628,28 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
                          default: bool) -> p4runtime_pb2.TableEntry:
         """Validate the action; return the entry as stored and read back (canonical bytes)."""
         which = te.action.WhichOneof("type")
+        out = p4runtime_pb2.TableEntry(table_id=table.id, priority=te.priority, is_default_action=default)
+        out.match.extend(match)
+        if table.implementation_id and not default:
+            if which == "action_profile_member_id":
+                if (table.implementation_id, te.action.action_profile_member_id) not in self._members:
+                    raise _Reject(code_pb2.NOT_FOUND, "Member id does not exist")
+            elif which == "action_profile_group_id":
+                if (table.implementation_id, te.action.action_profile_group_id) not in self._groups:
+                    raise _Reject(code_pb2.NOT_FOUND, "Group id does not exist")
+            else:
+                raise _Reject(code_pb2.INVALID_ARGUMENT, "Expected indirect action for an indirect table")
+            out.action.CopyFrom(te.action)
+            return out
         if which != "action":
-            raise _Reject(code_pb2.UNIMPLEMENTED if which else code_pb2.INVALID_ARGUMENT,
-                          "Only direct actions are supported" if which else "'action' field must be set")
+            raise _Reject(code_pb2.INVALID_ARGUMENT if which else code_pb2.INVALID_ARGUMENT,
+                          "Cannot use an action profile member or group on a direct table" if which
+                          else "'action' field must be set")
+        out.action.action.CopyFrom(self._canonical_action(table, te, default))
+        return out
+
+    def _canonical_action(self, table: TableInfo, te: p4runtime_pb2.TableEntry, default: bool) -> p4runtime_pb2.Action:
+        """Validate ``te``'s direct action for ``table``; return it with canonical bytes."""
         act = te.action.action
         action = self.index.actions_by_id.get(act.action_id)
         if action is None:
@@ -563,11 +667,9 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             if info is None or p.param_id in values:
                 raise _Reject(code_pb2.INVALID_ARGUMENT, "Unknown action parameter")
             values[p.param_id] = self._int(p.value, info.bitwidth)
-        out = p4runtime_pb2.TableEntry(table_id=table.id, priority=te.priority, is_default_action=default)
-        out.match.extend(match)
-        out.action.action.action_id = action.id
+        out = p4runtime_pb2.Action(action_id=action.id)
         for info in action.params:
-            out.action.action.params.add(param_id=info.id, value=canonical_bytes(values[info.id]))
+            out.params.add(param_id=info.id, value=canonical_bytes(values[info.id]))
         return out
 
     def _write_meter(self, op: int, me: p4runtime_pb2.MeterEntry) -> None:
@@ -716,6 +818,14 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
                     out.append(p4runtime_pb2.Entity(
                         packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(
                             clone_session_entry=cs)))
+        elif kind in ("action_profile_member", "action_profile_group"):
+            msg = getattr(entity, kind)
+            store = self._members if kind == "action_profile_member" else self._groups
+            for (pid, _), stored in store.items():
+                if msg.action_profile_id in (0, pid):
+                    e = p4runtime_pb2.Entity()
+                    getattr(e, kind).CopyFrom(stored)
+                    out.append(e)
         elif kind == "digest_entry":
             for digest_id, cfg in self._digest_config.items():
                 if entity.digest_entry.digest_id in (0, digest_id):

@@ -190,13 +190,9 @@ def bandwidth_bound_ns(topology: Any, link_bytes: dict[tuple[str, str], int]) ->
 
 def _uplink_bps(topology: Any, tor: str) -> int:
     """Sum of the rates of ``tor``'s links to other switches that some route leaves it by."""
-    used = set()
-    for src in topology.hosts():
-        if topology.tor_of(src) != tor:
-            continue
-        for dst in topology.hosts():
-            if topology.tor_of(dst) != tor:
-                used.add(topology.path(src, dst)[2])
+    used = {topology.neighbor_at(tor, port)
+            for dst in topology.hosts() if topology.tor_of(dst) != tor
+            for port in topology.next_hop_ports(tor, dst)}
     return sum(topology.link(tor, nxt)["rate_bps"] for nxt in used)
 
 

@@ -9,6 +9,9 @@ Encoding follows the P4Runtime spec and what PI (BMv2's P4Runtime server) checks
   ``prefix_len`` 0 and a :class:`~safs.core.target.Range` covering the whole field (PI rejects both
   when sent explicitly). Decoding restores them, so an entry round-trips unchanged;
 * ``is_default`` entries become ``is_default_action`` table entries with no match;
+* an entry with a ``group_id`` sends ``action_profile_group_id`` instead of an action; an
+  :class:`~safs.core.target.ActionProfileMember` / :class:`~safs.core.target.ActionProfileGroup`
+  becomes ``action_profile_member`` / ``action_profile_group`` (every member weight 1);
 * a :class:`~safs.core.target.CloneSession` becomes ``packet_replication_engine_entry.
   clone_session_entry`` with one replica (``egress_port``, instance 0); a DELETE carries the
   session id only.
@@ -21,10 +24,14 @@ update (:class:`~safs.core.errors.UpdateFailure`) like the server's own errors.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from p4.v1 import p4data_pb2, p4runtime_pb2
 
 from safs.core.errors import InvalidInput
 from safs.core.target import (
+    ActionProfileGroup,
+    ActionProfileMember,
     CloneSession,
     Lpm,
     MeterConfig,
@@ -74,9 +81,6 @@ def encode_table_entry(index: P4InfoIndex, entry: TableEntry, padded: bool = Fal
     table = index.tables.get(entry.table)
     if table is None:
         raise EncodeError("INVALID_ARGUMENT", "table", f"unknown table {entry.table!r}")
-    action = index.actions.get(entry.action)
-    if action is None:
-        raise EncodeError("INVALID_ARGUMENT", "action", f"unknown action {entry.action!r}")
     msg = p4runtime_pb2.TableEntry(table_id=table.id, priority=entry.priority)
     if entry.is_default:
         msg.is_default_action = True
@@ -114,14 +118,46 @@ def encode_table_entry(index: P4InfoIndex, entry: TableEntry, padded: bool = Fal
         else:
             raise EncodeError("UNIMPLEMENTED", what, f"match kind {field.kind} is not supported")
         msg.match.append(fm)
-    act = msg.action.action
-    act.action_id = action.id
-    for name, value in entry.params.items():
-        param = action.param(name)
+    if entry.group_id:
+        msg.action.action_profile_group_id = entry.group_id
+    else:
+        msg.action.action.CopyFrom(_encode_action(index, entry.action, entry.params, padded))
+    return msg
+
+
+def _encode_action(index: P4InfoIndex, name: str, params: Mapping[str, int], padded: bool) -> p4runtime_pb2.Action:
+    action = index.actions.get(name)
+    if action is None:
+        raise EncodeError("INVALID_ARGUMENT", "action", f"unknown action {name!r}")
+    act = p4runtime_pb2.Action(action_id=action.id)
+    for pname, value in params.items():
+        param = action.param(pname)
         if param is None:
-            raise EncodeError("INVALID_ARGUMENT", f"{entry.action}.params", f"no parameter {name!r}")
+            raise EncodeError("INVALID_ARGUMENT", f"{name}.params", f"no parameter {pname!r}")
         act.params.append(p4runtime_pb2.Action.Param(
-            param_id=param.id, value=_value(value, param.bitwidth, padded, f"{entry.action}.{name}")))
+            param_id=param.id, value=_value(value, param.bitwidth, padded, f"{name}.{pname}")))
+    return act
+
+
+def _profile_id(index: P4InfoIndex, name: str) -> int:
+    prof = index.action_profiles.get(name)
+    if prof is None:
+        raise EncodeError("INVALID_ARGUMENT", "action_profile", f"unknown action profile {name!r}")
+    return prof.id
+
+
+def encode_member(index: P4InfoIndex, m: ActionProfileMember, padded: bool = False) -> p4runtime_pb2.ActionProfileMember:
+    """Encode ``m`` as a p4.v1.ActionProfileMember. Raises EncodeError: unknown profile or action."""
+    return p4runtime_pb2.ActionProfileMember(action_profile_id=_profile_id(index, m.profile), member_id=m.member_id,
+                                             action=_encode_action(index, m.action, m.params, padded))
+
+
+def encode_group(index: P4InfoIndex, g: ActionProfileGroup) -> p4runtime_pb2.ActionProfileGroup:
+    """Encode ``g`` as a p4.v1.ActionProfileGroup (weights 1). Raises EncodeError: unknown profile."""
+    msg = p4runtime_pb2.ActionProfileGroup(action_profile_id=_profile_id(index, g.profile), group_id=g.group_id,
+                                           max_size=g.max_size)
+    for mid in g.members:
+        msg.members.add(member_id=mid, weight=1)
     return msg
 
 
@@ -155,6 +191,9 @@ def decode_table_entry(index: P4InfoIndex, msg: p4runtime_pb2.TableEntry) -> Tab
             elif field.kind == "ternary":
                 match[field.name] = (Ternary(bytes_to_int(fm.ternary.value), bytes_to_int(fm.ternary.mask))
                                      if fm is not None else Ternary(0, 0))
+    if msg.action.WhichOneof("type") == "action_profile_group_id":
+        return TableEntry(table=table.name, match=match, action="", priority=msg.priority,
+                          is_default=msg.is_default_action, group_id=msg.action.action_profile_group_id)
     act = msg.action.action
     action = index.actions_by_id.get(act.action_id)
     if action is None:
@@ -248,6 +287,10 @@ def encode_update(index: P4InfoIndex, upd: Update, padded: bool = False) -> p4ru
     elif isinstance(upd.entity, CloneSession):
         out.entity.packet_replication_engine_entry.clone_session_entry.CopyFrom(
             encode_clone_session(upd.entity, with_replica=upd.op is not Op.DELETE))
+    elif isinstance(upd.entity, ActionProfileMember):
+        out.entity.action_profile_member.CopyFrom(encode_member(index, upd.entity, padded))
+    elif isinstance(upd.entity, ActionProfileGroup):
+        out.entity.action_profile_group.CopyFrom(encode_group(index, upd.entity))
     else:
         raise EncodeError("INVALID_ARGUMENT", "entity", f"unsupported entity {type(upd.entity).__name__}")
     return out

@@ -98,7 +98,8 @@ class TableInfo:
 
     ``entry_actions`` are the action ids allowed on entries (scope not DEFAULT_ONLY),
     ``default_actions`` those allowed as the default (scope not TABLE_ONLY);
-    ``const_default_action_id`` is non-zero when the default cannot be written.
+    ``const_default_action_id`` is non-zero when the default cannot be written;
+    ``implementation_id`` the action profile of an indirect table (0: direct).
     """
 
     id: int
@@ -108,6 +109,7 @@ class TableInfo:
     default_actions: frozenset[int]
     const_default_action_id: int
     size: int
+    implementation_id: int = 0
 
     def field(self, name: str) -> MatchFieldInfo | None:
         """The match field called ``name``, or None."""
@@ -136,6 +138,19 @@ class ExternArrayInfo:
     id: int
     name: str
     size: int
+
+
+@dataclass(frozen=True)
+class ActionProfileInfo:
+    """An action profile or selector: id, name, the tables it implements, whether it has a
+    selector (groups), its member capacity and largest group (0: no limit stated)."""
+
+    id: int
+    name: str
+    table_ids: frozenset[int]
+    with_selector: bool
+    size: int
+    max_group_size: int
 
 
 @dataclass(frozen=True)
@@ -183,9 +198,16 @@ class P4InfoIndex:
             entry = frozenset(r.id for r in t.action_refs if r.scope != p4info_pb2.ActionRef.DEFAULT_ONLY)
             default = frozenset(r.id for r in t.action_refs if r.scope != p4info_pb2.ActionRef.TABLE_ONLY)
             table = TableInfo(t.preamble.id, t.preamble.name, fields, entry, default,
-                              t.const_default_action_id, t.size)
+                              t.const_default_action_id, t.size, t.implementation_id)
             self.tables[table.name] = table
             self.tables_by_id[table.id] = table
+        self.action_profiles: dict[str, ActionProfileInfo] = {}
+        self.action_profiles_by_id: dict[int, ActionProfileInfo] = {}
+        for ap in p4info.action_profiles:
+            prof = ActionProfileInfo(ap.preamble.id, ap.preamble.name, frozenset(ap.table_ids), ap.with_selector,
+                                     ap.size, ap.max_group_size)
+            self.action_profiles[prof.name] = prof
+            self.action_profiles_by_id[prof.id] = prof
         self.counters = self._arrays(p4info.counters)
         self.meters = self._arrays(p4info.meters)
         self.registers = self._arrays(p4info.registers)
