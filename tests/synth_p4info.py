@@ -23,7 +23,7 @@ DIGEST_MEMBERS = (("flow_id", 32), ("src_addr", 32), ("dst_addr", 32), ("dep_id"
 
 
 def synthesized_p4info() -> p4info_pb2.P4Info:
-    """A P4Info with the pipeline model's tables, actions, counters, meter and digest."""
+    """A P4Info with the pipeline model's tables, actions, ECMP selector, counters, meters and digest."""
     info = p4info_pb2.P4Info()
     ids = iter(range(1, 1 << 20))
     kinds = {"exact": p4info_pb2.MatchField.EXACT, "lpm": p4info_pb2.MatchField.LPM,
@@ -58,6 +58,10 @@ def synthesized_p4info() -> p4info_pb2.P4Info:
             if all(r.id != action_ids[default] for r in t.action_refs):
                 t.action_refs.add(id=action_ids[default], scope=p4info_pb2.ActionRef.DEFAULT_ONLY)
             t.const_default_action_id = action_ids[default]
+        if tname == n.ECMP:  # indirect: implemented by the selector
+            ap = info.action_profiles.add(with_selector=True, size=n.ECMP_MEMBERS, table_ids=[t.preamble.id])
+            ap.preamble.id = t.implementation_id = 0x11000000 + next(ids)
+            ap.preamble.name = n.ECMP_SELECTOR
     for cname, size in pm._COUNTER_SIZES.items():
         c = info.counters.add(size=size)
         c.preamble.id = 0x12000000 + next(ids)

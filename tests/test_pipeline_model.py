@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from safs.core import ecmp
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetError
 from safs.core.packet import PROTO_TCP, PROTO_UDP, Packet
@@ -27,7 +28,19 @@ from safs.core.protocol import (
     Color,
     MsgType,
 )
-from safs.core.target import CloneSession, Lpm, MeterConfig, Op, Range, RequestDigest, TableEntry, Ternary, Update
+from safs.core.target import (
+    ActionProfileGroup,
+    ActionProfileMember,
+    CloneSession,
+    Lpm,
+    MeterConfig,
+    Op,
+    Range,
+    RequestDigest,
+    TableEntry,
+    Ternary,
+    Update,
+)
 from safs.core.timebase import TIME_MASK, slack_to_key, wrap
 from safs.targets.pipeline_model import CLONE_SESSION_ID_MAX, CONTROL_PACKET_BYTES, PipelineModel, qdepth_bucket
 
@@ -170,6 +183,63 @@ def test_lpm_longest_prefix_wins_and_miss_drops() -> None:
     assert sw.ingress(p2, SENDER_PORT) == [(FABRIC_PORT, p2)]
     assert sw.ingress(Packet(SENDER_IP, 0x0B000001, PROTO_TCP, 1, 2, 1000), SENDER_PORT) == []
     assert p.priority == QUEUE_BEST_EFFORT
+
+
+def ecmp_updates(ports: tuple[int, ...], group: int = 1) -> list[Update]:
+    """Members (id = port), one group and its ecmp entry, and a route to OTHER_IP's /24 using it."""
+    ups = [ins(ActionProfileMember(n.ECMP_SELECTOR, p, n.ACT_SET_EGRESS, {"port": p, "dst_mac": 0x020000000000 + p}))
+           for p in ports]
+    ups.append(ins(ActionProfileGroup(n.ECMP_SELECTOR, group, ports, max_size=len(ports))))
+    ups.append(ins(TableEntry(n.ECMP, {n.F_ECMP_GROUP: group}, "", group_id=group)))
+    ups.append(mod(entry(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(0x0A000100, 24)}, n.ACT_SET_ECMP_GROUP, group=group)))
+    return ups
+
+
+def test_ecmp_picks_the_member_the_hash_predicts_for_every_flow() -> None:
+    sw, _ = make_switch()
+    ports = (FABRIC_PORT, 5, 6)
+    sw.write(ecmp_updates(ports))
+    seen = set()
+    for sport in range(1000, 1100):
+        p = Packet(SENDER_IP, OTHER_IP, PROTO_UDP, sport, SAFS_UDP_PORT, 1000)
+        out = sw.ingress(p, SENDER_PORT)
+        want = ecmp.select(ports, ecmp.flow_hash(SENDER_IP, OTHER_IP, PROTO_UDP, sport, SAFS_UDP_PORT))
+        assert out == [(want, p)]
+        seen.add(want)
+    assert seen == set(ports)
+    # Non-TCP/UDP packets hash with ports 0 (the parser leaves l4 ports 0).
+    icmp = Packet(SENDER_IP, OTHER_IP, 1, 7, 9, 100)
+    assert sw.ingress(icmp, SENDER_PORT)[0][0] == ecmp.select(ports, ecmp.flow_hash(SENDER_IP, OTHER_IP, 1, 0, 0))
+    # Shrinking the group moves flows to the remaining members.
+    sw.write([mod(ActionProfileGroup(n.ECMP_SELECTOR, 1, (5, 6), max_size=3))])
+    assert {sw.ingress(Packet(SENDER_IP, OTHER_IP, PROTO_UDP, s, 1, 1), SENDER_PORT)[0][0]
+            for s in range(50)} == {5, 6}
+
+
+def test_ecmp_profile_errors_follow_p4runtime() -> None:
+    sw, _ = make_switch()
+    sw.write(ecmp_updates((5, 6)))
+    cases = [
+        (ins(ActionProfileMember(n.ECMP_SELECTOR, 5, n.ACT_SET_EGRESS, {"port": 5, "dst_mac": 1})), "ALREADY_EXISTS"),
+        (Update(Op.DELETE, ActionProfileMember(n.ECMP_SELECTOR, 5, n.ACT_SET_EGRESS, {})), "FAILED_PRECONDITION"),
+        (Update(Op.DELETE, ActionProfileGroup(n.ECMP_SELECTOR, 1, ())), "FAILED_PRECONDITION"),
+        (ins(ActionProfileGroup(n.ECMP_SELECTOR, 2, (5, 9))), "NOT_FOUND"),
+        (ins(ActionProfileGroup(n.ECMP_SELECTOR, 2, (5, 5))), "INVALID_ARGUMENT"),
+        (ins(ActionProfileGroup(n.ECMP_SELECTOR, 2, (5, 6), max_size=1)), "INVALID_ARGUMENT"),
+        (ins(ActionProfileMember(n.ECMP_SELECTOR, 7, n.ACT_DROP, {})), "INVALID_ARGUMENT"),
+        (ins(ActionProfileMember("SafsIngress.other", 7, n.ACT_SET_EGRESS, {"port": 7, "dst_mac": 1})),
+         "INVALID_ARGUMENT"),
+        (ins(TableEntry(n.ECMP, {n.F_ECMP_GROUP: 3}, "", group_id=3)), "NOT_FOUND"),
+        (ins(TableEntry(n.ECMP, {n.F_ECMP_GROUP: 3}, n.ACT_SET_EGRESS, {"port": 5, "dst_mac": 1})),
+         "INVALID_ARGUMENT"),
+    ]
+    for upd, code in cases:
+        with pytest.raises(TargetError) as err:
+            sw.write([upd])
+        assert err.value.failures[0].code == code, upd
+    # A route whose group has no ecmp entry drops (set_ecmp_group marks the packet to drop).
+    sw.write([mod(entry(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(0x0A000100, 24)}, n.ACT_SET_ECMP_GROUP, group=9))])
+    assert sw.ingress(Packet(SENDER_IP, OTHER_IP, PROTO_UDP, 1, 2, 100), SENDER_PORT) == []
 
 
 def test_route_change_invalidates_cache_and_drop_action() -> None:

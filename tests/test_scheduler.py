@@ -6,10 +6,13 @@ fixed entries keyed by (sender address, ``transfer_dep_id(flow_id)``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 from two_tors import MS, two_tors  # the shared two-ToR test topology
 
+from safs.core import ecmp
 from safs.core import p4names as n
 from safs.core.allocator import AllocatorConfig
 from safs.core.errors import InvalidInput, TargetError, UpdateFailure
@@ -28,7 +31,7 @@ from safs.core.protocol import transfer_dep_id as T
 from safs.core.scheduler import Scheduler, SchedulerConfig, node_mac, wire_epoch
 from safs.core.target import CloneSession, MeterConfig, Op, RequestDigest, TableEntry, Ternary, Update
 from safs.core.timebase import wrap
-from safs.core.topology import build_topology
+from safs.core.topology import build_topology, load_topology
 from safs.targets.pipeline_model import PipelineModel
 
 
@@ -739,3 +742,39 @@ def test_traffic_class_errors_name_the_class_keys_and_the_limit() -> None:
     with pytest.raises(InvalidInput, match="at most 255 entries") as exc:
         SchedulerConfig.from_mapping({"traffic_classes": many})
     assert len(str(exc.value)) < 300
+
+
+def test_leaf_spine_routes_use_ecmp_groups_and_packets_take_the_predicted_spine(caplog) -> None:
+    topo = load_topology(Path(__file__).resolve().parents[1] / "topologies" / "leaf-spine.yaml")
+    clock = Clock()
+    targets = {sw: PipelineModel(sw, clock) for sw in topo.switches()}
+    sched = Scheduler(topo, targets, SHARE)
+    assert sched.oversubscribed_links == [] and "non-blocking" not in caplog.text
+    sched.setup(0)
+    leaf0 = targets["leaf0"]
+    ups = topo.next_hop_ports("leaf0", "h4")
+    assert [m.member_id for m in leaf0.profile_members()] == sorted(ups)
+    assert [g.members for g in leaf0.profile_groups()] == [ups]
+    (ecmp_entry,) = leaf0.entries(n.ECMP)
+    lpm = {e.match[n.F_DST_ADDR].value: e for e in leaf0.entries(n.IPV4_LPM)}
+    assert lpm[topo.host_ip("h4")].action == n.ACT_SET_ECMP_GROUP
+    assert lpm[topo.host_ip("h4")].params["group"] == ecmp_entry.group_id
+    assert lpm[topo.host_ip("h1")].action == n.ACT_SET_EGRESS  # same leaf: one next hop
+    for sport in range(1024, 1040):
+        p = Packet(topo.host_ip("h0"), topo.host_ip("h4"), PROTO_UDP, sport, SAFS_UDP_PORT, 1000)
+        (port, _), = leaf0.ingress(p, topo.port_of("leaf0", "h0"))
+        assert topo.neighbor_at("leaf0", port) == topo.path("h0", "h4", (PROTO_UDP, sport, SAFS_UDP_PORT))[2]
+        assert port == ecmp.select(ups, ecmp.flow_hash(p.src, p.dst, PROTO_UDP, sport, SAFS_UDP_PORT))
+    before = writes(sched)
+    sched.setup(0)  # idempotent: profiles and entries unchanged
+    assert writes(sched)[1] == before[1]
+    targets["leaf0"] = PipelineModel("leaf0", clock)
+    sched.reinstall("leaf0", 0, target=targets["leaf0"])
+    assert targets["leaf0"].entries(n.ECMP) == [ecmp_entry]
+
+
+def test_an_oversubscribed_core_is_named_in_a_warning(caplog) -> None:
+    topo = load_topology(Path(__file__).resolve().parents[1] / "topologies" / "leaf-spine-oversub.yaml")
+    sched = Scheduler(topo, {sw: PipelineModel(sw, Clock()) for sw in topo.switches()}, SHARE)
+    assert ("leaf0", "spine0", 500_000_000_000, 200_000_000_000) in sched.oversubscribed_links
+    assert "leaf0->spine0 500/200 Gbit/s" in caplog.text

@@ -18,6 +18,7 @@ from safs.experiments.workloads import build_workload
 from safs.experiments.workloads.afd import MODELS, AfdDecode, load_trace
 from safs.experiments.workloads.api import DependencySpec, FlowSpec
 from safs.experiments.workloads.background import BulkFlows, PoissonArrivals
+from safs.experiments.workloads.fabric import FabricTransfers, bisection_bps
 from safs.experiments.workloads.ideal import IdealNetwork, transfer_ns
 from safs.experiments.workloads.trace import load_trace_file
 from safs.experiments.workloads.zerobubble import (
@@ -514,3 +515,48 @@ def test_zerobubble_list_values_where_names_belong_are_refused(zb_topo, params, 
     with pytest.raises(InvalidInput) as exc:
         ZeroBubbleTraining(params, zb_topo)
     assert exc.value.field == f"workload.params.{field}"
+
+
+# ---- fabric-scale transfers ----------------------------------------------------------------
+
+def test_fabric_transfers_offer_the_bisection_load_and_the_deadline_rule():
+    topo = load_topology(TOPO / "leaf-spine-64.yaml")
+    hosts = topo.hosts()
+    assert len(hosts) == 64
+    # 64 x 100G hosts, 8 leaves x 4 x 400G uplinks: the hosts bind, B = 3.2 Tbit/s
+    assert bisection_bps(topo, hosts) == 3.2e12
+    w = FabricTransfers({"transfers": 4000, "load": 0.6, "deadline_factor": 4.0, "deadline_slack_us": 10}, topo,
+                        seed=3)
+    sends = [t for t, _ in w.flows]
+    offered = sum(s.size_bytes for _, s in w.flows) * 8 / ((sends[-1] - sends[0]) / 1e9)
+    assert offered == pytest.approx(2 * 0.6 * 3.2e12, rel=0.1)
+    for t, s in w.flows[:200]:
+        assert s.sender != s.receiver and 10_000 <= s.size_bytes <= 2_000_000
+        assert s.no_bubble_ts_ns - t == round(4.0 * topo.min_transfer_ns(s.sender, s.receiver, s.size_bytes)) + 10_000
+    pairs = {(s.sender, s.receiver) for _, s in w.flows}
+    assert {(d.sender, d.receiver) for d in w.dependencies()} == pairs
+    again = FabricTransfers({"transfers": 4000, "load": 0.6, "deadline_factor": 4.0, "deadline_slack_us": 10},
+                            topo, seed=3)
+    assert again.flows == w.flows  # one seed replays exactly
+    # On the ideal network every transfer finishes, on time when alone.
+    small = build_workload("fabric", {"transfers": 50, "load": 0.05}, topo)
+    net = IdealNetwork(topo)
+    net.run(small)
+    assert small.done() and small.metrics()["fabric_transfers_done"] == 50
+
+
+def test_fabric_bisection_of_an_oversubscribed_fabric_is_the_core():
+    topo = load_topology(TOPO / "leaf-spine-oversub.yaml")  # 4 x 200G uplinks, 20 x 100G hosts
+    assert bisection_bps(topo, topo.hosts()) == 4 * 200e9 / 2
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"load": 0}, "load"), ({"load": 1.5}, "load"), ({"deadline_factor": 1}, "deadline_factor"),
+    ({"transfers": 0}, "transfers"), ({"hosts": ["h0"]}, "hosts"), ({"hosts": ["h0", "nope"]}, "hosts"),
+    ({"min_bytes": 10, "max_bytes": 5}, "max_bytes"), ({"distribution": ""}, "distribution"),
+    ({"distribution": "hpcc_WebSearch_distribution.txt", "max_bytes": 5}, "max_bytes"), ({"rate": 1}, "rate"),
+])
+def test_fabric_bad_params(params, field):
+    topo = load_topology(TOPO / "leaf-spine-64.yaml")
+    with pytest.raises(InvalidInput, match=f"workload.params.{field}"):
+        build_workload("fabric", params, topo)

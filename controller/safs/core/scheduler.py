@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import heapq
 import ipaddress
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
@@ -86,6 +87,8 @@ from safs.core.timebase import TIME_MASK, slack_to_key, wrap
 
 if TYPE_CHECKING:  # annotations only
     from safs.core.topology import Topology
+
+_log = logging.getLogger(__name__)
 
 NS_PER_S = 1_000_000_000
 
@@ -435,6 +438,14 @@ class Scheduler:
                 raise InvalidInput("targets", f"{name!r} is not a switch of topology "
                                    f"{topology.name!r}; switches: {', '.join(sorted(switches))}")
         self._targets: dict[str, Target] = dict(targets)
+        # The allocator shares out host links only (BRIEF: the non-blocking-core assumption is
+        # checked, and the links that break it are named).
+        self.oversubscribed_links = topology.oversubscribed_links()
+        if self.oversubscribed_links:
+            _log.warning("topology %r: the allocator assumes a non-blocking core, but these fabric links can "
+                         "be offered more than their rate (hose model, balanced ECMP): %s", topology.name,
+                         ", ".join(f"{a}->{b} {load / 1e9:g}/{rate / 1e9:g} Gbit/s"
+                                   for a, b, load, rate in self.oversubscribed_links))
         hosts = topology.hosts()
         self.registry = HintRegistry({h: topology.host_ip(h) for h in hosts})
         link = {h: topology.host_link_bps(h) for h in hosts}

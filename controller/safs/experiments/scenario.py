@@ -6,7 +6,7 @@ the parameters to sweep. Example (scenarios/zerobubble.yaml)::
     name: zerobubble
     topology: ../topologies/zerobubble-pp.yaml   # relative to the scenario file
     workload:
-      kind: zerobubble                 # afd | zerobubble | urgent | trace | a collective
+      kind: zerobubble                 # afd | zerobubble | urgent | trace | fabric | a collective
       params: {stages: 4, microbatches: 8, iterations: 2}
       sweep: {microbatches: [4, 8]}    # optional: one run per value, merged into params
     background:
@@ -36,7 +36,8 @@ from safs.core.config import ConfigModel, FieldError
 from safs.core.errors import InvalidInput
 from safs.core.files import load_yaml
 
-WORKLOAD_KINDS = ("afd", "zerobubble", "urgent", "trace", "alltoall", "allreduce", "allgather", "reduce-scatter")
+WORKLOAD_KINDS = ("afd", "zerobubble", "urgent", "trace", "fabric", "alltoall", "allreduce", "allgather",
+                  "reduce-scatter")
 
 
 # Keys that identify a run in its record (docs/results.md); a workload.sweep may not reuse them.
@@ -46,7 +47,8 @@ RECORD_IDENTITY = ("scenario", "target", "policy", "seed", "repetition", "backgr
 class WorkloadSpec(ConfigModel):
     """Which workload and its constructor parameters (checked by the workload itself)."""
 
-    kind: Literal["afd", "zerobubble", "urgent", "trace", "alltoall", "allreduce", "allgather", "reduce-scatter"]
+    kind: Literal["afd", "zerobubble", "urgent", "trace", "fabric", "alltoall", "allreduce", "allgather",
+                  "reduce-scatter"]
     params: dict[str, Any] = Field(default_factory=dict)
     # Swept workload parameters: one run per combination of values, each merged into params
     # and recorded under its own key (docs/results.md), e.g. {size_bytes: [65536, 4194304]}.

@@ -680,6 +680,14 @@ class PipelineModel:
             raise InvalidInput("table", f"must be one of {sorted(self._tables)}, got {table!r}")
         return list(self._tables[table].values())
 
+    def profile_members(self) -> list[ActionProfileMember]:
+        """Installed ``ecmp_selector`` members, by member id."""
+        return [self._members[m] for m in sorted(self._members)]
+
+    def profile_groups(self) -> list[ActionProfileGroup]:
+        """Installed ``ecmp_selector`` groups, by group id."""
+        return [self._groups[g] for g in sorted(self._groups)]
+
     def default_action(self, table: str) -> TableEntry:
         """The current default action of ``table`` (an ``is_default`` entry).
 

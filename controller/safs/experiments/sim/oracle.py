@@ -12,7 +12,10 @@ Rates, recomputed at every flow arrival and completion with zero control latency
 1. Pipeline flows in order of no-bubble timestamp (ties: fewer remaining bytes, then flow id)
    each take the largest rate still free on every directed link of their path (sender uplink,
    fabric links, receiver downlink): ``rate = min(residual of the path's links)``; the full
-   link rate is usable (no headroom).
+   link rate is usable (no headroom). Where routes have several equal-cost next hops, each
+   flow takes one path, hashed as the switches hash a UDP flow from source port ``1024 +
+   flow_id % 64000`` (per-flow ECMP, :meth:`safs.core.topology.Topology.path`); the oracle does
+   not route adaptively.
 2. Background flows (no deadline) share what is left max-min fairly (progressive filling),
    the fair share DCTCP aims at, so background figures differ from the other policies only
    by the capacity the pipeline flows leave, not by a different background discipline.
@@ -39,7 +42,8 @@ from collections.abc import Callable
 from typing import Any
 
 from safs.core.errors import InvalidInput
-from safs.core.protocol import WIRE_OVERHEAD_BYTES
+from safs.core.packet import PROTO_UDP
+from safs.core.protocol import SAFS_UDP_PORT, WIRE_OVERHEAD_BYTES
 from safs.experiments.metrics import FlowRecord
 from safs.experiments.sim.config import SimConfig, SimResult
 from safs.experiments.sim.control_plane import ControlStats
@@ -146,7 +150,7 @@ class OracleNetwork(EngineWorkloadHost):
         self.capacity: dict[Link, int] = {}
         for a, b, data in topology.graph.edges(data=True):
             self.capacity[(a, b)] = self.capacity[(b, a)] = data["rate_bps"]
-        self._paths: dict[tuple[str, str], tuple[list[Link], int, list[int]]] = {}
+        self._paths: dict[tuple[str, str, int], tuple[list[Link], int, list[int]]] = {}
         self.order: list[OracleFlow] = []
         self.active: list[OracleFlow] = []
         self._last = 0  # time the fluid state was last advanced to
@@ -166,7 +170,7 @@ class OracleNetwork(EngineWorkloadHost):
             InvalidInput: sender or receiver not a host of the topology; ``send_at_ns`` in the past.
         """
         start = self._flow_start(spec, send_at_ns)
-        links, delay, hop_rates = self._path(spec.sender, spec.receiver)
+        links, delay, hop_rates = self._path(spec.sender, spec.receiver, self._next_id)
         packets = -(-spec.size_bytes // self.payload_bytes)
         frame = min(spec.size_bytes, self.payload_bytes) + WIRE_OVERHEAD_BYTES
         latency = delay + sum(-(-frame * 8 * NS_PER_S // r) for r in hop_rates)
@@ -178,10 +182,11 @@ class OracleNetwork(EngineWorkloadHost):
         return flow.flow_id
 
     # ---- fluid engine --------------------------------------------------------------------
-    def _path(self, src: str, dst: str) -> tuple[list[Link], int, list[int]]:
-        key = (src, dst)
+    def _path(self, src: str, dst: str, flow_id: int) -> tuple[list[Link], int, list[int]]:
+        flow = (PROTO_UDP, 1024 + flow_id % 64000, SAFS_UDP_PORT)
+        key = (src, dst, flow[1])
         if key not in self._paths:
-            nodes = self.topology.path(src, dst)
+            nodes = self.topology.path(src, dst, flow)
             links = list(zip(nodes, nodes[1:]))
             delay = sum(self.topology.link(a, b)["delay_ns"] for a, b in links)
             hop_rates = [self.capacity[link] for link in links[1:]]  # store and forward per switch

@@ -1,5 +1,6 @@
 """Workloads: AFD 16A2F decode, ZeroBubble ZB-H1 training, the urgent-flow microbenchmark,
-collectives (all-to-all, allreduce, allgather, reduce-scatter), background traffic, flow traces.
+collectives (all-to-all, allreduce, allgather, reduce-scatter), fabric-scale many-to-many transfers,
+background traffic, flow traces.
 
 Workloads drive a network through :class:`~safs.experiments.workloads.api.WorkloadAPI` (the simulator or
 :class:`~safs.experiments.workloads.ideal.IdealNetwork`); see docs/workloads.md. The runner builds one
@@ -18,13 +19,14 @@ from safs.experiments.workloads.afd import AfdDecode
 from safs.experiments.workloads.api import FlowSpec, Workload, WorkloadAPI
 from safs.experiments.workloads.background import BulkFlows, PoissonArrivals, WithBackground
 from safs.experiments.workloads.collective import COLLECTIVES, Collective
+from safs.experiments.workloads.fabric import FabricTransfers
 from safs.experiments.workloads.trace import TraceWorkload, load_trace_file
 from safs.experiments.workloads.urgent import UrgentIncast
 from safs.experiments.workloads.zerobubble import ZeroBubbleTraining
 
 __all__ = ["FlowSpec", "Workload", "WorkloadAPI", "build_workload", "background_hosts"]
 
-KINDS = ("afd", "zerobubble", "urgent", "trace", *COLLECTIVES)
+KINDS = ("afd", "zerobubble", "urgent", "trace", "fabric", *COLLECTIVES)
 
 
 def background_hosts(topology: Any) -> list[str]:
@@ -38,7 +40,7 @@ def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int =
     """Build a pipeline workload plus its background traffic.
 
     Args:
-        kind: ``"afd"``, ``"zerobubble"``, ``"urgent"``, ``"trace"`` or a collective
+        kind: ``"afd"``, ``"zerobubble"``, ``"urgent"``, ``"trace"``, ``"fabric"`` or a collective
             (``"alltoall"``, ``"allreduce"``, ``"allgather"``, ``"reduce-scatter"``).
         params: the workload's parameters (checked by the workload; see docs/workloads.md).
         topology: a :class:`safs.core.topology.Topology`.
@@ -60,6 +62,8 @@ def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int =
         main = ZeroBubbleTraining(params, topology, seed=seed)
     elif kind == "urgent":
         main = UrgentIncast(params, topology, seed)
+    elif kind == "fabric":
+        main = FabricTransfers(params, topology, seed)
     elif kind in COLLECTIVES:
         main = Collective(kind, params, topology, seed)
     elif kind == "trace":

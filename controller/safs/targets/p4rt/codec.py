@@ -146,7 +146,8 @@ def _profile_id(index: P4InfoIndex, name: str) -> int:
     return prof.id
 
 
-def encode_member(index: P4InfoIndex, m: ActionProfileMember, padded: bool = False) -> p4runtime_pb2.ActionProfileMember:
+def encode_member(index: P4InfoIndex, m: ActionProfileMember,
+                  padded: bool = False) -> p4runtime_pb2.ActionProfileMember:
     """Encode ``m`` as a p4.v1.ActionProfileMember. Raises EncodeError: unknown profile or action."""
     return p4runtime_pb2.ActionProfileMember(action_profile_id=_profile_id(index, m.profile), member_id=m.member_id,
                                              action=_encode_action(index, m.action, m.params, padded))
