@@ -82,7 +82,7 @@ class EcmpPredictionTest(SafsTest):
                           p4rt=True)
         self.add_members_and_group(1, MEMBER_PORTS)
         self.add_members_and_group(2, (PORT_OTHER, PORT_SENDER))
-        route = {n.F_DST_ADDR: Lpm(ip_int(ECMP_DST), 24)}
+        route = {n.F_DST_ADDR: Lpm(ip_int(ECMP_DST) & 0xFFFFFF00, 24)}
         self.insert(n.IPV4_LPM, route, n.ACT_SET_ECMP_GROUP, {"group": 1})
         self.assertEqual(self.check_flows(MEMBER_PORTS), set(MEMBER_PORTS), "flows spread over every member")
         self.modify(n.IPV4_LPM, route, n.ACT_SET_ECMP_GROUP, {"group": 2})

@@ -26,6 +26,7 @@ def test_misses_count_late_and_unfinished_pipeline_flows_only() -> None:
     assert math.isclose(m["pipeline_fct_mean_ms"], (100.5 + MISS_TOLERANCE_NS) * 1e-6)
     assert (100 + MISS_TOLERANCE_NS) * 1e-6 <= m["pipeline_fct_p50_ms"] <= (101 + MISS_TOLERANCE_NS) * 1e-6
     assert 0 < m["pipeline_late_p99_ms"] <= (1 + MISS_TOLERANCE_NS) / 1e6  # at most flow 2's lateness
+    assert m["pipeline_late_p99_ms"] <= m["pipeline_late_max_ms"] == (1 + MISS_TOLERANCE_NS) / 1e6
     assert m["background_flows_finished"] == 1
     assert math.isclose(m["background_fct_mean_ms"], 5.0)
 

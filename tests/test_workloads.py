@@ -525,7 +525,7 @@ def test_fabric_transfers_offer_the_bisection_load_and_the_deadline_rule():
     assert len(hosts) == 64
     # 64 x 100G hosts, 8 leaves x 4 x 400G uplinks: the hosts bind, B = 3.2 Tbit/s
     assert bisection_bps(topo, hosts) == 3.2e12
-    w = FabricTransfers({"transfers": 4000, "load": 0.6, "deadline_factor": 4.0, "deadline_slack_us": 10}, topo,
+    w = FabricTransfers({"transfers": 4000, "offered_load": 0.6, "deadline_factor": 4.0, "deadline_slack_us": 10}, topo,
                         seed=3)
     sends = [t for t, _ in w.flows]
     offered = sum(s.size_bytes for _, s in w.flows) * 8 / ((sends[-1] - sends[0]) / 1e9)
@@ -535,11 +535,11 @@ def test_fabric_transfers_offer_the_bisection_load_and_the_deadline_rule():
         assert s.no_bubble_ts_ns - t == round(4.0 * topo.min_transfer_ns(s.sender, s.receiver, s.size_bytes)) + 10_000
     pairs = {(s.sender, s.receiver) for _, s in w.flows}
     assert {(d.sender, d.receiver) for d in w.dependencies()} == pairs
-    again = FabricTransfers({"transfers": 4000, "load": 0.6, "deadline_factor": 4.0, "deadline_slack_us": 10},
+    again = FabricTransfers({"transfers": 4000, "offered_load": 0.6, "deadline_factor": 4.0, "deadline_slack_us": 10},
                             topo, seed=3)
     assert again.flows == w.flows  # one seed replays exactly
     # On the ideal network every transfer finishes, on time when alone.
-    small = build_workload("fabric", {"transfers": 50, "load": 0.05}, topo)
+    small = build_workload("fabric", {"transfers": 50, "offered_load": 0.05}, topo)
     net = IdealNetwork(topo)
     net.run(small)
     assert small.done() and small.metrics()["fabric_transfers_done"] == 50
@@ -551,7 +551,8 @@ def test_fabric_bisection_of_an_oversubscribed_fabric_is_the_core():
 
 
 @pytest.mark.parametrize("params, field", [
-    ({"load": 0}, "load"), ({"load": 1.5}, "load"), ({"deadline_factor": 1}, "deadline_factor"),
+    ({"offered_load": 0}, "offered_load"), ({"offered_load": 1.5}, "offered_load"),
+    ({"deadline_factor": 1}, "deadline_factor"),
     ({"transfers": 0}, "transfers"), ({"hosts": ["h0"]}, "hosts"), ({"hosts": ["h0", "nope"]}, "hosts"),
     ({"min_bytes": 10, "max_bytes": 5}, "max_bytes"), ({"distribution": ""}, "distribution"),
     ({"distribution": "hpcc_WebSearch_distribution.txt", "max_bytes": 5}, "max_bytes"), ({"rate": 1}, "rate"),

@@ -63,7 +63,8 @@ control Forwarding(inout headers_t hdr, inout metadata_t meta,
             meta.l4_src_port: selector;
             meta.l4_dst_port: selector;
         }
-        actions = { set_egress; }
+        actions = { set_egress; @defaultonly NoAction; }
+        const default_action = NoAction();  // a miss: set_ecmp_group's drop stands
         size = ECMP_GROUPS;
         implementation = ecmp_selector;
         counters = ecmp_counter;

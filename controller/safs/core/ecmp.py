@@ -11,8 +11,11 @@ byte order at its width (all whole bytes, so no bit packing):
 
 The controller writes a group's members in ascending port order on a clean switch, so member
 handle order is port order and :func:`select` returns the port BMv2 forwards to
-(``ptf_tests``: ``EcmpPredictionTest`` checks it on BMv2). SAFS flows get their entropy from
-the UDP source port, one per dependency (``safs.hosts.safs``: ``1024 + dep_id % 64000``).
+(``ptf_tests``: ``EcmpPredictionTest`` checks it on BMv2). BMv2 reuses the smallest free
+member handle, so on a switch whose members were deleted and re-created in another order the
+prediction can break; :meth:`safs.core.scheduler.Scheduler.reinstall` starts from a clean
+switch. SAFS flows get their entropy from the UDP source port, one per dependency
+(``safs.hosts.safs``: ``1024 + dep_id % 64000``).
 """
 
 from __future__ import annotations

@@ -757,7 +757,9 @@ class SafsReceiver:
             self._done(lost, tuple(missing[: self.cfg.nack_max_segments]))
 
     def _done(self, missing_bytes: int, missing: tuple[int, ...]) -> None:
-        pkt = _control(self.src, self.sender, SAFS_UDP_PORT, self.sender_port, _DONE, self.flow_id,
+        # To port 23285, which switches parse as SAFS (control queue 7), from the dependency's
+        # port (docs/protocol.md, "Transport").
+        pkt = _control(self.src, self.sender, self.sender_port, SAFS_UDP_PORT, _DONE, self.flow_id,
                        missing_bytes, self.ts, NACK_ENTRY_BYTES * len(missing))
         pkt.conn = missing
         self.stats.control_bytes += pkt.size

@@ -153,11 +153,12 @@ _SCHEMAS: dict[str, _TableSchema] = {
         actions={n.ACT_SET_EGRESS: (("port", 9), ("dst_mac", 48)), n.ACT_SET_ECMP_GROUP: (("group", 16),),
                  n.ACT_DROP: ()},
         entry_actions=frozenset({n.ACT_SET_EGRESS, n.ACT_SET_ECMP_GROUP, n.ACT_DROP})),
-    # Indirect: entries carry an ActionProfileGroup of ECMP_SELECTOR (group_id), no action.
+    # Indirect: entries carry an ActionProfileGroup of ECMP_SELECTOR (group_id), no action
+    # (checked in _write_entry); set_egress is the members' action, as the P4Info lists it.
     n.ECMP: _TableSchema(
         keys=((n.F_ECMP_GROUP, "exact", 16),),
         actions={n.ACT_SET_EGRESS: (("port", 9), ("dst_mac", 48))},
-        entry_actions=frozenset()),
+        entry_actions=frozenset({n.ACT_SET_EGRESS})),
     n.GRANT_ROUTE: _TableSchema(
         keys=((n.F_SRC_ADDR, "lpm", 32),),
         actions={n.ACT_SET_GRANT_ROUTE: (("port", 9), ("dst_mac", 48))},

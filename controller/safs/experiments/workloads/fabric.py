@@ -3,15 +3,15 @@ hosts of a leaf-spine (or any) fabric, each with its own no-bubble timestamp.
 
 Model (docs/workloads.md, "Fabric-scale transfers"). ``transfers`` transfers arrive as a Poisson
 process; each picks a sender and a different receiver uniformly among ``hosts`` and a size
-from ``distribution``. The arrival rate makes the offered load ``load`` of the fabric's
+from ``distribution``. The arrival rate makes the offered load ``offered_load`` of the fabric's
 bisection bandwidth: with uniform pairs half the bytes cross a balanced bisection, so the
-aggregate arrival rate is ``2 * load * B`` bit/s, where
+aggregate arrival rate is ``2 * offered_load * B`` bit/s, where
 
     B = min(sum of the hosts' access rates / 2, sum of the ToRs' uplink rates / 2)
 
 (:func:`bisection_bps`: half the ToRs cut off from the core, or half the hosts from the other
-half, whichever is smaller). On a non-blocking fabric this is ``load`` on every host link, the
-load definition of the Homa and pFabric evaluations; on an oversubscribed one the core binds.
+half, whichever is smaller). On a non-blocking fabric this is ``offered_load`` on every host
+link, the load definition of the Homa and pFabric evaluations; on an oversubscribed one the core binds.
 
 Each transfer is due ``deadline_factor`` times its uncontended time
 (:meth:`safs.core.topology.Topology.min_transfer_ns`, the "line-rate time") plus
@@ -58,8 +58,8 @@ class FabricTransfers:
     """Many-to-many pipeline transfers (module docstring).
 
     Params (defaults): ``hosts`` (list of host names; default every host whose name does not
-    start with ``bg``, at least 2), ``transfers`` 5000 (1..1_000_000), ``load`` 0.5 ((0, 1]: of
-    the bisection), ``deadline_factor`` 3.0 ((1, 100]), ``deadline_slack_us`` 20 (0..100_000),
+    start with ``bg``, at least 2), ``transfers`` 5000 (1..1_000_000), ``offered_load`` 0.5 ((0,
+    1]: of the bisection), ``deadline_factor`` 3.0 ((1, 100]), ``deadline_slack_us`` 20 (0..100_000),
     ``distribution`` ``log-uniform`` (sizes log-uniform in ``[min_bytes, max_bytes]``, defaults
     10_000 and 2_000_000) or a flow-size file (shipped name or path; then ``min_bytes`` /
     ``max_bytes`` are refused), ``announce_lead_us`` 0 (0..100_000), ``start_us`` 50 (0..10^6:
@@ -69,8 +69,8 @@ class FabricTransfers:
         InvalidInput: an unknown or out-of-range parameter (field ``workload.params.<key>``).
     """
 
-    KNOWN = {"hosts", "transfers", "load", "deadline_factor", "deadline_slack_us", "distribution", "min_bytes",
-             "max_bytes", "announce_lead_us", "start_us"}
+    KNOWN = {"hosts", "transfers", "offered_load", "deadline_factor", "deadline_slack_us", "distribution",
+             "min_bytes", "max_bytes", "announce_lead_us", "start_us"}
 
     def __init__(self, params: dict[str, Any], topology: Any, seed: int = 1) -> None:
         check_known(params, self.KNOWN)
@@ -84,7 +84,7 @@ class FabricTransfers:
                                f"{topology.name!r}, got {hosts!r}")
         self.hosts: list[str] = hosts
         self.n_transfers = int_param(params, "transfers", 5000, 1, 1_000_000)
-        self.load = float_param(params, "load", 0.5, 0.0, 1.0)
+        self.load = float_param(params, "offered_load", 0.5, 0.0, 1.0)
         self.deadline_factor = float_param(params, "deadline_factor", 3.0, 1.0, 100.0)
         slack_ns = int_param(params, "deadline_slack_us", 20, 0, 100_000) * NS_PER_US
         lead_ns = int_param(params, "announce_lead_us", 0, 0, 100_000) * NS_PER_US
