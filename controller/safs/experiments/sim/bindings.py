@@ -21,6 +21,7 @@ from safs.experiments.sim.config import SimConfig
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.network import Host, Port
 from safs.experiments.sim.pfabric_port import pfabric_port_factory
+from safs.experiments.sim.safs_host_port import safs_host_port_factory
 from safs.experiments.workloads.api import DependencySpec, FlowSpec
 from safs.hosts.d2tcp import D2tcpSender
 from safs.hosts.dctcp import DctcpReceiver, DctcpSender
@@ -141,6 +142,14 @@ class SafsFlows(DctcpFlows):
         tx = SafsSender(sim.engine, src, dst.ip, fid, spec.size_bytes, spec.no_bubble_ts_ns, False, self.safs_cfg,
                         sim.stats, sim._on_closed, self.dependency(sim, spec, src, dst))
         return rx, tx
+
+
+class SafsHostEdfFlows(SafsFlows):
+    """``safs-host-edf``: :class:`SafsFlows` with the SAFS host NIC queue in slack order
+    (:mod:`safs.experiments.sim.safs_host_port`) instead of FIFO."""
+
+    def make_port(self) -> Callable[..., Port]:
+        return safs_host_port_factory
 
 
 class SafsPerTransferFlows(SafsFlows):
