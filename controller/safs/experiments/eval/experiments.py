@@ -171,6 +171,24 @@ def _verdict_collective(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _verdict_fabric(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (offered load, deadline factor) grid point: SAFS misses no more transfers than Homa
+    (the allocation issue's target)."""
+    out = []
+    for r in rows:
+        if r["policy"] != "safs":
+            continue
+        homa = next((x for x in rows if x["policy"] == "homa" and x["offered_load"] == r["offered_load"]
+                     and x["deadline_factor"] == r["deadline_factor"]), None)
+        if homa is None:
+            continue
+        ours, theirs = r["pipeline_deadline_misses_mean"], homa["pipeline_deadline_misses_mean"]
+        out.append({"check": f"load {r['offered_load']}, deadline x{r['deadline_factor']}: SAFS misses <= Homa's",
+                    "ours": f"{ours:.1f} vs {theirs:.1f} per run", "paper": "<= Homa (allocation issue)",
+                    "pass": ours <= theirs})
+    return out
+
+
 def ablation(rows: list[dict[str, Any]], metric: str, reference: str = "dctcp") -> list[dict[str, Any]]:
     """How much of SAFS's gain over ``reference`` each ablation keeps, per background level.
 
@@ -308,12 +326,24 @@ EXPERIMENTS: dict[str, Experiment] = {
                 "kind": "alltoall", "params": {"iterations": 1, "ranks": [f"a{i}" for i in range(8)]},
                 "sweep": {"tokens_per_rank": [16, 64], "skew": [0]}}},
         ),
+        Experiment(
+            "fabric",
+            "fabric-scale many-to-many transfers on a 64-host leaf-spine with ECMP, load x deadline grid: misses",
+            "fabric-grid.yaml",
+            ("pipeline_deadline_misses", "pipeline_late_p99_ms", "pipeline_fct_mean_ms"),
+            _verdict_fabric,
+            overrides={"seeds": [1, 2, 3, 4, 5]},
+            group_by=("offered_load", "deadline_factor"),
+            quick={"seeds": [1], "policies": ["safs", "homa"], "workload": {
+                "kind": "fabric", "params": {"transfers": 100},
+                "sweep": {"offered_load": [0.3], "deadline_factor": [2.0, 5.0]}}},
+        ),
     )
 }
 
 
 # What ``safs eval all`` runs (with the baseline checks): the SAFS paper's three experiments.
-# The collective experiments (648 runs each) run by name.
+# The collective experiments (648 runs each) and the fabric grid (225 runs) run by name.
 PAPER_EXPERIMENTS = ("zerobubble", "afd-16a2f", "urgent")
 
 
