@@ -185,6 +185,18 @@ class Port:
             engine._seq += 1
             heappush(engine._queue, (self.busy_until, engine._seq, self._on_free, None))
 
+    def _transmit(self, pkt: Packet, now: int) -> None:
+        """Serialise ``pkt`` from ``now`` (for subclasses with their own queue; :meth:`send` and
+        :meth:`_on_free` inline the same steps, as they run once per packet per hop)."""
+        rate = self.rate_bps
+        end = now + (pkt.size * 8_000_000_000 + rate - 1) // rate
+        self.busy_until = end
+        self.tx_packets += 1
+        self.tx_bytes += pkt.size
+        engine = self.engine
+        engine._seq += 1
+        heappush(engine._queue, (end + self.delay_ns, engine._seq, self._arrive, pkt))
+
     def _arrive(self, pkt: Packet) -> None:
         self.peer.receive(pkt, self.peer_port)  # type: ignore[union-attr]
 

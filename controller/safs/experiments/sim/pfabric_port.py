@@ -99,16 +99,6 @@ class PfabricPort(Port):
             engine._seq += 1
             _push(engine._queue, (self.busy_until, engine._seq, self._on_free, None))
 
-    def _transmit(self, pkt: Packet, now: int) -> None:
-        rate = self.rate_bps
-        size = pkt.size
-        end = now + (size * 8_000_000_000 + rate - 1) // rate
-        self.busy_until = end
-        self.tx_packets += 1
-        self.tx_bytes += size
-        engine = self.engine
-        engine._seq += 1
-        _push(engine._queue, (end + self.delay_ns, engine._seq, self._arrive, pkt))
 
 
 def pfabric_port_factory(buffer_bytes: int) -> Callable[..., Port]:

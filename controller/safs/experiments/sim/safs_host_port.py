@@ -75,15 +75,6 @@ class SafsHostPort(Port):
             engine._seq += 1
             heappush(engine._queue, (self.busy_until, engine._seq, self._on_free, None))
 
-    def _transmit(self, pkt: Packet, now: int) -> None:
-        rate = self.rate_bps
-        end = now + (pkt.size * 8_000_000_000 + rate - 1) // rate
-        self.busy_until = end
-        self.tx_packets += 1
-        self.tx_bytes += pkt.size
-        engine = self.engine
-        engine._seq += 1
-        heappush(engine._queue, (end + self.delay_ns, engine._seq, self._arrive, pkt))
 
 
 def safs_host_port_factory(engine: Engine, owner: str, number: int, rate_bps: int, delay_ns: int, buffer: int,
