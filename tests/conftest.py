@@ -22,6 +22,8 @@ def _missing(marker: str) -> str | None:
             return "needs root for Mininet"
         if not shutil.which("mn"):
             return "needs Mininet: mn is not on PATH (apt-get install mininet)"
+        if not shutil.which("ethtool"):  # the emulator turns veth offloads off with it
+            return "needs ethtool for Mininet's veths: not on PATH (apt-get install ethtool)"
         spec = importlib.util.find_spec("mininet")  # a namespace package (this repo's mininet/) does not count
         if spec is None or not (spec.origin or "").endswith("__init__.py"):
             return ("needs Mininet's Python package in this environment: link Debian's into the venv "
