@@ -451,22 +451,25 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             raise _Reject(code_pb2.INVALID_ARGUMENT, "Invalid P4 id")
         return prof
 
+    @staticmethod
+    def _check_exists(op: int, exists: bool, what: str) -> None:
+        """PI's codes for a member or group id: INSERT of an existing one ALREADY_EXISTS,
+        MODIFY or DELETE of a missing one NOT_FOUND."""
+        if op == p4runtime_pb2.Update.INSERT and exists:
+            raise _Reject(code_pb2.ALREADY_EXISTS, f"{what} id already exists")
+        if op != p4runtime_pb2.Update.INSERT and not exists:
+            raise _Reject(code_pb2.NOT_FOUND, f"{what} id does not exist")
+
     def _write_member(self, op: int, m: p4runtime_pb2.ActionProfileMember) -> None:
         prof = self._profile(m.action_profile_id)
         key = (prof.id, m.member_id)
-        U = p4runtime_pb2.Update
-        if op == U.DELETE:
-            if key not in self._members:
-                raise _Reject(code_pb2.NOT_FOUND, "Member id does not exist")
+        self._check_exists(op, key in self._members, "Member")
+        if op == p4runtime_pb2.Update.DELETE:
             if any(p == prof.id and any(x.member_id == m.member_id for x in g.members)
                    for (p, _), g in self._groups.items()):
                 raise _Reject(code_pb2.FAILED_PRECONDITION, "Member is still in a group")
             del self._members[key]
             return
-        if op == U.INSERT and key in self._members:
-            raise _Reject(code_pb2.ALREADY_EXISTS, "Member id already exists")
-        if op == U.MODIFY and key not in self._members:
-            raise _Reject(code_pb2.NOT_FOUND, "Member id does not exist")
         table = self._table(min(prof.table_ids))
         holder = p4runtime_pb2.TableEntry(table_id=table.id)
         holder.action.action.CopyFrom(m.action)
@@ -479,19 +482,13 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
         if not prof.with_selector:
             raise _Reject(code_pb2.INVALID_ARGUMENT, "Action profile has no selector: groups are not allowed")
         key = (prof.id, g.group_id)
-        U = p4runtime_pb2.Update
-        if op == U.DELETE:
-            if key not in self._groups:
-                raise _Reject(code_pb2.NOT_FOUND, "Group id does not exist")
+        self._check_exists(op, key in self._groups, "Group")
+        if op == p4runtime_pb2.Update.DELETE:
             if any(te.action.action_profile_group_id == g.group_id
                    for tid in prof.table_ids for te in self._entries.get(tid, {}).values()):
                 raise _Reject(code_pb2.FAILED_PRECONDITION, "Group is used by a table entry")
             del self._groups[key]
             return
-        if op == U.INSERT and key in self._groups:
-            raise _Reject(code_pb2.ALREADY_EXISTS, "Group id already exists")
-        if op == U.MODIFY and key not in self._groups:
-            raise _Reject(code_pb2.NOT_FOUND, "Group id does not exist")
         limit = g.max_size or prof.max_group_size
         if limit and len(g.members) > limit:
             raise _Reject(code_pb2.INVALID_ARGUMENT, "Group has more members than its max size")

@@ -185,6 +185,15 @@ class Port:
             engine._seq += 1
             heappush(engine._queue, (self.busy_until, engine._seq, self._on_free, None))
 
+    def _schedule_wake(self) -> None:
+        """Queue one :meth:`_on_free` for when the serialiser is free (for subclasses with their
+        own queue; :meth:`send` inlines it)."""
+        if not self.wake_pending:
+            self.wake_pending = True
+            engine = self.engine
+            engine._seq += 1
+            heappush(engine._queue, (self.busy_until, engine._seq, self._on_free, None))
+
     def _transmit(self, pkt: Packet, now: int) -> None:
         """Serialise ``pkt`` from ``now`` (for subclasses with their own queue; :meth:`send` and
         :meth:`_on_free` inline the same steps, as they run once per packet per hop)."""

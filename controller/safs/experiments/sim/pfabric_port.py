@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from heapq import heappush as _push
 from typing import Any
 
 from safs.core.errors import InvalidInput
@@ -48,10 +47,7 @@ class PfabricPort(Port):
         buf.append(pkt)
         self.queued_bytes += size
         self.queued_packets += 1
-        if not self.wake_pending:
-            self.wake_pending = True
-            engine._seq += 1
-            _push(engine._queue, (self.busy_until, engine._seq, self._on_free, None))
+        self._schedule_wake()
         return True
 
     def _make_room(self, pkt: Packet) -> bool:
@@ -92,12 +88,9 @@ class PfabricPort(Port):
         pkt = buf.pop(i)
         self.queued_bytes -= pkt.size
         self.queued_packets -= 1
-        engine = self.engine
-        self._transmit(pkt, engine.now)
+        self._transmit(pkt, self.engine.now)
         if buf:
-            self.wake_pending = True
-            engine._seq += 1
-            _push(engine._queue, (self.busy_until, engine._seq, self._on_free, None))
+            self._schedule_wake()
 
 
 

@@ -55,10 +55,7 @@ class SafsHostPort(Port):
         heappush(self.heap, (key, self._order, pkt))
         self.queued_bytes += pkt.size
         self.queued_packets += 1
-        if not self.wake_pending:
-            self.wake_pending = True
-            engine._seq += 1
-            heappush(engine._queue, (self.busy_until, engine._seq, self._on_free, None))
+        self._schedule_wake()
         return True
 
     def _on_free(self, _: Any) -> None:
@@ -68,12 +65,9 @@ class SafsHostPort(Port):
         _, _, pkt = heappop(self.heap)
         self.queued_bytes -= pkt.size
         self.queued_packets -= 1
-        engine = self.engine
-        self._transmit(pkt, engine.now)
+        self._transmit(pkt, self.engine.now)
         if self.heap:
-            self.wake_pending = True
-            engine._seq += 1
-            heappush(engine._queue, (self.busy_until, engine._seq, self._on_free, None))
+            self._schedule_wake()
 
 
 
