@@ -6,10 +6,8 @@ import pytest
 
 from safs.core.errors import InvalidInput
 from safs.core.packet import PROTO_UDP, Packet
-from safs.core.protocol import MsgType
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.network import Network, serialization_ns
-from safs.experiments.sim.safs_host_port import SafsHostPort
 
 
 class StandInPipeline:
@@ -163,29 +161,3 @@ def test_bad_network_input_is_refused() -> None:
     net.connect("a", 0, "s", 1, 10**9, 10, 1000)
     with pytest.raises(InvalidInput):
         net.connect("a", 0, "s", 2, 10**9, 10, 1000)  # a host has one link
-
-
-def test_safs_host_nic_serves_control_first_then_data_by_latest_start() -> None:
-    engine = Engine()
-    got: list[int] = []
-
-    class Sink:
-        def receive(self, pkt: Packet, port: int) -> None:
-            got.append(pkt.flow_id)
-
-    port = SafsHostPort(engine, "h0", 0, 8_000_000_000, 0, 1 << 30, False)  # 1 byte per ns
-    port.peer, port.peer_port = Sink(), 0
-
-    def pkt(flow: int, safs_type: int = 0, ts: int = 0) -> Packet:
-        p = Packet(1, 2, PROTO_UDP, 1, 2, 1000, 900)
-        p.flow_id, p.safs_type, p.ts = flow, safs_type, ts
-        return p
-
-    # flow 1 starts at once (idle NIC); then, queued: lax DATA, urgent DATA, a non-SAFS packet
-    # (due when queued: between them), a REQUEST (first of all)
-    for p in (pkt(1, int(MsgType.DATA), 10), pkt(2, int(MsgType.DATA), 90_000), pkt(3, int(MsgType.DATA), 5_000),
-              pkt(4), pkt(5, int(MsgType.REQUEST))):
-        port.send(p)
-    engine.run(10**6)
-    assert got == [1, 5, 4, 3, 2]
-    assert port.queued_bytes == 0 and port.queued_packets == 0

@@ -25,7 +25,7 @@ from safs.core.protocol import (
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.network import Network
 from safs.hosts.dctcp import DctcpConfig, DctcpReceiver, DctcpSender, dctcp_k_packets
-from safs.hosts.safs import DATA_OVERHEAD_BYTES, SafsConfig, SafsDependency, SafsReceiver, SafsSender
+from safs.hosts.safs import DATA_OVERHEAD_BYTES, SafsConfig, SafsDependency, SafsReceiver, SafsSender, SendScheduler
 from safs.hosts.stats import TransportStats
 
 G = 1_000_000_000
@@ -52,6 +52,7 @@ class StandInToR:
         self.k = k
         self.clock = lambda: 0
         self.grant: tuple[int, int, int] | None = None
+        self.port_grants: dict[int, tuple[int, int, int]] = {}  # receiver port -> its own grant
         self.answering = True
         self.requests = 0
         self.request_times: list[int] = []
@@ -62,8 +63,11 @@ class StandInToR:
         self.drop_data: set[tuple[int, int]] = set()  # (flow_id, remaining) to drop once
         self.drop_done_once = False
 
+    def _grant_of(self, port: int) -> tuple[int, int, int] | None:
+        return self.port_grants.get(port, self.grant)
+
     def _grant_pkt(self, to: Packet) -> Packet:
-        rate, epoch, lease = self.grant  # type: ignore[misc]
+        rate, epoch, lease = self._grant_of(self.routes[to.dst])  # type: ignore[misc]
         g = Packet(to.dst, to.src, PROTO_UDP, to.dport, to.sport, 78)
         g.safs_version, g.safs_type, g.flow_id, g.dep_id = SAFS_VERSION, int(MsgType.GRANT), to.flow_id, to.dep_id
         g.rate_kbps, g.epoch, g.lease_us = rate // 1000, epoch, lease // 1000
@@ -86,8 +90,9 @@ class StandInToR:
             out = [(port, pkt)]
             self.data_log.append((self.clock(), pkt.flow_id, pkt.flags, pkt.epoch, pkt.rate_kbps))
             self.renewals += bool(pkt.flags & FLAG_RENEW)
-            if (port in self.receivers and self.answering and self.grant is not None
-                    and push_wanted(pkt.rate_kbps, self.grant[0] // 1000, pkt.epoch, pkt.flags)):
+            grant = self._grant_of(port)
+            if (port in self.receivers and self.answering and grant is not None
+                    and push_wanted(pkt.rate_kbps, grant[0] // 1000, pkt.epoch, pkt.flags)):
                 self.pushes += 1
                 self.push_times.append(self.clock())
                 out.append((self.routes[pkt.src], self._grant_pkt(pkt)))
@@ -95,7 +100,7 @@ class StandInToR:
         if t == MsgType.REQUEST and port in self.receivers:
             self.requests += 1
             self.request_times.append(self.clock())
-            if not self.answering or self.grant is None:
+            if not self.answering or self._grant_of(port) is None:
                 return []
             return [(self.routes[pkt.src], self._grant_pkt(pkt))]
         if t == MsgType.DONE and self.drop_done_once:
@@ -161,11 +166,12 @@ def safs_flow(eng, net, src: int, dst: int, fid: int, size: int, cfg: SafsConfig
     return tx, rx, rec
 
 
-def dependency(eng, net, src: int, dst: int, dep_id: int, cfg: SafsConfig, stats: TransportStats) -> SafsDependency:
+def dependency(eng, net, src: int, dst: int, dep_id: int, cfg: SafsConfig, stats: TransportStats,
+               scheduler: SendScheduler | None = None) -> SafsDependency:
     """The sender side of dependency ``dep_id`` from h<src> to h<dst>, registered at its host
-    (GRANTs reach it by dep_id, whichever transfer they name)."""
+    (GRANTs reach it by dep_id, whichever transfer they name); ``scheduler``: its host's."""
     s, d = net.hosts[f"h{src}"], net.hosts[f"h{dst}"]
-    dep = SafsDependency(eng, s, d.ip, dep_id, False, cfg, stats)
+    dep = SafsDependency(eng, s, d.ip, dep_id, False, cfg, stats, scheduler)
     s.dependencies[dep_id] = dep
     return dep
 
@@ -311,6 +317,67 @@ def test_second_transfer_of_a_dependency_with_a_valid_grant_sends_no_request_and
     assert tor.pushes == sum(1 for _, flags, epoch, _ in first if epoch == EPOCH_NONE)  # only epoch-0 DATA
 
 
+def two_dependencies(order: str, rate_bps: int, sizes: tuple[int, int], deadlines: tuple[int, int],
+                     gap_ns: int, grants: tuple[int, int] | None = None) -> tuple[Flow, Flow]:
+    """h1 sends one transfer to h0 (``sizes[0]``, due ``deadlines[0]``) and, ``gap_ns`` later, one
+    to h2 on another dependency; each receiver grants ``grants`` (default: the line rate, so only
+    h1's NIC is contended). ``order``: ``urgency`` (one :class:`SendScheduler`) or ``fifo``."""
+    eng, net, tor = star(3, rate_bps)
+    cfg = SafsConfig(default_rate_bps=rate_bps // 10)
+    stats = TransportStats()
+    first, second = grants or (rate_bps, rate_bps)
+    tor.port_grants = {1: (first, 1, 20_000_000), 3: (second, 1, 20_000_000)}
+    sched = SendScheduler(eng, rate_bps, cfg.urgency_quantum_ns) if order == "urgency" else None
+    deps = dependency(eng, net, 1, 0, 3, cfg, stats, sched), dependency(eng, net, 1, 2, 4, cfg, stats, sched)
+    _, _, rec0 = safs_flow(eng, net, 1, 0, 1, sizes[0], cfg, stats, nbts=deadlines[0], dep=deps[0])
+    eng.run(gap_ns)
+    _, _, rec1 = safs_flow(eng, net, 1, 2, 2, sizes[1], cfg, stats, nbts=deadlines[1], dep=deps[1])
+    eng.run(10**9)
+    assert rec0.finish_ns is not None and rec1.finish_ns is not None
+    return rec0, rec1
+
+
+def line_ns(size: int, rate_bps: int) -> int:
+    """Wire time of ``size`` payload bytes in full DATA packets at ``rate_bps``."""
+    seg = SafsConfig().segment_bytes
+    return (size + -(-size // seg) * DATA_OVERHEAD_BYTES) * 8 * G // rate_bps
+
+
+def test_send_scheduler_sends_the_more_urgent_dependency_first_and_keeps_the_nic_busy() -> None:
+    rate = 10 * G
+    mb = 1_000_000
+    alone, both = line_ns(mb, rate), line_ns(2 * mb, rate)
+    due = (10**9, alone + alone // 4)  # the later transfer is due 1.25x its own line-rate time
+    lax, urgent = two_dependencies("urgency", rate, (mb, mb), due, 1_000)
+    assert urgent.finish_ns <= due[1]  # served first although it started second
+    assert lax.finish_ns <= 1.03 * both  # the NIC never idled meanwhile
+    lax, urgent = two_dependencies("fifo", rate, (mb, mb), due, 1_000)
+    assert urgent.finish_ns > due[1]  # interleaved in the NIC's FIFO: both finish about together
+    assert lax.finish_ns <= 1.03 * both
+
+
+def test_send_scheduler_serves_equally_urgent_dependencies_shortest_remaining_first() -> None:
+    rate = 10 * G
+    big, small = 2_000_000, 200_000
+    due = 10**9  # the same deadline (one urgency quantum)
+    first, short = two_dependencies("urgency", rate, (big, small), (due, due), 20_000)
+    # it overtook the longer one (within 3 packet times: the packet on the wire when it started,
+    # and its first DATA at the default rate until its REQUEST's GRANT came back)
+    assert short.finish_ns <= 20_000 + line_ns(small, rate) + 3 * frame_gap_ns(SafsConfig(), rate)
+    assert first.finish_ns <= 1.03 * line_ns(big + small, rate)
+    _, short = two_dependencies("fifo", rate, (big, small), (due, due), 20_000)
+    assert short.finish_ns >= 20_000 + 1.8 * line_ns(small, rate)  # shared the NIC with the longer one
+
+
+def test_send_scheduler_lets_a_less_urgent_dependency_use_what_the_urgent_grant_leaves() -> None:
+    rate = 10 * G
+    mb = 1_000_000
+    # the urgent transfer (to h2) is granted a fifth of the line; the lax one fills the rest
+    lax, urgent = two_dependencies("urgency", rate, (mb, mb), (10**9, 10**8), 1_000, grants=(rate, rate // 5))
+    assert urgent.finish_ns >= 0.9 * line_ns(mb, rate // 5)  # within its grant
+    assert lax.finish_ns <= 1.15 * line_ns(mb, rate * 4 // 5)  # at the rest of the line rate
+
+
 def test_grants_reach_the_dependency_whichever_transfer_they_name() -> None:
     eng, net, tor = star(2, 100 * G)
     cfg = SafsConfig(default_rate_bps=1 * G)
@@ -417,7 +484,8 @@ def test_safs_recovers_lost_data_and_lost_done() -> None:
 def test_safs_config_rejects_bad_values() -> None:
     for kwargs, fld in [({"mtu_bytes": 50}, "mtu_bytes"), ({"default_rate_bps": 0}, "default_rate_bps"),
                         ({"renew_fraction": 1.0}, "renew_fraction"), ({"rto_ns": 0}, "rto_ns"),
-                        ({"rto_ns": 10, "rto_max_ns": 5}, "rto_max_ns")]:
+                        ({"rto_ns": 10, "rto_max_ns": 5}, "rto_max_ns"), ({"send_order": "edf"}, "send_order"),
+                        ({"urgency_quantum_ns": 0}, "urgency_quantum_ns")]:
         with pytest.raises(InvalidInput) as err:
             SafsConfig(**kwargs)
         assert err.value.field == fld

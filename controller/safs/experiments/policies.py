@@ -22,8 +22,8 @@ from safs.experiments.sim.bindings import (
     HomaFlows,
     NoGrantsFlows,
     PfabricFlows,
+    SafsFifoSenderFlows,
     SafsFlows,
-    SafsHostEdfFlows,
     SafsPerTransferFlows,
 )
 
@@ -60,8 +60,8 @@ class Policy:
 POLICIES: dict[str, Policy] = {p.name: p for p in (
     Policy("safs", "SAFS: slack classes, rate grants and meters at the receiver's ToR", hinted=True,
            sim=SafsFlows, mininet_transport="safs"),
-    Policy("safs-host-edf", "SAFS with each sender's NIC queue served in slack order (host EDF qdisc) "
-           "instead of FIFO", hinted=True, sim=SafsHostEdfFlows),
+    Policy("safs-fifo-sender", "SAFS ablation: each dependency paced on its own into the sender's NIC FIFO "
+           "(no send scheduler: a host's transfers share its NIC)", hinted=True, sim=SafsFifoSenderFlows),
     Policy("safs-per-transfer", "SAFS as first built: the controller grants every transfer (per-transfer "
            "hints and grant writes, polling senders)", hinted=True, per_transfer=True,
            scheduler_overrides={"grant_mode": "per-transfer"}, sim=SafsPerTransferFlows,

@@ -33,8 +33,13 @@ Sender (../shared/BRIEF.md, "Design decisions / How grants reach senders"):
   0 (so a lost grant cannot leave a sender fast) and, with data to send, sends a REQUEST; its
   DATA then carry epoch 0, which the ToR answers with a GRANT in-band.
 - DATA is paced per dependency: after a packet of ``size`` wire bytes the next one may leave
-  ``ceil(size*8e9/rate)`` ns later (a token bucket with a one-packet burst). Dependencies of a
-  host share its NIC FIFO.
+  ``ceil(size*8e9/rate)`` ns later (a token bucket with a one-packet burst). The dependencies
+  of a host share its NIC through one :class:`SendScheduler` (``SafsConfig.send_order``
+  ``urgency``, the default): when several are due and the NIC is busy, the one whose head
+  transfer has the earliest no-bubble timestamp (at ``urgency_quantum_ns``), then the fewest
+  bytes left, sends next, so a host whose grants add up to more than its uplink finishes its
+  transfers in EDF order instead of all late together. ``send_order: fifo`` (the first design,
+  policy ``safs-fifo-sender``): each dependency paces on its own into the NIC's FIFO.
 - Per-transfer mode (policy ``safs-per-transfer``, today's design kept for comparison): every
   transfer is its own dependency with a grant the controller installs (rate 0 possible while
   more urgent transfers use the link); with ``grant_poll_ns`` > 0 a dependency holding epoch 0
@@ -71,6 +76,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cached_property
+from heapq import heappop, heappush
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -146,6 +153,12 @@ class SafsConfig(ConfigModel):
             > 0 lets a late wake-up send what the rate allowed meanwhile, up to this many bytes
             but never less than two full packets (the Mininet agent: half of
             ``unscheduled_bytes``, within the switch meter's burst).
+        send_order: how a host's dependencies share its NIC: ``urgency`` (default) through a
+            :class:`SendScheduler` (EDF at ``urgency_quantum_ns``, then fewest bytes left);
+            ``fifo``: each dependency paces on its own and the NIC's FIFO interleaves them (the
+            first design; an ablation, policy ``safs-fifo-sender``).
+        urgency_quantum_ns: the :class:`SendScheduler`'s deadline resolution (default 100 µs,
+            the allocator's ``urgency_quantum_ns``).
 
     Raises:
         InvalidInput: a field out of its range (``mtu_bytes`` in MIN_MTU_BYTES..65535; rates and
@@ -164,6 +177,8 @@ class SafsConfig(ConfigModel):
     grant_poll_ns: int = Field(0, ge=0)
     unscheduled_bytes: int = Field(32_768, ge=0)
     burst_bytes: int = Field(0, ge=0)
+    send_order: Literal["urgency", "fifo"] = "urgency"
+    urgency_quantum_ns: int = Field(100_000, gt=0)
 
     @model_validator(mode="after")
     def _rto_max_covers_rto(self) -> SafsConfig:
@@ -188,6 +203,79 @@ def _control(src: int, dst: int, sport: int, dport: int, msg: int, flow_id: int,
     return pkt
 
 
+class SendScheduler:
+    """A host's sender-side scheduler: which of its dependencies sends the next DATA packet.
+
+    Grants come from the ToRs of different receivers, so the grants one sender holds can add
+    up to more than its NIC's rate (at fabric scale, many times it). Paced independently, the
+    dependencies then interleave in the NIC's FIFO and every transfer of the host finishes late
+    together (processor sharing). With a scheduler each dependency stays within its grant (its
+    own pacer) and, whenever several are due to send and the NIC is busy, the most urgent goes
+    first: earliest no-bubble timestamp, at the resolution of ``urgency_quantum_ns`` (the
+    allocator's urgency quantum, docs/design.md), then the fewest bytes left to send (SRPT),
+    then the order they became due. So spare capacity finishes transfers early in EDF order and
+    equally urgent ones one after another, as Homa's sender does by SRPT (Montazeri et al.,
+    SIGCOMM 2018, section 3.4), and the host's own queue stays about one packet deep.
+
+    The scheduler tracks the NIC by the line rate (``free_at_ns``, when the bytes it let through
+    will have left); control messages and other transports bypass it. Dependencies call
+    :meth:`may_send` before each DATA packet and :meth:`sent` after it; one that may not send is
+    called back (``SafsDependency._turn``) when its turn comes.
+
+    Args:
+        clock: the endpoint's time and timers.  line_rate_bps: the NIC's rate, bit/s (> 0).
+        urgency_quantum_ns: deadlines this close are equally urgent (> 0).
+    """
+
+    __slots__ = ("clock", "line_rate", "quantum", "free_at_ns", "waiting", "order", "turn", "wake_pending")
+
+    def __init__(self, clock: Clock, line_rate_bps: int, urgency_quantum_ns: int) -> None:
+        self.clock = clock
+        self.line_rate = line_rate_bps
+        self.quantum = urgency_quantum_ns
+        self.free_at_ns = 0
+        self.waiting: list[tuple[int, int, int, SafsDependency]] = []
+        self.order = 0
+        self.turn: SafsDependency | None = None  # the dependency called back, allowed one packet
+        self.wake_pending = False
+
+    def may_send(self, dep: SafsDependency, head: SafsSender, now: int) -> bool:
+        """True if ``dep`` may send its next packet now; else it waits for :meth:`_wake`."""
+        if self.turn is dep:
+            self.turn = None
+            return True
+        if now >= self.free_at_ns and not self.waiting:
+            return True
+        if not dep.sched_waiting:
+            dep.sched_waiting = True
+            self.order += 1
+            heappush(self.waiting, (head.no_bubble // self.quantum, head.remaining_unsent(), self.order, dep))
+        self._arm(now)
+        return False
+
+    def sent(self, size: int, now: int) -> None:
+        """A packet of ``size`` wire bytes went to the NIC at ``now``."""
+        start = self.free_at_ns if self.free_at_ns > now else now
+        self.free_at_ns = start + (size * 8 * NS_PER_S + self.line_rate - 1) // self.line_rate
+
+    def _arm(self, now: int) -> None:
+        if not self.wake_pending:
+            self.wake_pending = True
+            self.clock.at(self.free_at_ns if self.free_at_ns > now else now, self._wake, None)
+
+    def _wake(self, _: object) -> None:
+        self.wake_pending = False
+        now = self.clock.now
+        while self.waiting and now >= self.free_at_ns:
+            dep = heappop(self.waiting)[3]
+            dep.sched_waiting = False
+            self.turn = dep
+            dep._turn()
+            self.turn = None
+        if self.waiting:
+            self._arm(now)
+
+
 class SafsDependency:
     """Sender side of one dependency on ``host``: the grant its transfers share and their pacer
     (module docstring).
@@ -198,6 +286,8 @@ class SafsDependency:
         dep_id: 1..65535, unique among this host's dependencies.  background: set
             ``FLAG_BACKGROUND`` on every packet.  config: :class:`SafsConfig`.
         stats: counters shared by the run (or the host).
+        scheduler: the host's :class:`SendScheduler`, shared by its dependencies; None: this
+            dependency hands its packets straight to the NIC (its FIFO orders them).
 
     Observable state: ``rate_bps``, ``epoch``, ``lease_expiry_ns`` (None without a lease),
     ``transfers`` (unfinished, in start order); counters ``requests``, ``grants``,
@@ -210,10 +300,11 @@ class SafsDependency:
     __slots__ = ("clock", "host", "nic", "src", "dst", "sport", "dep_id", "flags", "cfg", "seg", "burst", "stats",
                  "line_rate", "rate_bps", "epoch", "lease_expiry_ns", "transfers", "pace_token", "pacing",
                  "next_send_ns", "last_size", "last_send_ns", "renew_token", "renew_pending", "polling",
-                 "unscheduled_left", "requests", "grants", "grants_stale", "fallbacks")
+                 "unscheduled_left", "requests", "grants", "grants_stale", "fallbacks", "scheduler",
+                 "sched_waiting")
 
     def __init__(self, clock: Clock, host: HostPort, dst_ip: int, dep_id: int, background: bool,
-                 config: SafsConfig, stats: TransportStats) -> None:
+                 config: SafsConfig, stats: TransportStats, scheduler: SendScheduler | None = None) -> None:
         if type(dep_id) is not int or not DEP_ID_MIN <= dep_id <= DEP_ID_MAX:
             raise InvalidInput("dep_id", f"must be an integer in {DEP_ID_MIN}..{DEP_ID_MAX}, got {dep_id!r}")
         self.clock = clock
@@ -244,6 +335,8 @@ class SafsDependency:
         self.polling = False  # a grant-poll timer is queued (per-transfer mode)
         self.unscheduled_left = 0  # bytes that may still go at line rate (no grant held)
         self.requests = self.grants = self.grants_stale = self.fallbacks = 0
+        self.scheduler = scheduler
+        self.sched_waiting = False  # queued at the scheduler for a turn
 
     # ---- transfers ------------------------------------------------------------------------
     def add(self, sender: SafsSender) -> None:
@@ -344,6 +437,9 @@ class SafsDependency:
             if tx is None:
                 self.pacing = False
                 return
+            sched = self.scheduler
+            if sched is not None and not sched.may_send(self, tx, now):
+                return  # still pacing: the scheduler calls _turn when this dependency may send
             resent = bool(tx.retx)
             offset = tx.retx[-1] if resent else tx.next_offset
             last = not tx.has_data_after(resent) and not any(
@@ -354,6 +450,8 @@ class SafsDependency:
                 return
             self.last_size = size
             self.last_send_ns = now
+            if sched is not None:
+                sched.sent(size, now)
             # Unscheduled bytes (no grant held) leave at line rate, back to back.
             if self.unscheduled_left > 0 and not resent:
                 self.unscheduled_left -= size - DATA_OVERHEAD_BYTES
@@ -367,6 +465,11 @@ class SafsDependency:
             if self.next_send_ns > now:
                 break
         self._schedule_pace(max(now, self.next_send_ns))
+
+    def _turn(self) -> None:
+        """The scheduler's call back: this dependency may send one packet now (if still pacing)."""
+        if self.pacing:
+            self._pace(self.pace_token)
 
     def _stall(self) -> None:
         """Rate 0: stop pacing until a grant with a rate arrives (or the lease runs out)."""

@@ -32,7 +32,7 @@ from safs.core.protocol import (
     unpack_header,
 )
 from safs.core.timebase import fabric_clock, wrap
-from safs.hosts.safs import NACK_ENTRY_BYTES, SafsConfig, SafsDependency, SafsReceiver, SafsSender
+from safs.hosts.safs import NACK_ENTRY_BYTES, SafsConfig, SafsDependency, SafsReceiver, SafsSender, SendScheduler
 from safs.hosts.stats import TransportStats
 
 RECV_BATCH = 256  # datagrams read per readable event
@@ -219,6 +219,9 @@ class SafsEndpoint:
         self.host = _Host(ip, int(ipaddress.IPv4Address(ip)), _SocketNic(self, line_rate_bps))
         self.senders: dict[int, SafsSender] = {}
         self.dependencies: dict[int, SafsDependency] = {}  # dep_id -> its sender side
+        # the host's dependencies share its NIC through one send scheduler (SafsConfig.send_order)
+        self.scheduler = (SendScheduler(self.clock, line_rate_bps, config.urgency_quantum_ns)
+                          if config.send_order == "urgency" else None)
         self.receivers: dict[int, SafsReceiver] = {}
         self.unknown: dict[int, list[Packet]] = {}  # flow -> DATA that came before its expect
         self.on_sender_done = on_sender_done
@@ -297,7 +300,7 @@ class SafsEndpoint:
             dep = self.dependencies.get(dep_id)
             if dep is None:
                 dep = self.dependencies[dep_id] = SafsDependency(self.clock, self.host, dst, dep_id, background,
-                                                                 self.cfg, self.transport)
+                                                                 self.cfg, self.transport, self.scheduler)
         sender = SafsSender(self.clock, self.host, dst, flow_id, size_bytes, no_bubble_ts_ns, background, self.cfg,
                             self.transport, self._sender_closed, dep, self.on_sender_sent, self._complete_lead)
         self.senders[flow_id] = sender

@@ -21,7 +21,6 @@ from safs.experiments.sim.config import SimConfig
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.network import Host, Port
 from safs.experiments.sim.pfabric_port import pfabric_port_factory
-from safs.experiments.sim.safs_host_port import safs_host_port_factory
 from safs.experiments.workloads.api import DependencySpec, FlowSpec
 from safs.hosts.d2tcp import D2tcpSender
 from safs.hosts.dctcp import DctcpReceiver, DctcpSender
@@ -29,7 +28,7 @@ from safs.hosts.homa import HomaHost
 from safs.hosts.homa import resolve as homa_resolve
 from safs.hosts.no_grants import no_grant_endpoints
 from safs.hosts.pfabric import PfabricReceiver, PfabricSender
-from safs.hosts.safs import SafsDependency, SafsReceiver, SafsSender
+from safs.hosts.safs import SafsDependency, SafsReceiver, SafsSender, SendScheduler
 from safs.hosts.stats import TransportStats
 from safs.targets.homa_pipeline import HomaPipeline
 from safs.targets.pipeline_model import PipelineModel
@@ -109,6 +108,7 @@ class SafsFlows(DctcpFlows):
         self.safs_cfg = config.safs_config().replace(grant_poll_ns=0)
         self.deps: dict[tuple[str, str], SafsDependency] = {}  # (sender, dependency name) -> sender side
         self.last_dep_id: dict[str, int] = {}  # sender -> its last dependency id
+        self.schedulers: dict[str, SendScheduler] = {}  # sender -> its send scheduler (send_order urgency)
 
     def declare(self, sim: SimRun, dep: DependencySpec, src: Host, dst: Host) -> SafsDependency:
         """The sender side of dependency ``dep``, created (and announced to the scheduler by
@@ -122,12 +122,22 @@ class SafsFlows(DctcpFlows):
             raise InvalidInput("flow.dependency", f"{dep.sender!r} has more than {DEP_ID_MAX} dependencies")
         self.last_dep_id[dep.sender] = dep_id
         made = SafsDependency(sim.engine, src, dst.ip, dep_id, dep.flow_class == "background", self.safs_cfg,
-                              sim.stats)
+                              sim.stats, self._scheduler(sim, src))
         self.deps[key] = made
         src.dependencies[dep_id] = made
         sim.new_dependency(DependencyHint(dep_id, dep.sender, dep.receiver, dep.name[:LABEL_MAX_LEN],
                                           FlowClass(dep.flow_class)))
         return made
+
+    def _scheduler(self, sim: SimRun, src: Host) -> SendScheduler | None:
+        """``src``'s :class:`SendScheduler` (one per host), or None under ``send_order: fifo``."""
+        cfg = self.safs_cfg
+        if cfg.send_order == "fifo":
+            return None
+        found = self.schedulers.get(src.name)
+        if found is None:
+            found = self.schedulers[src.name] = SendScheduler(sim.engine, src.nic.rate_bps, cfg.urgency_quantum_ns)
+        return found
 
     def dependency(self, sim: SimRun, spec: FlowSpec, src: Host, dst: Host) -> SafsDependency | None:
         """The sender side of ``spec``'s dependency (declared at setup, or new now)."""
@@ -144,12 +154,13 @@ class SafsFlows(DctcpFlows):
         return rx, tx
 
 
-class SafsHostEdfFlows(SafsFlows):
-    """``safs-host-edf``: :class:`SafsFlows` with the SAFS host NIC queue in slack order
-    (:mod:`safs.experiments.sim.safs_host_port`) instead of FIFO."""
+class SafsFifoSenderFlows(SafsFlows):
+    """``safs-fifo-sender`` (ablation): :class:`SafsFlows` with ``send_order: fifo``: no
+    :class:`SendScheduler`, each dependency paces into the NIC's FIFO on its own."""
 
-    def make_port(self) -> Callable[..., Port]:
-        return safs_host_port_factory
+    def __init__(self, topology: Topology, config: SimConfig) -> None:
+        super().__init__(topology, config)
+        self.safs_cfg = self.safs_cfg.replace(send_order="fifo")
 
 
 class SafsPerTransferFlows(SafsFlows):

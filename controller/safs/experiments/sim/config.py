@@ -145,7 +145,8 @@ class SimConfig(ConfigModel):
         return profile
 
     def safs_config(self) -> SafsConfig:
-        """The SAFS transport settings (default rate and unscheduled bytes from the scheduler's).
+        """The SAFS transport settings (default rate, unscheduled bytes and the send scheduler's
+        urgency quantum from the scheduler's).
 
         Raises:
             InvalidInput: as :meth:`scheduler_config`, or the scheduler's default rate 0 (the
@@ -155,7 +156,8 @@ class SimConfig(ConfigModel):
         return SafsConfig(mtu_bytes=self.mtu_bytes, default_rate_bps=sched.default_rate_bps,
                           renew_fraction=self.renew_fraction, rto_ns=self.safs_rto_ns,
                           grant_poll_ns=self.safs_grant_poll_ns, reorder_window_ns=self.safs_reorder_window_ns,
-                          unscheduled_bytes=sched.unscheduled_bytes)
+                          unscheduled_bytes=sched.unscheduled_bytes,
+                          urgency_quantum_ns=sched.allocator.urgency_quantum_ns)
 
     def dctcp_config(self) -> DctcpConfig:
         """The DCTCP settings (``sim.dctcp`` with the MTU).
