@@ -76,12 +76,16 @@ def test_collective_verdict_checks_the_bound_and_the_baselines_at_the_largest_si
 # ---- registry and bad names ------------------------------------------------------------------
 def test_experiments_list_every_policy_and_three_seeds() -> None:
     assert set(EXPERIMENTS) == {"zerobubble", "afd-16a2f", "urgent", "collective-allreduce", "collective-alltoall",
-                                "fabric"}
+                                "fabric", "ablation"}
     for exp in EXPERIMENTS.values():
         scenario = exp.load()
         if exp.name == "fabric":  # the allocation issue's grid: 5 seeds, the fabric-scale baselines
             assert len(scenario.seeds) == 5
             assert {"safs", "dctcp", "homa", "pfabric", "edf-oracle"} <= set(scenario.policies)
+            continue
+        if exp.name == "ablation":  # SAFS against each mechanism removed, at one link
+            assert len(scenario.seeds) == 3 and scenario.background.bulk_flows == [0]
+            assert {"safs", "safs-no-grants", "safs-no-classes", "dctcp", "edf-oracle"} <= set(scenario.policies)
             continue
         assert len(scenario.seeds) == 3
         assert {"safs", "dctcp", "d2tcp", "homa", "pfabric", "edf-oracle", "safs-no-grants",
@@ -245,6 +249,18 @@ def test_urgent_pass_criterion() -> None:
     bad = exp.verdict([row("safs", 0, 1.8), row("pfabric", 0, 0.9)])  # zero misses, not the lowest FCT
     assert [v["pass"] for v in bad] == [True, False]
     assert exp.verdict([row("safs", 1, 0.5)])[0]["pass"] is False
+
+
+def test_ablation_verdict_passes_only_when_safs_misses_no_more_than_each_ablation() -> None:
+    exp = EXPERIMENTS["ablation"]
+
+    def row(policy: str, misses: float) -> dict:
+        return {"policy": policy, "background_flows": 0, "load": 0.0, "pipeline_deadline_misses_mean": misses}
+
+    verdict = exp.verdict([row("safs", 0), row("safs-no-classes", 26), row("safs-no-grants", 0), row("dctcp", 12)])
+    assert [(v["check"], v["pass"]) for v in verdict] == [
+        ("bg=0: SAFS pipeline misses <= safs-no-classes's", True), ("bg=0: SAFS pipeline misses <= safs-no-grants's", True)]
+    assert [v["pass"] for v in exp.verdict([row("safs", 3), row("safs-no-grants", 1)])] == [False]
 
 
 # ---- options that do not apply, re-runs and --replot -------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from safs.experiments.metrics import MISS_TOLERANCE_NS, FlowRecord, flow_metrics
+from safs.experiments.metrics import MISS_TOLERANCE_NS, SHORT_FLOW_BYTES, FlowRecord, flow_metrics
 
 
 def _rec(fid: int, cls: str, start: int, finish: int | None, deadline: int | None) -> FlowRecord:
@@ -43,3 +43,17 @@ def test_miss_tolerance_is_a_parameter() -> None:
     assert flow_metrics(late_by_1ms)["pipeline_deadline_misses"] == 1
     assert flow_metrics(late_by_1ms, miss_tolerance_ns=1_000_000)["pipeline_deadline_misses"] == 0
     assert flow_metrics(late_by_1ms, miss_tolerance_ns=999_999)["pipeline_deadline_misses"] == 1
+
+
+def test_short_background_fcts_count_finished_background_flows_under_100_kb_only() -> None:
+    def bg(fid: int, size: int, finish: int | None) -> FlowRecord:
+        return FlowRecord(fid, "l", "background", "a", "b", size, 0, finish, None)
+
+    records = [bg(1, SHORT_FLOW_BYTES - 1, 1_000_000), bg(2, SHORT_FLOW_BYTES - 1, 3_000_000),
+               bg(3, SHORT_FLOW_BYTES, 9_000_000), bg(4, 10, None),
+               FlowRecord(5, "l", "pipeline", "a", "b", 10, 0, 50_000_000, 60_000_000)]
+    m = flow_metrics(records)
+    assert math.isclose(m["background_short_fct_mean_ms"], 2.0)  # flows 1 and 2 only
+    assert 1.0 <= m["background_short_fct_p99_ms"] <= 3.0
+    assert math.isclose(m["background_fct_mean_ms"], 13 / 3)
+    assert math.isnan(flow_metrics(records[2:])["background_short_fct_mean_ms"])

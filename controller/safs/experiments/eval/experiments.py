@@ -189,6 +189,25 @@ def _verdict_fabric(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _verdict_ablation(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per background level: SAFS misses no more pipeline transfers than each ablation (both
+    mechanisms are needed, or one carries the whole gain: the ablation table says which)."""
+    out = []
+    for bulk in sorted({r["background_flows"] for r in rows}):
+        safs = _row(rows, "safs", bulk)
+        if safs is None:
+            continue
+        for policy in ("safs-no-classes", "safs-no-grants"):
+            other = _row(rows, policy, bulk)
+            if other is None:
+                continue
+            ours, theirs = safs["pipeline_deadline_misses_mean"], other["pipeline_deadline_misses_mean"]
+            out.append({"check": f"bg={bulk}: SAFS pipeline misses <= {policy}'s",
+                        "ours": f"{ours:.1f} vs {theirs:.1f} per run", "paper": "(ablation)",
+                        "pass": ours <= theirs})
+    return out
+
+
 def ablation(rows: list[dict[str, Any]], metric: str, reference: str = "dctcp") -> list[dict[str, Any]]:
     """How much of SAFS's gain over ``reference`` each ablation keeps, per background level.
 
@@ -338,12 +357,22 @@ EXPERIMENTS: dict[str, Experiment] = {
                 "kind": "fabric", "params": {"transfers": 100},
                 "sweep": {"offered_load": [0.3], "deadline_factor": [2.0, 5.0]}}},
         ),
+        Experiment(
+            "ablation",
+            "slack classes vs rate grants: pipeline transfers of different slack at one link, no background",
+            "slack-ablation.yaml",
+            ("pipeline_deadline_misses", "pipeline_late_p99_ms", "pipeline_fct_mean_ms"),
+            _verdict_ablation,
+            ablation_metric="pipeline_deadline_misses",
+            quick={"seeds": [1, 2], "max_time_ms": 50},
+        ),
     )
 }
 
 
 # What ``safs eval all`` runs (with the baseline checks): the SAFS paper's three experiments.
-# The collective experiments (648 runs each) and the fabric grid (225 runs) run by name.
+# The collective experiments (648 runs each), the fabric grid (225 runs) and the one-link
+# ablation (18 runs) run by name.
 PAPER_EXPERIMENTS = ("zerobubble", "afd-16a2f", "urgent")
 
 
