@@ -259,7 +259,8 @@ def test_ablation_verdict_passes_only_when_safs_misses_no_more_than_each_ablatio
 
     verdict = exp.verdict([row("safs", 0), row("safs-no-classes", 26), row("safs-no-grants", 0), row("dctcp", 12)])
     assert [(v["check"], v["pass"]) for v in verdict] == [
-        ("bg=0: SAFS pipeline misses <= safs-no-classes's", True), ("bg=0: SAFS pipeline misses <= safs-no-grants's", True)]
+        ("bg=0: SAFS pipeline misses <= safs-no-classes's", True),
+        ("bg=0: SAFS pipeline misses <= safs-no-grants's", True)]
     assert [v["pass"] for v in exp.verdict([row("safs", 3), row("safs-no-grants", 1)])] == [False]
 
 
