@@ -76,7 +76,7 @@ def test_collective_verdict_checks_the_bound_and_the_baselines_at_the_largest_si
 # ---- registry and bad names ------------------------------------------------------------------
 def test_experiments_list_every_policy_and_three_seeds() -> None:
     assert set(EXPERIMENTS) == {"zerobubble", "afd-16a2f", "urgent", "collective-allreduce", "collective-alltoall",
-                                "fabric", "ablation"}
+                                "fabric", "ablation", "afd-llama3-70b-8a1f", "afd-qwen3-235b"}
     for exp in EXPERIMENTS.values():
         scenario = exp.load()
         if exp.name == "fabric":  # the allocation issue's grid: 5 seeds, the fabric-scale baselines
@@ -99,7 +99,8 @@ def test_unknown_experiment_lists_valid_names(capsys: pytest.CaptureFixture[str]
     for name in (*EXPERIMENTS, "baseline-checks", "all"):
         assert name in err.value.message
     assert main(["eval", "zerobubbles"]) == 2
-    assert "valid: zerobubble, afd-16a2f, urgent, collective-allreduce, collective-alltoall" in capsys.readouterr().err
+    assert ("valid: zerobubble, afd-16a2f, afd-llama3-70b-8a1f, afd-qwen3-235b, urgent, collective-allreduce, "
+            "collective-alltoall") in capsys.readouterr().err
 
 
 def test_list_names_every_experiment(capsys: pytest.CaptureFixture[str]) -> None:
@@ -249,6 +250,27 @@ def test_urgent_pass_criterion() -> None:
     bad = exp.verdict([row("safs", 0, 1.8), row("pfabric", 0, 0.9)])  # zero misses, not the lowest FCT
     assert [v["pass"] for v in bad] == [True, False]
     assert exp.verdict([row("safs", 1, 0.5)])[0]["pass"] is False
+
+
+def test_afd_allocation_verdict_compares_with_homa_the_oracle_and_no_contention() -> None:
+    exp = EXPERIMENTS["afd-qwen3-235b"]
+
+    def row(policy: str, bulk: int, p99: float, ideal: float = 50.0) -> dict:
+        return {"policy": policy, "background_flows": bulk, "load": 0.0, "tpot_p99_ms_mean": p99,
+                "tpot_ideal_p99_ms_mean": ideal}
+
+    rows = [row("safs", 0, 50.2), row("homa", 0, 50.2), row("edf-oracle", 0, 49.3),
+            row("safs", 2, 51.0), row("homa", 2, 50.9), row("edf-oracle", 2, 50.05)]
+    assert [(v["check"], v["pass"]) for v in exp.verdict(rows)] == [
+        ("bg=0: SAFS p99 TPOT <= Homa's", True),
+        ("bg=0: SAFS p99 TPOT within 2% of the EDF oracle's", True),  # +1.8%
+        ("bg=0: SAFS p99 TPOT within 0.5% of no contention", True),  # +0.4%
+        ("bg=2: SAFS p99 TPOT <= Homa's", False),
+        ("bg=2: SAFS p99 TPOT within 2% of the EDF oracle's", True)]  # +1.9%
+    assert not exp.verdict([row("safs", 0, 50.3, ideal=50.0)])[0]["pass"]  # +0.6% of no contention
+    # afd-16a2f's verdict has the paper's comparisons and then these
+    assert [v["check"] for v in EXPERIMENTS["afd-16a2f"].verdict(rows)][-2:] == [
+        "bg=2: SAFS p99 TPOT <= Homa's", "bg=2: SAFS p99 TPOT within 2% of the EDF oracle's"]
 
 
 def test_ablation_verdict_passes_only_when_safs_misses_no_more_than_each_ablation() -> None:
