@@ -744,6 +744,28 @@ def test_traffic_class_errors_name_the_class_keys_and_the_limit() -> None:
     assert len(str(exc.value)) < 300
 
 
+@pytest.mark.parametrize("spec, field, needle", [
+    ({"protocol": 1, "dst_ports": [80, 80]}, "dst_ports", "protocol is 1"),
+    ({"protocol": 47, "src_ports": [1, 2]}, "src_ports", "TCP (6) and UDP (17)"),
+    ({"protocol": 6, "roce_qp": 5}, "roce_qp", "only over UDP (17)"),
+    ({"protocol": 17, "dst_ports": [4000, 4790], "roce_qp": 5}, "roce_qp", "exclude it"),
+])
+def test_traffic_classes_that_could_never_match_are_refused(spec: dict, field: str, needle: str) -> None:
+    with pytest.raises(InvalidInput) as exc:
+        SchedulerConfig.from_mapping({"traffic_classes": [{"name": "x", "queue": 1, **spec}]})
+    assert exc.value.field.endswith(f"traffic_classes.{field}") and needle in exc.value.message
+    assert "could never match" in exc.value.message
+    ok = {"name": "x", "queue": 1, "protocol": 17, "dst_ports": [4791, 4791], "roce_qp": 5}
+    assert SchedulerConfig.from_mapping({"traffic_classes": [ok]}).traffic_classes[0].roce_qp == 5
+
+
+def test_traffic_class_names_must_be_unique() -> None:
+    with pytest.raises(InvalidInput, match="'bulk' given more than once") as exc:
+        SchedulerConfig.from_mapping({"traffic_classes": [{"name": "bulk", "queue": 1}, {"name": "rdma", "queue": 2},
+                                                          {"name": "bulk", "queue": 0}]})
+    assert exc.value.field.endswith("traffic_classes")
+
+
 def test_leaf_spine_routes_use_ecmp_groups_and_packets_take_the_predicted_spine(caplog) -> None:
     topo = load_topology(Path(__file__).resolve().parents[1] / "topologies" / "leaf-spine.yaml")
     clock = Clock()

@@ -56,7 +56,7 @@ from safs.core.allocator import Allocator, AllocatorConfig, AllocFlow, Grant
 from safs.core.config import ConfigModel, FieldError
 from safs.core.errors import InvalidInput, TargetError, UpdateFailure
 from safs.core.hints import DependencyHint, DependencyRegistry, FlowClass, FlowHint, HintRegistry
-from safs.core.packet import ETH_HEADER_BYTES
+from safs.core.packet import ETH_HEADER_BYTES, PROTO_TCP, PROTO_UDP
 from safs.core.protocol import (
     EPOCH_MAX,
     QUEUE_SLACK_LEAST_URGENT,
@@ -161,6 +161,19 @@ class TrafficClassSpec(ConfigModel):
         if self.roce_qp is not None and self.roce_qp & self.roce_qp_mask != self.roce_qp:
             raise FieldError("roce_qp_mask",
                              f"roce_qp {self.roce_qp:#x} has bits outside the mask {self.roce_qp_mask:#x}")
+        # A class that can never match would be accepted and silently change nothing.
+        for key, ports in (("src_ports", self.src_ports), ("dst_ports", self.dst_ports)):
+            if ports is not None and self.protocol not in (None, PROTO_TCP, PROTO_UDP):
+                raise FieldError(key, f"L4 ports exist only for TCP ({PROTO_TCP}) and UDP ({PROTO_UDP}), "
+                                      f"protocol is {self.protocol}: this class could never match")
+        if self.roce_qp is not None:
+            if self.protocol not in (None, PROTO_UDP):
+                raise FieldError("roce_qp", f"a RoCEv2 QP is carried only over UDP ({PROTO_UDP}), protocol is "
+                                            f"{self.protocol}: this class could never match")
+            ports = self.dst_ports
+            if ports is not None and not ports[0] <= n.ROCE_V2_UDP_PORT <= ports[1]:
+                raise FieldError("roce_qp", f"the QP is parsed only in UDP packets to port {n.ROCE_V2_UDP_PORT}, "
+                                            f"dst_ports {ports} exclude it: this class could never match")
         return self
 
 
@@ -254,6 +267,11 @@ class SchedulerConfig(ConfigModel):
         if len(v) > limit:
             raise ValueError(f"at most {limit} entries (the P4 program's traffic_class and aggregate_meter), "
                              f"got {len(v)}")
+        names = [tc.name for tc in v]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"names must be unique (logs and metrics tell classes apart by name), "
+                             f"{', '.join(map(repr, twice))} given more than once")
         return v
 
     def meter_for(self, slot: int, rate_bps: int) -> MeterConfig:
