@@ -201,6 +201,11 @@ def test_eval_writes_results_samples_summary_and_plots(tmp_path: Path, capsys: p
             assert (d / "plots" / f"{metric}.{ext}").stat().st_size > 1000
     assert (d / "summary.csv").read_text().startswith("policy,background_flows,load,runs,")
     assert "95% t-interval" in capsys.readouterr().out
+    first = (d / "plots" / "iteration_time_ms.png").read_bytes()
+    assert main(["eval", "zerobubble", "--quick", "--policies", "safs", "--seeds", "1", "--jobs", "1", "--quiet",
+                 "--out", str(out)]) == 0
+    (kept,) = [p for p in d.iterdir() if p.is_dir() and p.name.startswith("plots.")]  # moved aside, not overwritten
+    assert (kept / "iteration_time_ms.png").read_bytes() == first and (d / "plots" / "iteration_time_ms.png").exists()
 
 
 def test_ablation_shares_of_the_gain() -> None:

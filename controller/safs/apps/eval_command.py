@@ -37,8 +37,9 @@ from safs.experiments.runner import (
 )
 from safs.experiments.runs import cli_overrides
 
-# An experiment directory's data files: moved aside (results.<time>.json), never overwritten.
-EXPERIMENT_FILES = ("results.json", "results.csv", "samples.jsonl", "summary.json", "summary.csv")
+# An experiment directory's data files and plots: moved aside (results.<time>.json,
+# plots.<time>/), never overwritten.
+EXPERIMENT_FILES = ("results.json", "results.csv", "samples.jsonl", "summary.json", "summary.csv", "plots")
 CHECK_FILES = ("checks.json", "checks.csv")
 
 
@@ -52,7 +53,7 @@ def add_parser(sub: Any, int_list: Any, name_list: Any) -> None:
         type=Path,
         default=Path("results/eval"),
         help="output directory (default results/eval); earlier files of an experiment "
-        "are moved aside as NAME.<YYYYMMDDTHHMMSS>.EXT, timing.json is merged per experiment",
+        "(and plots/) are moved aside as NAME.<YYYYMMDDTHHMMSS>.EXT, timing.json is merged per experiment",
     )
     ev.add_argument("--seeds", type=int_list, help="override the seeds, e.g. 1,2,3")
     ev.add_argument("--policies", type=name_list, help="override the policies, e.g. safs,dctcp")

@@ -223,10 +223,11 @@ def check_out_dir(out_dir: Path, option: str = "--out") -> None:
 
 
 def archive_previous(out_dir: Path, names: tuple[str, ...], stamp: str | None = None) -> list[tuple[Path, Path]]:
-    """Move earlier output files ``out_dir/NAME`` aside so a new run loses nothing.
+    """Move earlier output files (or folders) ``out_dir/NAME`` aside so a new run loses nothing.
 
-    ``results.json`` becomes ``results.<stamp>.json`` (``stamp``: local time, YYYYMMDDTHHMMSS;
-    ``-1``, ``-2``... appended if that name is taken). Files that do not exist are skipped.
+    ``results.json`` becomes ``results.<stamp>.json``, a folder ``plots`` ``plots.<stamp>``
+    (``stamp``: local time, YYYYMMDDTHHMMSS; ``-1``, ``-2``... appended if that name is taken).
+    Names that do not exist are skipped.
 
     Returns:
         ``(old path, new path)`` per file moved.
@@ -238,7 +239,7 @@ def archive_previous(out_dir: Path, names: tuple[str, ...], stamp: str | None = 
     moved = []
     for name in names:
         old = out_dir / name
-        if not old.is_file():
+        if not old.exists():
             continue
         stem, dot, ext = name.partition(".")
         for n in itertools.count():
