@@ -220,19 +220,24 @@ class SendScheduler:
     The scheduler tracks the NIC by the line rate (``free_at_ns``, when the bytes it let through
     will have left); control messages and other transports bypass it. Dependencies call
     :meth:`may_send` before each DATA packet and :meth:`sent` after it; one that may not send is
-    called back (``SafsDependency._turn``) when its turn comes.
+    called back (``SafsDependency._turn``) when its turn comes. ``burst_bytes`` lets that much
+    be handed to the NIC ahead of the line rate (the Mininet agent's ``SafsConfig.burst_bytes``:
+    a timer that wakes late may send what the line allowed meanwhile); 0 in the simulator.
 
     Args:
         clock: the endpoint's time and timers.  line_rate_bps: the NIC's rate, bit/s (> 0).
         urgency_quantum_ns: deadlines this close are equally urgent (> 0).
+        burst_bytes: wire bytes the NIC may hold beyond the line rate (>= 0).
     """
 
-    __slots__ = ("clock", "line_rate", "quantum", "free_at_ns", "waiting", "order", "turn", "wake_pending")
+    __slots__ = ("clock", "line_rate", "quantum", "ahead_ns", "free_at_ns", "waiting", "order", "turn",
+                 "wake_pending")
 
-    def __init__(self, clock: Clock, line_rate_bps: int, urgency_quantum_ns: int) -> None:
+    def __init__(self, clock: Clock, line_rate_bps: int, urgency_quantum_ns: int, burst_bytes: int = 0) -> None:
         self.clock = clock
         self.line_rate = line_rate_bps
         self.quantum = urgency_quantum_ns
+        self.ahead_ns = burst_bytes * 8 * NS_PER_S // line_rate_bps  # how far free_at_ns may lead now
         self.free_at_ns = 0
         self.waiting: list[tuple[int, int, int, SafsDependency]] = []
         self.order = 0
@@ -244,7 +249,7 @@ class SendScheduler:
         if self.turn is dep:
             self.turn = None
             return True
-        if now >= self.free_at_ns and not self.waiting:
+        if now + self.ahead_ns >= self.free_at_ns and not self.waiting:
             return True
         if not dep.sched_waiting:
             dep.sched_waiting = True
@@ -261,12 +266,13 @@ class SendScheduler:
     def _arm(self, now: int) -> None:
         if not self.wake_pending:
             self.wake_pending = True
-            self.clock.at(self.free_at_ns if self.free_at_ns > now else now, self._wake, None)
+            due = self.free_at_ns - self.ahead_ns
+            self.clock.at(due if due > now else now, self._wake, None)
 
     def _wake(self, _: object) -> None:
         self.wake_pending = False
         now = self.clock.now
-        while self.waiting and now >= self.free_at_ns:
+        while self.waiting and now + self.ahead_ns >= self.free_at_ns:
             dep = heappop(self.waiting)[3]
             dep.sched_waiting = False
             self.turn = dep

@@ -220,7 +220,7 @@ class SafsEndpoint:
         self.senders: dict[int, SafsSender] = {}
         self.dependencies: dict[int, SafsDependency] = {}  # dep_id -> its sender side
         # the host's dependencies share its NIC through one send scheduler (SafsConfig.send_order)
-        self.scheduler = (SendScheduler(self.clock, line_rate_bps, config.urgency_quantum_ns)
+        self.scheduler = (SendScheduler(self.clock, line_rate_bps, config.urgency_quantum_ns, config.burst_bytes)
                           if config.send_order == "urgency" else None)
         self.receivers: dict[int, SafsReceiver] = {}
         self.unknown: dict[int, list[Packet]] = {}  # flow -> DATA that came before its expect
