@@ -561,3 +561,71 @@ def test_fabric_bad_params(params, field):
     topo = load_topology(TOPO / "leaf-spine-64.yaml")
     with pytest.raises(InvalidInput, match=f"workload.params.{field}"):
         build_workload("fabric", params, topo)
+
+
+# ---- several jobs at once (kind: jobs) ----------------------------------------------------
+
+TWO_JOBS = {"jobs": [
+    {"name": "afd", "kind": "afd", "params": {"attention_hosts": ["a0", "a1", "a2", "a3"], "ffn_hosts": ["f0"],
+                                              "layers_simulated": 1, "decode_steps": 3}},
+    {"name": "train", "kind": "zerobubble", "params": {"stage_hosts": ["a8", "f0", "a9"], "microbatches": 3,
+                                                       "iterations": 1}},
+]}
+
+
+def test_two_jobs_share_a_host_and_keep_their_own_metrics_labels_and_dependencies(afd_topo):
+    w = build_workload("jobs", TWO_JOBS, afd_topo)
+    net = IdealNetwork(afd_topo)
+    net.run(w)
+    m = w.metrics()
+    assert w.done()
+    alone = {"afd": AfdDecode(TWO_JOBS["jobs"][0]["params"], afd_topo),
+             "train": ZeroBubbleTraining(TWO_JOBS["jobs"][1]["params"], afd_topo)}
+    for job, ref in alone.items():
+        IdealNetwork(afd_topo).run(ref)
+        for key, value in ref.metrics().items():
+            assert m[f"{job}.{key}"] == pytest.approx(value)  # no contention on the ideal network
+        assert m[f"{job}.misses"] == 0 and m[f"{job}.late_max_us"] == 0
+    labels = [f.spec.label for f in net.flows]
+    assert m["afd.transfers"] == sum(x.startswith("afd: ") for x in labels) > 0
+    assert m["train.transfers"] == sum(x.startswith("train: ") for x in labels) > 0
+    assert m["afd.transfers"] + m["train.transfers"] == len(labels)
+    assert {f.spec.receiver for f in net.flows if f.spec.label.startswith("train: ")} >= {"f0"}  # shared with afd
+    deps = w.dependencies()
+    assert {d.name.split(":")[0] for d in deps} == {"afd", "train"}
+    assert all(f.spec.dependency_key() in {d.name for d in deps if d.sender == f.spec.sender} for f in net.flows)
+    assert w.receivers() == ["f0", "a8", "a9"]  # AFD aims background at its FFN hosts, ZeroBubble at every stage
+
+
+def test_a_late_transfer_counts_against_its_own_job(afd_topo):
+    w = build_workload("jobs", TWO_JOBS, afd_topo)
+    job = w.main.jobs[1]
+    spec = FlowSpec("a8", "f0", 1000, 10_000, "x")
+    job.finished(spec, 10_000 + 2_000)  # within the 2 us tolerance
+    job.finished(spec, 10_000 + 7_000)
+    m = w.metrics()
+    assert (m["train.transfers"], m["train.misses"], m["train.late_max_us"]) == (2, 1, 7.0)
+    assert m["afd.transfers"] == 0
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"jobs": []}, "workload.params.jobs"),
+    ({"jobs": [{"name": "a", "kind": "afd"}], "extra": 1}, "workload.params.extra"),
+    ({"jobs": [{"name": "a b", "kind": "afd"}]}, "workload.params.jobs[0].name"),
+    ({"jobs": [{"name": "a", "kind": "afd"}, {"name": "a", "kind": "zerobubble"}]}, "workload.params.jobs[1].name"),
+    ({"jobs": [{"name": "a", "kind": "jobs"}]}, "workload.params.jobs[0].kind"),
+    ({"jobs": [{"name": "a", "kind": "afd", "colour": 1}]}, "workload.params.jobs[0]"),
+    ({"jobs": [{"name": "a", "kind": "afd", "params": {"n_attn": 0}}]}, "workload.params.jobs[0].params.n_attn"),
+    ({"jobs": [{"name": "a", "kind": "afd", "params": {"attention_hosts": ["a0", "nope"]}}]},
+     "workload.params.jobs[0].params.attention_hosts"),
+    ({"jobs": [{"name": "a", "kind": "afd", "params": {"attention_hosts": ["a0"], "n_attn": 2}}]},
+     "workload.params.jobs[0].params.n_attn"),
+    ({"jobs": [{"name": "a", "kind": "afd", "params": {"attention_hosts": ["f0"], "ffn_hosts": ["f0"]}}]},
+     "workload.params.jobs[0].params.ffn_hosts"),
+    ({"jobs": [{"name": "a", "kind": "zerobubble", "params": {"stage_hosts": ["a0"]}}]},
+     "workload.params.jobs[0].params.stage_hosts"),
+])
+def test_bad_jobs_are_refused_naming_the_entry(afd_topo, params, field):
+    with pytest.raises(InvalidInput) as exc:
+        build_workload("jobs", params, afd_topo)
+    assert exc.value.field == field

@@ -28,17 +28,14 @@ refused, strict types); every error is re-raised by :func:`safs.core.config.inva
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from safs.core.config import ConfigModel, FieldError
 from safs.core.errors import InvalidInput
 from safs.core.files import load_yaml
-
-WORKLOAD_KINDS = ("afd", "zerobubble", "urgent", "trace", "fabric", "alltoall", "allreduce", "allgather",
-                  "reduce-scatter")
-
+from safs.experiments.workloads import KINDS
 
 # Keys that identify a run in its record (docs/results.md); a workload.sweep may not reuse them.
 RECORD_IDENTITY = ("scenario", "target", "policy", "seed", "repetition", "background_flows", "load")
@@ -47,8 +44,7 @@ RECORD_IDENTITY = ("scenario", "target", "policy", "seed", "repetition", "backgr
 class WorkloadSpec(ConfigModel):
     """Which workload and its constructor parameters (checked by the workload itself)."""
 
-    kind: Literal["afd", "zerobubble", "urgent", "trace", "fabric", "alltoall", "allreduce", "allgather",
-                  "reduce-scatter"]
+    kind: str  # one of safs.experiments.workloads.KINDS, checked at load before any run
     params: dict[str, Any] = Field(default_factory=dict)
     # Swept workload parameters: one run per combination of values, each merged into params
     # and recorded under its own key (docs/results.md), e.g. {size_bytes: [65536, 4194304]}.
@@ -60,6 +56,13 @@ class WorkloadSpec(ConfigModel):
         if both:
             raise FieldError(f"sweep.{both[0]}", "is also set in workload.params; give it in one place")
         return self
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        if v not in KINDS:
+            raise ValueError(f"must be one of {', '.join(map(repr, KINDS))}, got {v!r}")
+        return v
 
     @field_validator("sweep")
     @classmethod

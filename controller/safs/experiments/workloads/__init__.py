@@ -20,13 +20,14 @@ from safs.experiments.workloads.api import FlowSpec, Workload, WorkloadAPI
 from safs.experiments.workloads.background import BulkFlows, PoissonArrivals, WithBackground
 from safs.experiments.workloads.collective import COLLECTIVES, Collective
 from safs.experiments.workloads.fabric import FabricTransfers
+from safs.experiments.workloads.jobs import Jobs
 from safs.experiments.workloads.trace import TraceWorkload, load_trace_file
 from safs.experiments.workloads.urgent import UrgentIncast
 from safs.experiments.workloads.zerobubble import ZeroBubbleTraining
 
 __all__ = ["FlowSpec", "Workload", "WorkloadAPI", "build_workload", "background_hosts"]
 
-KINDS = ("afd", "zerobubble", "urgent", "trace", "fabric", *COLLECTIVES)
+KINDS = ("afd", "zerobubble", "urgent", "trace", "fabric", *COLLECTIVES, "jobs")
 
 
 def background_hosts(topology: Any) -> list[str]:
@@ -40,8 +41,9 @@ def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int =
     """Build a pipeline workload plus its background traffic.
 
     Args:
-        kind: ``"afd"``, ``"zerobubble"``, ``"urgent"``, ``"trace"``, ``"fabric"`` or a collective
-            (``"alltoall"``, ``"allreduce"``, ``"allgather"``, ``"reduce-scatter"``).
+        kind: ``"afd"``, ``"zerobubble"``, ``"urgent"``, ``"trace"``, ``"fabric"``, a collective
+            (``"alltoall"``, ``"allreduce"``, ``"allgather"``, ``"reduce-scatter"``) or ``"jobs"``
+            (several of those at once, :mod:`safs.experiments.workloads.jobs`).
         params: the workload's parameters (checked by the workload; see docs/workloads.md).
         topology: a :class:`safs.core.topology.Topology`.
         seed: seeds the background traffic's ``random.Random``, the urgent workload's draws and
@@ -56,27 +58,10 @@ def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int =
     Raises:
         InvalidInput: unknown kind, bad parameter, missing hosts, bad load.
     """
-    if kind == "afd":
-        main: Any = AfdDecode(params, topology, source, seed=seed)
-    elif kind == "zerobubble":
-        main = ZeroBubbleTraining(params, topology, seed=seed)
-    elif kind == "urgent":
-        main = UrgentIncast(params, topology, seed)
-    elif kind == "fabric":
-        main = FabricTransfers(params, topology, seed)
-    elif kind in COLLECTIVES:
-        main = Collective(kind, params, topology, seed)
-    elif kind == "trace":
-        if set(params) - {"path"} or "path" not in params:
-            raise InvalidInput("workload.params", "trace workloads take exactly one parameter: path", source)
-        path = Path(str(params["path"]))
-        if not path.is_absolute() and source:
-            path = Path(source).parent / path
-        hosts = set(topology.hosts()) if topology is not None else None
-        main = TraceWorkload(load_trace_file(path, hosts, horizon_ns))
+    if kind == "jobs":
+        main: Any = Jobs(params, lambda k, p: _pipeline(k, p, topology, seed, source, horizon_ns))
     else:
-        raise InvalidInput("workload.kind", f"must be one of {', '.join(KINDS)}, got {kind!r}", source)
-
+        main = _pipeline(kind, params, topology, seed, source, horizon_ns)
     sources: list[Any] = []
     senders = background_hosts(topology) if topology is not None else []
     receivers = main.receivers()
@@ -89,3 +74,28 @@ def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int =
         rates = {r: topology.host_link_bps(r) for r in receivers}
         sources.append(PoissonArrivals(load, senders, rates, dist, random.Random(seed)))
     return WithBackground(main, sources)
+
+
+def _pipeline(kind: str, params: dict[str, Any], topology: Any, seed: int, source: str | None,
+              horizon_ns: int | None) -> Any:
+    """The pipeline workload of one kind (not ``jobs``), without background (build_workload's args)."""
+    if kind == "afd":
+        return AfdDecode(params, topology, source, seed=seed)
+    if kind == "zerobubble":
+        return ZeroBubbleTraining(params, topology, seed=seed)
+    if kind == "urgent":
+        return UrgentIncast(params, topology, seed)
+    if kind == "fabric":
+        return FabricTransfers(params, topology, seed)
+    if kind in COLLECTIVES:
+        return Collective(kind, params, topology, seed)
+    if kind == "trace":
+        if set(params) - {"path"} or "path" not in params:
+            raise InvalidInput("workload.params", "trace workloads take exactly one parameter: path", source)
+        path = Path(str(params["path"]))
+        if not path.is_absolute() and source:
+            path = Path(source).parent / path
+        hosts = set(topology.hosts()) if topology is not None else None
+        return TraceWorkload(load_trace_file(path, hosts, horizon_ns))
+    raise InvalidInput("workload.kind", f"must be one of {', '.join(KINDS)}, got {kind!r}", source)
+

@@ -63,7 +63,7 @@ from safs.experiments.workloads.api import DependencySpec, FlowSpec, WorkloadAPI
 from safs.experiments.workloads.ideal import IdealNetwork
 from safs.experiments.workloads.instance import SerialInstance
 from safs.experiments.workloads.jitter import jitter_param, jittered_ns
-from safs.experiments.workloads.params import check_known, float_param, int_param
+from safs.experiments.workloads.params import check_known, float_param, hosts_param, int_param
 
 DATA_DIR = data_path("llm-inference")
 TRACES = {"conv": "AzureLLMInferenceTrace_conv.csv", "code": "AzureLLMInferenceTrace_code.csv"}
@@ -242,7 +242,9 @@ class AfdDecode:
 
     ``seed`` (the run's seed) only matters when ``compute_jitter`` > 0.
 
-    Hosts: a0..a{n_attn-1}, f0..f{n_ffn-1} must exist in the topology.
+    Hosts: a0..a{n_attn-1}, f0..f{n_ffn-1} must exist in the topology, or the lists
+    ``attention_hosts`` and ``ffn_hosts`` name them (their lengths then set n_attn and n_ffn;
+    several jobs on one fabric, kind ``jobs``).
 
     Raises:
         InvalidInput: bad parameter, unreadable trace, or missing hosts.
@@ -251,7 +253,7 @@ class AfdDecode:
     KNOWN = {"n_attn", "n_ffn", "layers_simulated", "decode_steps", "microbatches", "max_batch",
              "time_compression", "trace", "trace_offset_s", "warmup_steps", "compute_scale", "bytes_scale",
              "compute_jitter", "model", "hidden_size", "layers", "a2f_bytes_per_elem", "f2a_bytes_per_elem",
-             "attention_op_us", "ffn_op_us"}
+             "attention_op_us", "ffn_op_us", "attention_hosts", "ffn_hosts"}
 
     def __init__(self, params: dict[str, Any], topology: Any = None, source: str | None = None,
                  seed: int = 1) -> None:
@@ -259,8 +261,13 @@ class AfdDecode:
         self.params = dict(params)
         self.seed = seed
         self.jitter = jitter_param(params)
-        self.n_attn = int_param(params, "n_attn", 16, 1, 64)
-        self.n_ffn = int_param(params, "n_ffn", 2, 1, 16)
+        attn_hosts = hosts_param(params, "attention_hosts", [], topology, "n_attn", 1, 64)
+        ffn_hosts = hosts_param(params, "ffn_hosts", [], topology, "n_ffn", 1, 16)
+        self.n_attn = len(attn_hosts) or int_param(params, "n_attn", 16, 1, 64)
+        self.n_ffn = len(ffn_hosts) or int_param(params, "n_ffn", 2, 1, 16)
+        if set(attn_hosts) & set(ffn_hosts):
+            raise InvalidInput("workload.params.ffn_hosts", f"an instance host is both attention and FFN: "
+                               f"{sorted(set(attn_hosts) & set(ffn_hosts))}", source)
         self.model = _model(params)
         self.model_layers = self.model.layers
         self.layers = int_param(params, "layers_simulated", 2, 1, self.model_layers)
@@ -279,10 +286,10 @@ class AfdDecode:
             raise InvalidInput("workload.params.trace", f"must be conv, code or a CSV path, got {trace!r}", source)
         trace_path = DATA_DIR / TRACES[trace] if trace in TRACES else Path(trace)
         self.requests = load_trace(trace_path)
-        self.attn = [f"a{i}" for i in range(self.n_attn)]
-        self.ffn = [f"f{i}" for i in range(self.n_ffn)]
+        self.attn = attn_hosts or [f"a{i}" for i in range(self.n_attn)]
+        self.ffn = ffn_hosts or [f"f{i}" for i in range(self.n_ffn)]
         self.topology = topology
-        if topology is not None:
+        if topology is not None and not (attn_hosts and ffn_hosts):
             for field, prefix, hosts in (("n_attn", "a", self.attn), ("n_ffn", "f", self.ffn)):
                 missing = next((h for h in hosts if not topology.is_host(h)), None)
                 if missing is not None:

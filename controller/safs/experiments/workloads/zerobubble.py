@@ -41,7 +41,7 @@ from safs.experiments.workloads.api import DependencySpec, FlowSpec, WorkloadAPI
 from safs.experiments.workloads.ideal import IdealNetwork
 from safs.experiments.workloads.instance import SerialInstance
 from safs.experiments.workloads.jitter import jitter_param, jittered_ns
-from safs.experiments.workloads.params import check_known, float_param, int_param
+from safs.experiments.workloads.params import check_known, float_param, hosts_param, int_param
 
 NS_PER_S = 1_000_000_000
 BF16_BYTES = 2
@@ -216,7 +216,8 @@ def zb_h1_formula_ns(p: int, m: int, t_f: int, t_b: int, t_w: int) -> int:
 
 
 class ZeroBubbleTraining:
-    """Closed-loop ZB-H1 training on hosts ``stage0..stage{p-1}``.
+    """Closed-loop ZB-H1 training on hosts ``stage0..stage{p-1}`` (or the list ``stage_hosts``,
+    whose length then sets ``stages``).
 
     Params (``workload.params`` of a scenario):
         stages (4, 2..16), microbatches (8, 1..256; >= stages recommended), iterations (2,
@@ -242,12 +243,14 @@ class ZeroBubbleTraining:
     """
 
     def __init__(self, params: dict[str, Any], topology: Any = None, seed: int = 1) -> None:
-        known = {"stages", "microbatches", "iterations", "model", "scale", "mfu", "compute_jitter", "schedule"}
+        known = {"stages", "microbatches", "iterations", "model", "scale", "mfu", "compute_jitter", "schedule",
+                 "stage_hosts"}
         check_known(params, known)
         self.params = dict(params)
         self.seed = seed
         self.jitter = jitter_param(params)
-        self.p = int_param(params, "stages", 4, 2, 16)
+        stage_hosts = hosts_param(params, "stage_hosts", [], topology, "stages", 2, 16)
+        self.p = len(stage_hosts) or int_param(params, "stages", 4, 2, 16)
         self.m = int_param(params, "microbatches", 8, 1, 256)
         self.iterations = int_param(params, "iterations", 2, 1, 100)
         model = params.get("model", "1.5B")
@@ -265,9 +268,9 @@ class ZeroBubbleTraining:
         self.t_b = max(1, round(layers_per_stage * s * b * h * (24 * h + 8 * s) / flops * NS_PER_S * self.scale))
         self.t_w = max(1, round(layers_per_stage * s * b * h * (24 * h) / flops * NS_PER_S * self.scale))
         self.boundary_bytes = max(1, round(s * b * h * BF16_BYTES * self.scale))  # activation = gradient size
-        self.hosts = [f"stage{i}" for i in range(self.p)]
+        self.hosts = stage_hosts or [f"stage{i}" for i in range(self.p)]
         self.topology = topology
-        if topology is not None:
+        if topology is not None and not stage_hosts:
             for host in self.hosts:
                 if not topology.is_host(host):
                     raise InvalidInput("workload.params.stages",
