@@ -290,20 +290,22 @@ def test_without_polling_a_fallback_sends_one_request(agents: Agents) -> None:
     net = _subnet()
     a_ip, b_ip, sw_ip = net + "1", net + "2", net + "3"
     default, granted = 5 * MBIT, 20 * MBIT
-    sw = GrantResponder(sw_ip, b_ip, granted, epoch=1, lease_ns=30_000_000)
+    # A 100 ms lease: a renewal GRANT that a busy machine delivers tens of ms late is not a
+    # lease expiry (with 30 ms this failed about half the runs beside a compiler build).
+    sw = GrantResponder(sw_ip, b_ip, granted, epoch=1, lease_ns=100_000_000)
     try:
         common = ("--default-rate-bps", str(default), "--line-rate-bps", str(100 * MBIT))
         a = agents.start("a", a_ip, *common, "--grant-poll-ns", "0")
         b = agents.start("b", b_ip, *common)
-        size = 600_000
+        size = 900_000
         b.expect(22, a_ip, size, "safs")
         a.send(22, sw_ip, size, "safs", dep_id=2)
         time.sleep(0.15)
         assert len(sw.requests) == 1
-        sw.answering = False  # the 30 ms lease runs out
+        sw.answering = False  # the 100 ms lease runs out
         t_stop = time.monotonic()
-        time.sleep(0.3)
-        rate_after = sw.rate_bps_between(t_stop + 0.08, t_stop + 0.3)
+        time.sleep(0.4)
+        rate_after = sw.rate_bps_between(t_stop + 0.16, t_stop + 0.4)
         assert 0.7 * default <= rate_after <= 1.2 * default, rate_after
         assert len(sw.requests) == 2  # the fallback's one REQUEST, no polls
         assert a.stats()["safs"]["lease_fallbacks"] == 1
