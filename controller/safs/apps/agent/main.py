@@ -44,7 +44,7 @@ from safs.core.hints import FlowClass, FlowHint
 from safs.core.scheduler import SchedulerConfig
 from safs.core.timebase import diff, fabric_clock, wrap
 from safs.experiments.mininet.agent_control import Background, Expect, Send
-from safs.hosts.safs import NO_DEADLINE_NS
+from safs.hosts.safs import NO_DEADLINE_NS, SafsConfig
 
 COMPLETE_LEAD_MAX_NS = 20_000_000  # cap of the sender's early Complete (SafsEndpoint.complete_lead_ns)
 HINT_CONNECT_TIMEOUT_S = 5.0  # the warm-up connect of the hint channel (calls retry afterwards)
@@ -70,7 +70,8 @@ class Agent:
         self.loop = Loop()
         self.events: list[dict[str, Any]] = []
         self.cfg = emu_config(args.default_rate_bps, args.mtu_bytes, args.unscheduled_bytes,
-                              args.grant_poll_ns, args.reorder_window_ns, args.rto_ns, args.pace_burst_bytes)
+                              args.grant_poll_ns, args.reorder_window_ns, args.rto_ns, args.pace_burst_bytes,
+                              args.urgency_quantum_ns)
         with _naming(f"--ip {args.ip}: SAFS UDP socket"):
             self.safs = SafsEndpoint(self.loop, args.ip, self.cfg, args.line_rate_bps,
                                      self._sender_done("safs"), self._receiver_done("safs"),
@@ -421,6 +422,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=_positive,
         default=RTO_NS,
         help="SAFS probe timeout without DONE after the last segment, ns (doubles up to 500 ms)",
+    )
+    p.add_argument(
+        "--urgency-quantum-ns",
+        type=_positive,
+        default=SafsConfig().urgency_quantum_ns,
+        help="deadlines this close are equally urgent to the send scheduler (then fewest bytes first), ns "
+             "(match the scheduler's allocator.urgency_quantum_ns)",
     )
     p.add_argument(
         "--pace-burst-bytes",

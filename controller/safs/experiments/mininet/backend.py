@@ -416,6 +416,8 @@ def start_agents(
                 str(sim_config.safs_reorder_window_ns),
                 "--rto-ns",
                 str(sim_config.safs_rto_ns),
+                "--urgency-quantum-ns",
+                str(sched.allocator.urgency_quantum_ns),
                 "--log",
                 str(logf),
             ]
