@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
+import grpc
 import pytest
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from safs.apps.cli import main
+from safs.apps.fake_switch_command import start_fake_switches
+from safs.core.errors import InvalidInput
+from safs.core.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPO = ROOT / "topologies" / "zerobubble-pp.yaml"
@@ -273,3 +279,52 @@ def test_run_takes_shipped_scenario_names(
     assert main(["run", "zerobubble", "--policies", "safs", "--seeds", "1", "--quiet", "--out", "out"]) == 0
     records = json.loads((tmp_path / "out" / "results.json").read_text())
     assert {r["scenario"] for r in records} == {"zerobubble"} and all(r["policy"] == "safs" for r in records)
+
+
+def test_fake_switch_prints_each_switch_and_the_controller_command(capsys: pytest.CaptureFixture[str]) -> None:
+    topo = str(ROOT / "topologies" / "leaf-spine.yaml")
+    base = free_port_run(6)
+    assert main(["fake-switch", "--topology", topo, "--base-port", str(base), "--duration-s", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("6 fake P4Runtime switch(es) of leaf-spine")
+    assert lines[1].split() == ["spine0", f"127.0.0.1:{base}"]
+    assert lines[-1] == (f"try: safs controller --topology {topo} "
+                         + " ".join(f"--switch {sw}=127.0.0.1:{base + i}" for i, sw in enumerate(
+                             ["spine0", "spine1", "leaf0", "leaf1", "leaf2", "leaf3"])))
+
+
+def test_fake_switches_answer_p4runtime_and_a_port_in_use_is_one_clear_error() -> None:
+    topo = load_topology(ROOT / "topologies" / "leaf-spine.yaml")
+    base = free_port_run(6)
+    servers = start_fake_switches(topo, base)
+    try:
+        with grpc.insecure_channel(servers[1][1].address) as ch:
+            caps = p4runtime_pb2_grpc.P4RuntimeStub(ch).Capabilities(p4runtime_pb2.CapabilitiesRequest(), timeout=10)
+        assert caps.p4runtime_api_version
+        with pytest.raises(InvalidInput) as exc:
+            start_fake_switches(topo, base - 2)  # the third switch's port is the first one's above
+        assert exc.value.field == "--base-port" and f"switch leaf0: cannot serve P4Runtime on 127.0.0.1:{base}" \
+            in exc.value.message
+    finally:
+        for _, server in servers:
+            server.stop()
+    with socket.socket() as s:  # the failed attempt stopped the two servers it had started
+        s.bind(("127.0.0.1", base - 2))
+
+
+def free_port_run(n: int) -> int:
+    """The first of ``n`` consecutive free TCP ports on 127.0.0.1 above 20000 (two below it free too)."""
+    for base in range(20_002, 60_000, 97):
+        try:
+            socks = []
+            for port in range(base - 2, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no free port run")

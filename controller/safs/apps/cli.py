@@ -31,6 +31,8 @@ from safs import __version__
 from safs.apps.cliargs import OneLineParser
 from safs.apps.eval_command import add_parser as add_eval_parser
 from safs.apps.eval_command import run as run_eval
+from safs.apps.fake_switch_command import add_parser as add_fake_switch_parser
+from safs.apps.fake_switch_command import run as run_fake_switch
 from safs.control.controller import ControllerApp, config_from_args
 from safs.control.metrics import parse_metrics_addr, serve_metrics
 from safs.core.errors import InvalidInput, SafsError, TargetConnectionError, TargetError
@@ -111,6 +113,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="run on an existing Ray cluster instead: auto, local, ray://HOST:PORT or HOST:PORT (not with --jobs)",
     )
     add_eval_parser(sub, _int_list, _name_list)
+    add_fake_switch_parser(sub)
     ctl = sub.add_parser(
         "controller", help="run the SAFS controller: switches over P4Runtime, hint API (docs/controller.md)"
     )
@@ -363,6 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_controller(args)
         if args.command == "eval":
             return run_eval(args, console)
+        if args.command == "fake-switch":
+            return run_fake_switch(args)
     except SafsError as exc:
         print(f"safs: error: {exc}", file=sys.stderr)
         return 2

@@ -117,11 +117,20 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> str:
-        """Serve on 127.0.0.1 at an ephemeral port; returns ``"127.0.0.1:<port>"``."""
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    def start(self, port: int = 0) -> str:
+        """Serve on 127.0.0.1 at ``port`` (0: an ephemeral one); returns ``"127.0.0.1:<port>"``.
+
+        Raises:
+            InvalidInput: ``port`` cannot be bound (in use; field ``port``).
+        """
+        # no SO_REUSEPORT (gRPC's default on Linux): a port another server holds is an error
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=[("grpc.so_reuseport", 0)])
         p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(self, self._server)
-        port = self._server.add_insecure_port("127.0.0.1:0")
+        try:
+            port = self._server.add_insecure_port(f"127.0.0.1:{port}")
+        except RuntimeError:  # grpcio raises RuntimeError when it cannot bind
+            self._server = None
+            raise InvalidInput("port", f"cannot serve P4Runtime on 127.0.0.1:{port} (in use?)") from None
         self._server.start()
         self.address = f"127.0.0.1:{port}"
         return self.address

@@ -1,0 +1,89 @@
+"""``safs fake-switch``: try the controller without BMv2.
+
+Serves one in-process fake P4Runtime switch per switch of a topology on loopback
+(:class:`safs.testing.fake_p4rt.FakeP4RuntimeServer`: it answers arbitration, pipeline pushes,
+table, meter, action-profile and clone-session writes and reads as BMv2's PI does, and forwards
+no packets), and prints the ``safs controller`` command that drives them. Runs until
+SIGINT/SIGTERM or ``--duration-s``. docs/controller.md, "Without a switch".
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from safs.core.errors import InvalidInput
+from safs.core.topology import Topology, load_topology
+from safs.testing.fake_p4rt import FakeP4RuntimeServer
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``fake-switch`` subcommand on ``sub`` (argparse subparsers)."""
+    fake = sub.add_parser(
+        "fake-switch",
+        help="serve in-process fake P4Runtime switches for a topology on loopback, to try the controller "
+        "without BMv2 (docs/controller.md)",
+    )
+    fake.add_argument("--topology", required=True, metavar="FILE", help="topology YAML")
+    fake.add_argument("--base-port", type=int, default=50100, metavar="PORT",
+                      help="the first switch's TCP port on 127.0.0.1, the next ones follow (default 50100)")
+    fake.add_argument("--duration-s", type=float, default=None, metavar="S",
+                      help="stop after S seconds (default: until SIGINT/SIGTERM)")
+
+
+def start_fake_switches(topo: Topology, base_port: int) -> list[tuple[str, FakeP4RuntimeServer]]:
+    """One started fake P4Runtime server per switch of ``topo``, on 127.0.0.1 from ``base_port``
+    on, in the topology's switch order: ``(switch name, server)``; ``server.address`` is where
+    it listens. Stop them with ``server.stop()``.
+
+    Raises:
+        InvalidInput: a port in use (``--base-port``, naming the switch); the servers already
+            started are stopped first.
+    """
+    started: list[tuple[str, FakeP4RuntimeServer]] = []
+    for i, name in enumerate(topo.switches()):
+        server = FakeP4RuntimeServer()
+        try:
+            server.start(base_port + i)
+        except InvalidInput as exc:
+            for _, other in started:
+                other.stop()
+            raise InvalidInput("--base-port", f"switch {name}: {exc.message}") from None
+        started.append((name, server))
+    return started
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until stopped; returns 0.
+
+    Raises:
+        InvalidInput: a bad topology, ``--base-port`` out of 1..65535 for all switches, a port
+            in use (``--base-port``), or a negative ``--duration-s``.
+    """
+    topo = load_topology(Path(args.topology))
+    n = len(topo.switches())
+    if not 1 <= args.base_port <= 65536 - n:
+        raise InvalidInput("--base-port", f"must be in 1..{65536 - n} for {n} switches, got {args.base_port}")
+    if args.duration_s is not None and args.duration_s < 0:
+        raise InvalidInput("--duration-s", f"must be >= 0, got {args.duration_s}")
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    servers: list[tuple[str, FakeP4RuntimeServer]] = []
+    try:
+        servers = start_fake_switches(topo, args.base_port)
+        print(f"{n} fake P4Runtime switch(es) of {topo.name} on loopback (answer like BMv2's PI; "
+              "forward no packets):", flush=True)
+        for name, server in servers:
+            print(f"  {name}  {server.address}", flush=True)
+        flags = " ".join(f"--switch {name}={server.address}" for name, server in servers)
+        print(f"try: safs controller --topology {args.topology} {flags}", flush=True)
+        stop.wait(args.duration_s)
+    finally:
+        for _, server in servers:
+            server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
