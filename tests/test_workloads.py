@@ -614,7 +614,14 @@ def test_a_late_transfer_counts_against_its_own_job(afd_topo):
     ({"jobs": [{"name": "a b", "kind": "afd"}]}, "workload.params.jobs[0].name"),
     ({"jobs": [{"name": "a", "kind": "afd"}, {"name": "a", "kind": "zerobubble"}]}, "workload.params.jobs[1].name"),
     ({"jobs": [{"name": "a", "kind": "jobs"}]}, "workload.params.jobs[0].kind"),
-    ({"jobs": [{"name": "a", "kind": "afd", "colour": 1}]}, "workload.params.jobs[0]"),
+    ({"jobs": [{"name": "a", "kind": "afd", "colour": 1}]}, "workload.params.jobs[0].colour"),
+    ({"jobs": [{"kind": "afd"}]}, "workload.params.jobs[0].name"),
+    ({"jobs": ["afd"]}, "workload.params.jobs[0]"),
+    ({"jobs": [{"name": "a", "kind": "zerobubbel"}]}, "workload.params.jobs[0].kind"),
+    ({"jobs": [{"name": "a", "kind": "afd", "params": {"attention_hosts": ["f0", "a1"]}}]},
+     "workload.params.jobs[0].params.attention_hosts"),  # f0 is a default FFN host
+    ({"jobs": [{"name": "a", "kind": "afd", "params": {"ffn_hosts": ["a0"]}}]},
+     "workload.params.jobs[0].params.ffn_hosts"),  # a0 is a default attention host
     ({"jobs": [{"name": "a", "kind": "afd", "params": {"n_attn": 0}}]}, "workload.params.jobs[0].params.n_attn"),
     ({"jobs": [{"name": "a", "kind": "afd", "params": {"attention_hosts": ["a0", "nope"]}}]},
      "workload.params.jobs[0].params.attention_hosts"),

@@ -130,9 +130,9 @@ def _list(console: Console) -> int:
     table.add_row(
         CHECKS_NAME,
         "the baselines' own-paper checks (Homa, pFabric, D2TCP; docs/baselines.md)",
-        "safs/experiments/eval/checks/",
+        "controller/safs/experiments/eval/checks/",
     )
-    table.add_row("all", "the paper's three experiments and the baseline checks (collectives: by name)", "")
+    table.add_row("all", "the paper's three experiments and the baseline checks (the others: by name)", "")
     console.print(table)
     return 0
 

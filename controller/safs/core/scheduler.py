@@ -166,6 +166,8 @@ class TrafficClassSpec(ConfigModel):
             if ports is not None and self.protocol not in (None, PROTO_TCP, PROTO_UDP):
                 raise FieldError(key, f"L4 ports exist only for TCP ({PROTO_TCP}) and UDP ({PROTO_UDP}), "
                                       f"protocol is {self.protocol}: this class could never match")
+        if self.roce_qp is None and "roce_qp_mask" in self.model_fields_set:
+            raise FieldError("roce_qp_mask", "applies only with roce_qp (the QP it masks)")
         if self.roce_qp is not None:
             if self.protocol not in (None, PROTO_UDP):
                 raise FieldError("roce_qp", f"a RoCEv2 QP is carried only over UDP ({PROTO_UDP}), protocol is "

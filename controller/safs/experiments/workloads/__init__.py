@@ -27,6 +27,7 @@ from safs.experiments.workloads.zerobubble import ZeroBubbleTraining
 
 __all__ = ["FlowSpec", "Workload", "WorkloadAPI", "build_workload", "background_hosts"]
 
+# "jobs" last: a job of a jobs workload may be of any kind before it
 KINDS = ("afd", "zerobubble", "urgent", "trace", "fabric", *COLLECTIVES, "jobs")
 
 
@@ -59,7 +60,7 @@ def build_workload(kind: str, params: dict[str, Any], topology: Any, seed: int =
         InvalidInput: unknown kind, bad parameter, missing hosts, bad load.
     """
     if kind == "jobs":
-        main: Any = Jobs(params, lambda k, p: _pipeline(k, p, topology, seed, source, horizon_ns))
+        main: Any = Jobs(params, lambda k, p: _pipeline(k, p, topology, seed, source, horizon_ns), KINDS[:-1])
     else:
         main = _pipeline(kind, params, topology, seed, source, horizon_ns)
     sources: list[Any] = []

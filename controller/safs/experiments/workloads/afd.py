@@ -265,9 +265,13 @@ class AfdDecode:
         ffn_hosts = hosts_param(params, "ffn_hosts", [], topology, "n_ffn", 1, 16)
         self.n_attn = len(attn_hosts) or int_param(params, "n_attn", 16, 1, 64)
         self.n_ffn = len(ffn_hosts) or int_param(params, "n_ffn", 2, 1, 16)
-        if set(attn_hosts) & set(ffn_hosts):
-            raise InvalidInput("workload.params.ffn_hosts", f"an instance host is both attention and FFN: "
-                               f"{sorted(set(attn_hosts) & set(ffn_hosts))}", source)
+        self.attn = attn_hosts or [f"a{i}" for i in range(self.n_attn)]
+        self.ffn = ffn_hosts or [f"f{i}" for i in range(self.n_ffn)]
+        both = sorted(set(self.attn) & set(self.ffn))
+        if both:  # given, or given on one side and the other side's default names
+            given = "ffn_hosts" if ffn_hosts else "attention_hosts"
+            raise InvalidInput(f"workload.params.{given}", f"an instance host is both attention and FFN: {both} "
+                               f"(attention {self.attn}, FFN {self.ffn}); give both lists", source)
         self.model = _model(params)
         self.model_layers = self.model.layers
         self.layers = int_param(params, "layers_simulated", 2, 1, self.model_layers)
@@ -286,11 +290,11 @@ class AfdDecode:
             raise InvalidInput("workload.params.trace", f"must be conv, code or a CSV path, got {trace!r}", source)
         trace_path = DATA_DIR / TRACES[trace] if trace in TRACES else Path(trace)
         self.requests = load_trace(trace_path)
-        self.attn = attn_hosts or [f"a{i}" for i in range(self.n_attn)]
-        self.ffn = ffn_hosts or [f"f{i}" for i in range(self.n_ffn)]
         self.topology = topology
-        if topology is not None and not (attn_hosts and ffn_hosts):
-            for field, prefix, hosts in (("n_attn", "a", self.attn), ("n_ffn", "f", self.ffn)):
+        if topology is not None:
+            defaulted = [(f, p, h) for f, p, h, given in (("n_attn", "a", self.attn, attn_hosts),
+                                                          ("n_ffn", "f", self.ffn, ffn_hosts)) if not given]
+            for field, prefix, hosts in defaulted:
                 missing = next((h for h in hosts if not topology.is_host(h)), None)
                 if missing is not None:
                     have = 0

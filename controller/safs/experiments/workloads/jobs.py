@@ -104,30 +104,37 @@ class Jobs:
         params: ``workload.params``.
         build: makes one job's workload from ``(kind, params)`` on the run's topology and seed
             (:func:`safs.experiments.workloads.build_workload`'s factory).
+        kinds: the kinds a job may have.
 
     Raises:
         InvalidInput: a bad entry (field ``workload.params.jobs[i].<key>``), or a job's own bad
             parameter (``workload.params.jobs[i].params.<key>``).
     """
 
-    def __init__(self, params: dict[str, Any], build: Callable[[str, dict[str, Any]], Workload]) -> None:
+    def __init__(self, params: dict[str, Any], build: Callable[[str, dict[str, Any]], Workload],
+                 kinds: tuple[str, ...]) -> None:
         check_known(params, {"jobs"})
         entries = params.get("jobs")
         if not isinstance(entries, list) or not 1 <= len(entries) <= 8:
-            raise InvalidInput("workload.params.jobs", f"must be a list of 1..8 jobs {{name, kind, params}}, "
-                               f"got {entries!r}")
+            got = f"a list of {len(entries)}" if isinstance(entries, list) else f"{type(entries).__name__}"
+            raise InvalidInput("workload.params.jobs", f"must be a list of 1..8 jobs {{name, kind, params}}, got {got}")
         self.jobs: list[Job] = []
         for i, entry in enumerate(entries):
             where = f"workload.params.jobs[{i}]"
-            keys = set(entry) if isinstance(entry, dict) else set()
-            if not isinstance(entry, dict) or keys - {"name", "kind", "params"} or not {"name", "kind"} <= keys:
-                raise InvalidInput(where, f"must be a mapping with name, kind and (optionally) params, got {entry!r}")
+            if not isinstance(entry, dict):
+                raise InvalidInput(where, f"must be a mapping {{name, kind, params}}, got {type(entry).__name__}")
+            unknown = sorted(set(entry) - {"name", "kind", "params"})
+            if unknown:
+                raise InvalidInput(f"{where}.{unknown[0]}", "unknown key; allowed: kind, name, params")
+            for key in ("name", "kind"):
+                if key not in entry:
+                    raise InvalidInput(f"{where}.{key}", "missing (each job needs a name and a kind)")
             name, kind, job_params = entry["name"], entry["kind"], entry.get("params", {})
             if not isinstance(name, str) or not JOB_NAME.match(name) or any(j.name == name for j in self.jobs):
                 raise InvalidInput(f"{where}.name", f"must be a unique name of 1-32 letters, digits, _ or -, "
                                    f"got {name!r}")
-            if kind == "jobs" or not isinstance(kind, str):
-                raise InvalidInput(f"{where}.kind", f"must be a workload kind other than jobs, got {kind!r}")
+            if kind not in kinds:
+                raise InvalidInput(f"{where}.kind", f"must be one of {', '.join(kinds)}, got {kind!r}")
             if not isinstance(job_params, dict):
                 raise InvalidInput(f"{where}.params", f"must be a mapping, got {job_params!r}")
             try:

@@ -275,7 +275,7 @@ class ZeroBubbleTraining:
                 if not topology.is_host(host):
                     raise InvalidInput("workload.params.stages",
                                        f"topology {topology.name!r} has no host {host!r} "
-                                       f"(needs stage0..stage{self.p - 1})")
+                                       f"(needs stage0..stage{self.p - 1}, or name the hosts in stage_hosts)")
         schedule = params.get("schedule", "zb-h1")
         if not isinstance(schedule, str) or schedule not in SCHEDULES:
             raise InvalidInput("workload.params.schedule", f"must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
