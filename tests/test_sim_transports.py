@@ -56,6 +56,7 @@ class StandInToR:
         self.answering = True
         self.requests = 0
         self.request_times: list[int] = []
+        self.request_slack: list[int] = []  # latest start carried by each REQUEST minus its arrival time
         self.pushes = 0
         self.push_times: list[int] = []
         self.renewals = 0  # DATA with RENEW
@@ -100,6 +101,7 @@ class StandInToR:
         if t == MsgType.REQUEST and port in self.receivers:
             self.requests += 1
             self.request_times.append(self.clock())
+            self.request_slack.append(pkt.ts - self.clock())
             if not self.answering or self._grant_of(port) is None:
                 return []
             return [(self.routes[pkt.src], self._grant_pkt(pkt))]
@@ -376,6 +378,29 @@ def test_send_scheduler_lets_a_less_urgent_dependency_use_what_the_urgent_grant_
     lax, urgent = two_dependencies("urgency", rate, (mb, mb), (10**9, 10**8), 1_000, grants=(rate, rate // 5))
     assert urgent.finish_ns >= 0.9 * line_ns(mb, rate // 5)  # within its grant
     assert lax.finish_ns <= 1.15 * line_ns(mb, rate * 4 // 5)  # at the rest of the line rate
+
+
+@pytest.mark.parametrize("thresholds", [(), (0, 100_000, 1_000_000, 10_000_000)])
+def test_a_slow_dependency_signals_when_its_slack_crosses_a_class_threshold(thresholds: tuple[int, ...]) -> None:
+    """A dependency held at a small (waiting) share sends a REQUEST when its head transfer's
+    slack falls below a slack-class threshold between two of its DATA packets, so the ToR sees
+    it become more urgent then; without thresholds it sends none."""
+    eng, net, tor = star(2, 10 * G)
+    cfg = SafsConfig(default_rate_bps=1 * G, slack_thresholds_ns=thresholds)
+    stats = TransportStats()
+    tor.grant = (G // 2, 1, 20_000_000)  # one 9000-byte packet every ~145 us
+    dep = dependency(eng, net, 1, 0, 3, cfg, stats)
+    size = 1_000_000
+    due = 2_000_000  # slack at the start ~ 2 ms - 0.8 ms: crosses 1 ms at ~0.2 ms, 100 us at ~1.1 ms
+    safs_flow(eng, net, 1, 0, 1, size, cfg, stats, nbts=due, dep=dep)
+    eng.run(1_300_000)
+    signals = tor.request_times[1:]  # the first REQUEST is the transfer's own (no grant held yet)
+    if not thresholds:
+        assert signals == [] and dep.signals == 0
+        return
+    assert dep.signals == len(signals) == 2
+    for slack, th in zip(tor.request_slack[1:], (1_000_000, 100_000)):
+        assert th - 5_000 <= slack < th  # sent as the slack crossed th; a link delay on the way
 
 
 def test_grants_reach_the_dependency_whichever_transfer_they_name() -> None:

@@ -29,6 +29,10 @@ Sender (../shared/BRIEF.md, "Design decisions / How grants reach senders"):
   data after it (it goes idle: the ToR stops counting its weight), ``FLAG_RENEW`` once
   ``renew_fraction`` of the lease has passed (the ToR answers with a GRANT); background-class
   dependencies set ``FLAG_BACKGROUND``. No sender polls while it waits.
+- Urgency signal: when the head transfer's slack falls below one of the switches' slack-class
+  thresholds (``SafsConfig.slack_thresholds_ns``) before the next DATA would leave, a REQUEST
+  goes at that moment, so the receiver's ToR sees the dependency become more urgent then
+  (docs/protocol.md rule 5a); at most one per threshold crossed.
 - If the lease expires without renewal the dependency falls back to the default rate and epoch
   0 (so a lost grant cannot leave a sender fast) and, with data to send, sends a REQUEST; its
   DATA then carry epoch 0, which the ToR answers with a GRANT in-band.
@@ -159,6 +163,11 @@ class SafsConfig(ConfigModel):
             first design; an ablation, policy ``safs-fifo-sender``).
         urgency_quantum_ns: the :class:`SendScheduler`'s deadline resolution (default 100 µs,
             the allocator's ``urgency_quantum_ns``).
+        slack_thresholds_ns: the switches' slack-class thresholds (the allocator's
+            ``slack_thresholds_ns``, ascending; empty: no urgency signals). A dependency whose
+            head transfer's slack falls below one of them before its next DATA would leave
+            sends a REQUEST at that moment, so the receiver's ToR sees it become more urgent
+            then and not one (slow) packet later (:meth:`SafsDependency._arm_urgency_signal`).
 
     Raises:
         InvalidInput: a field out of its range (``mtu_bytes`` in MIN_MTU_BYTES..65535; rates and
@@ -179,6 +188,7 @@ class SafsConfig(ConfigModel):
     burst_bytes: int = Field(0, ge=0)
     send_order: Literal["urgency", "fifo"] = "urgency"
     urgency_quantum_ns: int = Field(100_000, gt=0)
+    slack_thresholds_ns: tuple[int, ...] = ()
 
     @model_validator(mode="after")
     def _rto_max_covers_rto(self) -> SafsConfig:
@@ -307,7 +317,7 @@ class SafsDependency:
                  "line_rate", "rate_bps", "epoch", "lease_expiry_ns", "transfers", "pace_token", "pacing",
                  "next_send_ns", "last_size", "last_send_ns", "renew_token", "renew_pending", "polling",
                  "unscheduled_left", "requests", "grants", "grants_stale", "fallbacks", "scheduler",
-                 "sched_waiting")
+                 "sched_waiting", "signal_token", "signals")
 
     def __init__(self, clock: Clock, host: HostPort, dst_ip: int, dep_id: int, background: bool,
                  config: SafsConfig, stats: TransportStats, scheduler: SendScheduler | None = None) -> None:
@@ -343,6 +353,8 @@ class SafsDependency:
         self.requests = self.grants = self.grants_stale = self.fallbacks = 0
         self.scheduler = scheduler
         self.sched_waiting = False  # queued at the scheduler for a turn
+        self.signal_token = 0  # the armed urgency signal (_arm_urgency_signal)
+        self.signals = 0  # urgency-signal REQUESTs sent
 
     # ---- transfers ------------------------------------------------------------------------
     def add(self, sender: SafsSender) -> None:
@@ -471,6 +483,7 @@ class SafsDependency:
             if self.next_send_ns > now:
                 break
         self._schedule_pace(max(now, self.next_send_ns))
+        self._arm_urgency_signal(now)
 
     def _turn(self) -> None:
         """The scheduler's call back: this dependency may send one packet now (if still pacing)."""
@@ -494,6 +507,41 @@ class SafsDependency:
         gap = (self.last_size * 8_000_000_000 + rate - 1) // rate if self.last_size else 0
         self.next_send_ns = max(now, self.last_send_ns + gap)
         self._schedule_pace(self.next_send_ns)
+        self._arm_urgency_signal(now)
+
+    def _arm_urgency_signal(self, now: int) -> None:
+        """If the head transfer's slack falls below a slack-class threshold after ``now`` but
+        before its next DATA leaves (``next_send_ns``), send a REQUEST at that moment.
+
+        The receiver's ToR sees a dependency's urgency only in its packets (its share is strict
+        priority by slack class, docs/protocol.md "Grants"); a dependency waiting behind a more
+        urgent class holds a small share and sends a packet seldom, so without this the ToR
+        would see its slack cross into the next class one packet late (measured: a 9000-byte
+        packet every 122 µs against a 100 µs class width). At most one REQUEST per threshold
+        crossed; none while packets leave more often than the classes change."""
+        thresholds = self.cfg.slack_thresholds_ns
+        if not thresholds or self.next_send_ns <= now:
+            return
+        head = self._head()
+        if head is None:
+            return
+        latest = head.latest_start_key()
+        for th in reversed(thresholds):  # the largest threshold not yet crossed is crossed first
+            t = latest - th
+            if t > now:
+                if t < self.next_send_ns:
+                    self.signal_token += 1
+                    self.clock.at(t, self._urgency_signal, self.signal_token)
+                return
+
+    def _urgency_signal(self, token: int) -> None:
+        """The armed threshold crossing: tell the ToR (a REQUEST), unless a DATA went meanwhile."""
+        if token != self.signal_token or not self.pacing or self.next_send_ns <= self.clock.now:
+            return
+        head = self._head()
+        if head is not None:
+            self.signals += 1
+            self._request(head)
 
     # ---- polling (per-transfer mode) ------------------------------------------------------
     def _start_poll(self) -> None:

@@ -71,7 +71,7 @@ class Agent:
         self.events: list[dict[str, Any]] = []
         self.cfg = emu_config(args.default_rate_bps, args.mtu_bytes, args.unscheduled_bytes,
                               args.grant_poll_ns, args.reorder_window_ns, args.rto_ns, args.pace_burst_bytes,
-                              args.urgency_quantum_ns)
+                              args.urgency_quantum_ns, tuple(args.slack_thresholds_ns))
         with _naming(f"--ip {args.ip}: SAFS UDP socket"):
             self.safs = SafsEndpoint(self.loop, args.ip, self.cfg, args.line_rate_bps,
                                      self._sender_done("safs"), self._receiver_done("safs"),
@@ -378,6 +378,14 @@ def _ipv4(text: str) -> str:
         raise argparse.ArgumentTypeError(f"must be an IPv4 address A.B.C.D, got {text!r}") from None
 
 
+def _int_list(text: str) -> list[int]:
+    """Comma-separated integers (argparse type), e.g. ``0,100000,1000000``."""
+    try:
+        return [int(x) for x in text.split(",")] if text else []
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The agent's command line (docs/mininet.md, "Host agent")."""
     p = OneLineParser(prog="python -m safs.apps.agent", description=__doc__.split("\n\n")[0])
@@ -429,6 +437,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=SafsConfig().urgency_quantum_ns,
         help="deadlines this close are equally urgent to the send scheduler (then fewest bytes first), ns "
              "(match the scheduler's allocator.urgency_quantum_ns)",
+    )
+    p.add_argument(
+        "--slack-thresholds-ns",
+        type=_int_list,
+        default=[],
+        metavar="NS,NS,...",
+        help="the switches' slack-class thresholds, ascending (the scheduler's allocator.slack_thresholds_ns); "
+             "a waiting sender sends a REQUEST when its slack crosses one (default: none)",
     )
     p.add_argument(
         "--pace-burst-bytes",

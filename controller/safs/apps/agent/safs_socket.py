@@ -49,7 +49,8 @@ RTO_NS = 20_000_000
 def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: int = 32_768,
                grant_poll_ns: int = GRANT_POLL_NS, reorder_window_ns: int = REORDER_WINDOW_NS,
                rto_ns: int = RTO_NS, burst_bytes: int | None = None,
-               urgency_quantum_ns: int = SafsConfig().urgency_quantum_ns) -> SafsConfig:
+               urgency_quantum_ns: int = SafsConfig().urgency_quantum_ns,
+               slack_thresholds_ns: tuple[int, ...] = ()) -> SafsConfig:
     """The simulator's :class:`SafsConfig` with time constants scaled to an emulated fabric.
 
     Mininet links with BMv2 switches have RTTs of about 1 ms (software switches, tens of Mbit/s)
@@ -61,8 +62,9 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
     is the pacer's token-bucket depth (never below two full packets; the switch meter's burst
     is at least ``unscheduled_bytes``, so a catch-up burst stays green). ``renew_fraction``
     (3/4), ``reorder_segments`` (3), ``nack_max_segments`` (128) are the simulator's;
-    ``urgency_quantum_ns``, the send scheduler's deadline resolution, is the scenario's
-    allocator quantum (the Mininet target passes it).
+    ``urgency_quantum_ns``, the send scheduler's deadline resolution, and
+    ``slack_thresholds_ns``, the switches' slack classes (for urgency signals; empty: none),
+    are the scenario's allocator settings (the Mininet target passes them).
 
     Raises:
         InvalidInput: a value out of :class:`SafsConfig`'s ranges (named).
@@ -71,7 +73,8 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
     return SafsConfig(mtu_bytes=mtu_bytes, default_rate_bps=default_rate_bps, grant_poll_ns=grant_poll_ns,
                       reorder_window_ns=reorder_window_ns, rto_ns=rto_ns,
                       rto_max_ns=max(500_000_000, rto_ns), unscheduled_bytes=unscheduled_bytes,
-                      burst_bytes=max(1, burst), urgency_quantum_ns=urgency_quantum_ns)
+                      burst_bytes=max(1, burst), urgency_quantum_ns=urgency_quantum_ns,
+                      slack_thresholds_ns=slack_thresholds_ns)
 
 
 @dataclass

@@ -418,6 +418,8 @@ def start_agents(
                 str(sim_config.safs_rto_ns),
                 "--urgency-quantum-ns",
                 str(sched.allocator.urgency_quantum_ns),
+                "--slack-thresholds-ns",
+                ",".join(str(t) for t in sched.allocator.slack_thresholds_ns) if sched.slack_classes else "",
                 "--log",
                 str(logf),
             ]

@@ -157,7 +157,8 @@ class SimConfig(ConfigModel):
                           renew_fraction=self.renew_fraction, rto_ns=self.safs_rto_ns,
                           grant_poll_ns=self.safs_grant_poll_ns, reorder_window_ns=self.safs_reorder_window_ns,
                           unscheduled_bytes=sched.unscheduled_bytes,
-                          urgency_quantum_ns=sched.allocator.urgency_quantum_ns)
+                          urgency_quantum_ns=sched.allocator.urgency_quantum_ns,
+                          slack_thresholds_ns=tuple(sched.allocator.slack_thresholds_ns) if sched.slack_classes else ())
 
     def dctcp_config(self) -> DctcpConfig:
         """The DCTCP settings (``sim.dctcp`` with the MTU).
