@@ -419,7 +419,8 @@ def start_agents(
                 "--urgency-quantum-ns",
                 str(sched.allocator.urgency_quantum_ns),
                 "--slack-thresholds-ns",
-                ",".join(str(t) for t in sched.allocator.slack_thresholds_ns) if sched.slack_classes else "",
+                ",".join(str(t) for t in sched.allocator.slack_thresholds_ns)
+                if sched.slack_classes and sched.grant_mode == "share" else "",
                 "--log",
                 str(logf),
             ]

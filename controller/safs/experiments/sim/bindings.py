@@ -171,7 +171,8 @@ class SafsPerTransferFlows(SafsFlows):
 
     def __init__(self, topology: Topology, config: SimConfig) -> None:
         super().__init__(topology, config)
-        self.safs_cfg = config.safs_config()
+        # the first design as it was: REQUEST polls, no urgency signals (docs/protocol.md rule 5a)
+        self.safs_cfg = config.safs_config().replace(slack_thresholds_ns=())
         if not self.safs_cfg.grant_poll_ns:
             self.safs_cfg = self.safs_cfg.replace(grant_poll_ns=PER_TRANSFER_POLL_NS)
 
