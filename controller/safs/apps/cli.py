@@ -153,6 +153,20 @@ def _build_parser() -> argparse.ArgumentParser:
         help="SchedulerConfig fields (allocator: AllocatorConfig fields)",
     )
     ctl.add_argument(
+        "--state",
+        default=None,
+        metavar="DIR",
+        help="keep the controller's state (dependencies, flows) in DIR/safs-state.sqlite3, so a restart "
+        "loses nothing acknowledged (default: none; docs/operations.md)",
+    )
+    ctl.add_argument(
+        "--reconcile-s",
+        default="10",
+        metavar="S",
+        help="read every switch back and repair what differs every S seconds (0: only at start and "
+        "reconnection; default 10)",
+    )
+    ctl.add_argument(
         "--clock-offset",
         action="append",
         metavar="NAME=NS",

@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from safs.control.hintapi import server as hint_server
+from safs.control.state import StateStore
+from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetConnectionError, TargetError, UpdateFailure
 from safs.core.files import load_yaml
 from safs.core.packet import ETH_HEADER_BYTES
-from safs.core.scheduler import Scheduler, SchedulerConfig, scheduler_config_for
-from safs.core.target import CounterValue, RequestDigest, Update
+from safs.core.scheduler import Repairs, Scheduler, SchedulerConfig, scheduler_config_for
+from safs.core.target import CounterValue, RequestDigest, SwitchState, Update
 from safs.core.timebase import TIME_MASK, fabric_clock
 from safs.core.topology import Topology, load_topology
 from safs.targets.p4rt.target import P4RuntimeTarget
@@ -160,6 +162,10 @@ class ControllerConfig:
         reconnect_min_s, reconnect_max_s: first and largest wait between reconnection attempts
             of a switch, seconds (0 < min <= max); the wait doubles after each failure.
         summary_period_s: period of the INFO summary line, seconds (> 0).
+        state_dir: directory of the durable state (:class:`safs.control.state.StateStore`),
+            or None: nothing survives a restart.
+        reconcile_period_s: read every switch back and repair what differs this often,
+            seconds (> 0), or 0: only at start and after a reconnection.
     """
 
     topology_path: Path
@@ -177,6 +183,8 @@ class ControllerConfig:
     reconnect_min_s: float = 0.05
     reconnect_max_s: float = 5.0
     summary_period_s: float = 1.0
+    state_dir: Path | None = None
+    reconcile_period_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not self.switches:
@@ -211,6 +219,8 @@ class ControllerConfig:
             )
         if not self.summary_period_s > 0:
             raise InvalidInput("summary_period_s", f"must be > 0 seconds, got {self.summary_period_s!r}")
+        if not 0 <= self.reconcile_period_s < float("inf"):
+            raise InvalidInput("--reconcile-s", f"must be >= 0 seconds (0: off), got {self.reconcile_period_s!r}")
         for what, path in (("--p4info", self.p4info_path), ("--bmv2-json", self.bmv2_json_path)):
             if not Path(path).is_file():
                 raise InvalidInput(what, f"no such file: {path}")
@@ -365,6 +375,11 @@ class ControllerStats:
             failed (retried next tick).
         reconnects: switches reconnected and re-installed.
         reconnect_failures: reconnection attempts that failed (retried with backoff).
+        pipelines_kept: switches found running this pipeline (cookie) at connection, so
+            reconciled instead of pushed again.
+        reconciliations: switches read back and reconciled (at start, reconnection, periodic).
+        repairs_missing, repairs_changed, repairs_extra: what those reconciliations wrote
+            (:class:`safs.core.scheduler.Repairs`).
     """
 
     digests: int = 0
@@ -373,6 +388,11 @@ class ControllerStats:
     tick_failures: int = 0
     reconnects: int = 0
     reconnect_failures: int = 0
+    pipelines_kept: int = 0
+    reconciliations: int = 0
+    repairs_missing: int = 0
+    repairs_changed: int = 0
+    repairs_extra: int = 0
 
 
 @dataclass
@@ -414,6 +434,7 @@ class ControllerApp:
         self.links: dict[str, SwitchLink] = {}
         self.clock_offsets_ns: dict[str, int] = {}
         self.scheduler: Scheduler | None = None
+        self.store: StateStore | None = None
         self.hint_server: hint_server.RunningHintServer | None = None
         self._retry: dict[str, _Retry] = {}
         self._stopped = False
@@ -450,30 +471,95 @@ class ControllerApp:
                 "it" if len(missing) == 1 else "them",
             )
         try:
+            if cfg.state_dir is not None:
+                self.store = StateStore(cfg.state_dir, self.topology.name)
+            opened = {}
             for spec in cfg.switches:
-                target, estimate = self._open(spec)
-                offset = cfg.clock_offsets_ns.get(spec.name, estimate)
-                if spec.name in cfg.clock_offsets_ns:
-                    log.info(
-                        "%s: clock offset %d ns (from --clock-offset; estimate was %d ns)", spec.name, offset, estimate
-                    )
+                target, estimate, kept = self._open(spec)
                 self.links[spec.name] = SwitchLink(spec, target)
-                self.clock_offsets_ns[spec.name] = offset
+                opened[spec.name] = (estimate, kept)
             self.scheduler = Scheduler(self.topology, self.links, cfg.scheduler)
+            if self.store is not None:
+                stored = self.store.load()
+                self.scheduler.restore([(d.dep, d.slot) for d in stored.dependencies],
+                                       [(f.hint, f.admitted) for f in stored.flows], self.clock())
+                self.scheduler.journal = self.store
+                log.info("state %s: %d dependencies and %d flows restored", self.store.path,
+                         len(stored.dependencies), len(stored.flows))
+            t0 = time.monotonic()
             with self.lock:
-                self.scheduler.setup(self.clock(), self.clock_offsets_ns)
-            log.info("installed routes, slack classes and defaults on %s", ", ".join(self.links))
+                for name, (estimate, kept) in opened.items():
+                    self._adopt(name, estimate, kept, cfg.clock_offsets_ns.get(name))
+            log.info("reconciled routes, slack classes, defaults and %d grants on %s in %.1f ms",
+                     len(self.scheduler.dependencies) + len(self.scheduler.allocator.grants()),
+                     ", ".join(self.links), (time.monotonic() - t0) * 1e3)
             self.hint_server = hint_server.start(
-                self.scheduler, cfg.hint_addr, self.clock, lock=self.lock, activation_lead_ns=cfg.activation_lead_ns
+                self.scheduler, cfg.hint_addr, self.clock, lock=self.lock, activation_lead_ns=cfg.activation_lead_ns,
+                store=self.store,
             )
             log.info("hint API listening on %s", self.hint_address)
         except BaseException:
             self.stop()
             raise
 
-    def _open(self, spec: SwitchSpec) -> tuple[P4RuntimeTarget, int]:
-        """Connect, arbitrate and push the pipeline; returns the target and the estimated clock
-        offset (fabric time just before the push, ns mod 2^48).
+    def _adopt(self, name: str, estimate: int, kept: bool, override: int | None = None) -> Repairs:
+        """Under the lock: read ``name`` back, set its clock offset (``override``, else the
+        switch's own when it kept the pipeline, else ``estimate``), and reconcile it.
+
+        Raises:
+            TargetConnectionError: the read failed. TargetError: writes refused.
+        """
+        assert self.scheduler is not None
+        link = self.links[name]
+        observed = link.target.read_state(self.scheduler.meter_cells(name))
+        held = _clock_offset_of(observed)
+        offset = override if override is not None else held if kept and held is not None else estimate
+        if override is not None:
+            log.info("%s: clock offset %d ns (from --clock-offset; estimate was %d ns)", name, offset, estimate)
+        elif kept:
+            log.info("%s: keeps its clock offset %d ns (its clock did not restart)", name, offset)
+        if offset != held:
+            link.set_clock_offset(offset)
+        self.clock_offsets_ns[name] = offset
+        return self._reconcile(name, observed)
+
+    def _reconcile(self, name: str, observed: SwitchState) -> Repairs:
+        """Under the lock: ``Scheduler.reconcile`` of ``name``, counted and logged."""
+        assert self.scheduler is not None
+        repairs = self.scheduler.reconcile(name, observed)
+        s = self.stats
+        s.reconciliations += 1
+        s.repairs_missing += repairs.missing
+        s.repairs_changed += repairs.changed
+        s.repairs_extra += repairs.extra
+        if repairs.total:
+            log.info("%s: reconciled: %d missing, %d changed, %d extra entities repaired", name,
+                     repairs.missing, repairs.changed, repairs.extra)
+        return repairs
+
+    def reconcile_all(self) -> Repairs:
+        """Read every switch that is up back and repair what differs (the periodic
+        reconciliation; a switch whose read or writes fail is logged and left for the next)."""
+        total = Repairs()
+        for name, link in self.links.items():
+            if link.is_down:
+                continue
+            with self.lock:
+                try:
+                    r = self._reconcile(name, link.target.read_state(self.scheduler.meter_cells(name)))
+                except (TargetConnectionError, TargetError) as err:
+                    log.warning("%s: reconciliation failed (retried next period): %s", name, err)
+                    continue
+            total.missing += r.missing
+            total.changed += r.changed
+            total.extra += r.extra
+        return total
+
+    def _open(self, spec: SwitchSpec) -> tuple[P4RuntimeTarget, int, bool]:
+        """Connect, arbitrate, and push the pipeline unless the switch already runs it (its
+        cookie matches: then its tables are kept, to be reconciled). Returns the target, the
+        estimated clock offset (fabric time just before the push, ns mod 2^48) and whether the
+        pipeline was kept.
 
         Raises:
             TargetConnectionError: connect, arbitration (also PERMISSION_DENIED: another
@@ -501,6 +587,12 @@ class ControllerApp:
                 )
             log.info("%s: connected to %s (device %d), primary", spec.name, spec.grpc_addr, spec.device_id)
             before = self.clock()
+            if target.runs_pipeline():
+                target.configure_digests()
+                self.stats.pipelines_kept += 1
+                log.info("%s: runs this pipeline already (cookie %#x): kept, its state is reconciled",
+                         spec.name, target.cookie)
+                return target, before & TIME_MASK, True
             t0 = time.monotonic_ns()
             target.push_pipeline()  # also enables the digest stream
             push_ns = time.monotonic_ns() - t0
@@ -515,7 +607,7 @@ class ControllerApp:
             push_ns / NS_PER_MS,
             offset,
         )
-        return target, offset
+        return target, offset, False
 
     def stop(self) -> None:
         """Stop the hint server and close every switch connection. Idempotent."""
@@ -524,6 +616,8 @@ class ControllerApp:
         self._stopped = True
         if self.hint_server is not None:
             self.hint_server.stop(grace_s=0.5)
+        if self.store is not None:
+            self.store.close()
         for link in self.links.values():
             link.target.close()
         log.info("controller stopped")
@@ -552,6 +646,7 @@ class ControllerApp:
         end = begin + cfg.duration_s if cfg.duration_s is not None else None
         next_tick = begin
         next_summary = begin + cfg.summary_period_s
+        next_reconcile = begin + cfg.reconcile_period_s
         last = _Snapshot.of(self)
         while not stop_event.is_set():
             now_s = time.monotonic()
@@ -565,6 +660,9 @@ class ControllerApp:
                 if next_tick < now_s:  # a slow tick: do not try to catch up
                     next_tick = now_s + tick_s
             self.reconnect_due(now_s)
+            if cfg.reconcile_period_s and now_s >= next_reconcile:
+                self.reconcile_all()
+                next_reconcile = time.monotonic() + cfg.reconcile_period_s
             if now_s >= next_summary:
                 last = self._summary(last)
                 next_summary = now_s + cfg.summary_period_s
@@ -623,9 +721,10 @@ class ControllerApp:
 
     def reconnect_due(self, now_s: float | None = None) -> list[str]:
         """Try to reconnect every down switch whose backoff elapsed: close the old connection,
-        connect, push the pipeline (BMv2 restarted without it), then under the lock
-        ``Scheduler.reinstall`` with the new clock offset estimate. Returns the switches
-        re-installed. Failures are logged and retried after a doubling wait."""
+        connect, push the pipeline unless the switch still runs it (a restarted BMv2 has none),
+        then under the lock read it back and reconcile it (a new clock offset estimate when the
+        pipeline was pushed). Returns the switches reconnected. Failures are logged and
+        retried after a doubling wait."""
         assert self.scheduler is not None
         now_s = time.monotonic() if now_s is None else now_s
         done = []
@@ -638,11 +737,10 @@ class ControllerApp:
                 continue
             try:
                 link.target.close()
-                target, offset = self._open(link.spec)
+                target, estimate, kept = self._open(link.spec)
                 with self.lock:
                     link.attach(target)
-                    self.clock_offsets_ns[name] = offset
-                    self.scheduler.reinstall(name, self.clock(), offset, link)
+                    self._adopt(name, estimate, kept)
             except (TargetConnectionError, TargetError, InvalidInput) as err:
                 self.stats.reconnect_failures += 1
                 if not link.is_down:
@@ -674,6 +772,14 @@ class ControllerApp:
             f"; down: {', '.join(down)}" if down else "",
         )
         return now
+
+
+def _clock_offset_of(state: SwitchState) -> int | None:
+    """The clock offset (ns) a switch's ``clock_offset`` default action holds, if read."""
+    for e in state.entries:
+        if e.table == n.CLOCK_OFFSET and e.is_default and e.action == n.ACT_SET_CLOCK_OFFSET:
+            return e.params.get("offset_ns")
+    return None
 
 
 @dataclass(frozen=True)
@@ -731,7 +837,13 @@ def config_from_args(args: Any) -> ControllerConfig:
         duration_s=duration,
         scheduler=scheduler,
         clock_offsets_ns=offsets,
+        state_dir=Path(args.state) if args.state is not None else None,
+        reconcile_period_s=_seconds_or_zero("--reconcile-s", args.reconcile_s),
     )
+
+
+def _seconds_or_zero(option: str, text: str) -> float:
+    return 0.0 if str(text).strip() in ("0", "0.0") else _number(option, text, 1)
 
 
 def _number(option: str, text: str, scale: int) -> float:

@@ -45,9 +45,9 @@ from __future__ import annotations
 import heapq
 import ipaddress
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, cast
 
 from pydantic import Field, field_validator, model_validator
 
@@ -77,6 +77,7 @@ from safs.core.target import (
     ProfileEntity,
     Range,
     RequestDigest,
+    SwitchState,
     TableEntry,
     TableEntryKey,
     Target,
@@ -422,6 +423,41 @@ class SchedulerStats:
     write_failures: int = 0
 
 
+class Journal(Protocol):
+    """Where the scheduler reports the state it cannot read back from a switch, as it changes
+    (the controller's durable store, :class:`safs.control.state.StateStore`). Calls are made
+    under the caller's lock and must return quickly (queue, do not commit)."""
+
+    def put_dependency(self, dep: DependencyHint, tor: str | None, slot: int | None) -> None: ...
+
+    def end_dependency(self, sender: str, dep_id: int) -> None: ...
+
+    def put_flow(self, hint: FlowHint, admitted: bool) -> None: ...
+
+    def end_flow(self, flow_id: int) -> None: ...
+
+
+@dataclass
+class Repairs:
+    """What one :meth:`Scheduler.reconcile` wrote to a switch to make it hold what it should.
+
+    Attributes:
+        missing: entities the switch lacked (INSERTs, and MODIFYs of unset meters and defaults).
+        changed: entities it held with other content (MODIFYs).
+        extra: entities it held that nothing wants: stale grants, entries written by another
+            client (DELETEs).
+    """
+
+    missing: int = 0
+    changed: int = 0
+    extra: int = 0
+
+    @property
+    def total(self) -> int:
+        """All repairs."""
+        return self.missing + self.changed + self.extra
+
+
 @dataclass
 class _FlowState:
     tor: str
@@ -484,6 +520,10 @@ class Scheduler:
         # dep_grant entries in the shadow, by key (the part of it _plan_all_grants walks)
         self._shadow_grants: dict[str, dict[TableEntryKey, TableEntry]] = {sw: {} for sw in self._targets}
         self._ip_to_host = {topology.host_ip(h): h for h in hosts}
+        # dependencies whose grant entry changed and is not written yet -> their ToR
+        self._dirty_deps: dict[tuple[str, int], str] = {}
+        self._holding = False  # restore(): plan nothing, write nothing
+        self.journal: Journal | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -553,19 +593,75 @@ class Scheduler:
             raise InvalidInput("switch", f"no target named {switch!r}")
         if target is not None:
             self._targets[switch] = target
-        self._shadow[switch] = {}
-        self._shadow_grants[switch] = {}
-        self._shadow_meters[switch] = {}
-        self._shadow_agg_meters[switch] = {}
-        self._shadow_clones[switch] = {}
-        self._shadow_profiles[switch] = {}
-        target = self._targets[switch]
-        target.set_clock_offset(clock_offset_ns)
+        self._targets[switch].set_clock_offset(clock_offset_ns)
         self._count_clock_write()
-        self._flush({switch: self._plan_profile(switch)})
-        plans = {switch: self._plan_static(switch)}
+        self.reconcile(switch, SwitchState())
+
+    def reconcile(self, switch: str, observed: SwitchState) -> Repairs:
+        """Make ``switch`` hold what it should, given what it was read back to hold: the shadow
+        becomes ``observed``, then the differences are written (missing and changed entities,
+        and DELETEs of extra table entries, clone sessions and ECMP members/groups: stale
+        grants, or entries another client wrote). Default entries are never deleted, and the
+        clock offset is left as it is.
+
+        Raises:
+            InvalidInput: no target named ``switch``. TargetError: writes refused (what
+                succeeded is in the shadow; the next reconcile retries the rest).
+        """
+        if switch not in self._targets:
+            raise InvalidInput("switch", f"no target named {switch!r}")
+        self._shadow[switch] = {_entry_key(e): e for e in observed.entries}
+        self._shadow_grants[switch] = {k: e for k, e in self._shadow[switch].items() if e.table == n.DEP_GRANT}
+        self._shadow_meters[switch] = {m.index: m for m in observed.meters if m.meter != n.AGGREGATE_METER}
+        self._shadow_agg_meters[switch] = {m.index: m for m in observed.meters if m.meter == n.AGGREGATE_METER}
+        self._shadow_clones[switch] = {c.session_id: c for c in observed.clone_sessions}
+        self._shadow_profiles[switch] = {p.key(): p for p in observed.profiles}
+        profile = self._plan_profile(switch)
+        plan = self._plan_static(switch)
+        plans = {switch: plan}
         self._plan_all_grants(plans)
+        plans = {switch: plan}  # the other switches' grants are theirs to reconcile
+        static = {_entry_key(e) for e in self._static_entries(switch)}
+        plan += [Update(Op.DELETE, e) for k, e in self._shadow[switch].items()
+                 if not e.is_default and e.table != n.DEP_GRANT and k not in static]
+        sessions = {c.session_id for c in self._clone_sessions(switch)}
+        plan += [Update(Op.DELETE, c) for sid, c in self._shadow_clones[switch].items() if sid not in sessions]
+        wanted = {e.key() for e in self.ecmp_profile(switch)}
+        extra_profile = sorted((p for k, p in self._shadow_profiles[switch].items() if k not in wanted),
+                               key=lambda p: isinstance(p, ActionProfileMember))  # groups before members
+        repairs = Repairs()
+        for upd in profile + plan + [Update(Op.DELETE, p) for p in extra_profile]:
+            if upd.op is Op.DELETE:
+                repairs.extra += 1
+            elif self._observed(switch, upd.entity):
+                repairs.changed += 1
+            else:
+                repairs.missing += 1
+        self._flush({switch: profile})
         self._flush(plans)
+        self._flush({switch: [Update(Op.DELETE, p) for p in extra_profile]})
+        return repairs
+
+    def meter_cells(self, switch: str) -> dict[str, list[int]]:
+        """The meter cells of ``switch`` this scheduler configures (meter name -> indices): the
+        default slot 0, the slots of its dependencies and flows, the metered aggregates. A
+        reconciliation needs to read back only these: a cell it does not know is written
+        when it is taken."""
+        slots = {n.DEFAULT_METER_SLOT} | {slot for tor, slot in self._dep_slots.values() if tor == switch}
+        slots |= {state.slot for state in self._flows.values() if state.tor == switch}
+        return {n.DEP_METER: sorted(slots), n.AGGREGATE_METER: [m.index for m in self.traffic_class_meters()]}
+
+    def _observed(self, sw: str, entity: object) -> bool:
+        """True when the shadow holds a (set) version of ``entity``."""
+        if isinstance(entity, MeterConfig):
+            held = self._meter_shadow(sw, entity).get(entity.index)
+            return held is not None and (held.cir, held.pir) != (0, 0)
+        if isinstance(entity, CloneSession):
+            return entity.session_id in self._shadow_clones[sw]
+        if isinstance(entity, (ActionProfileMember, ActionProfileGroup)):
+            return entity.key() in self._shadow_profiles[sw]
+        assert isinstance(entity, TableEntry)
+        return _entry_key(entity) in self._shadow[sw]
 
     def _static_entries(self, sw: str) -> list[TableEntry]:
         cfg = self.config
@@ -689,9 +785,45 @@ class Scheduler:
             return []
         return [CloneSession.for_port(port) for port in sorted(ports)]
 
+    def restore(self, dependencies: Iterable[tuple[DependencyHint, int | None]],
+                flows: Iterable[tuple[FlowHint, bool]], now_ns: int) -> None:
+        """Load the state a :class:`Journal` kept (after a controller restart), before
+        :meth:`setup` or :meth:`reconcile` write it: dependencies with the meter slot each
+        held (None, taken, or out of range: a new slot), and flow hints with whether they were
+        admitted (re-admitted to the allocator now). Nothing is written to any target here.
+
+        Raises:
+            InvalidInput: a stored hint the topology refuses (field named), or no free slot.
+        """
+        share = self.config.rate_grants and self.config.grant_mode == "share"
+        self._holding = True
+        try:
+            for dep, slot in dependencies:
+                self.dependencies.announce(dep)
+                key = (dep.sender, dep.dep_id)
+                if not share:
+                    continue
+                tor = self._topo.tor_of(dep.receiver)
+                free = self._free_slots[tor]
+                if slot in free:
+                    free.remove(slot)
+                    heapq.heapify(free)
+                    self._dep_slots[key] = (tor, slot)
+                else:
+                    self._require_slot(tor, "dependency.receiver")
+                    self._admit_dependency(key)  # a new slot, journaled
+            for hint, admitted in flows:
+                self.registry.announce(hint, now_ns)
+                if admitted and self.config.rate_grants:
+                    self._require_slot(self._topo.tor_of(hint.receiver), "hint.receiver")
+                    self._admit(hint.flow_id, now_ns)
+        finally:
+            self._holding = False
+            self._dirty_deps.clear()
+
     # ------------------------------------------------------------------ hint intake
 
-    def announce_dependency(self, dep: DependencyHint, now_ns: int) -> bool:
+    def announce_dependency(self, dep: DependencyHint, now_ns: int, write: bool = True) -> bool:
         """Record a dependency and, when new, install its grant at the receiver's ToR: a meter
         slot and a ``dep_grant`` share entry keyed by the sender's address and ``dep_id`` (two
         updates). Its transfers are then granted by the switch alone. Returns True when new.
@@ -701,47 +833,86 @@ class Scheduler:
             InvalidInput: bad fields (``dependency.*``), a conflicting re-use of the id, or no
                 free meter slot at the receiver's ToR (field ``dependency.receiver``); nothing
                 changes then. TargetError: a target refused the writes (retried by the next
-                :meth:`reinstall`).
+                tick).
+
+        With ``write`` False the grant is only planned: :meth:`flush_dependencies` writes it
+        (the controller commits the dependency to its store in between).
         """
         valid = self.dependencies.validated(dep)
         key = (valid.sender, valid.dep_id)
         share = self.config.rate_grants and self.config.grant_mode == "share"
-        if share and key not in self.dependencies:
+        before = self.dependencies.get(key) if key in self.dependencies else None
+        if share and before is None:
             self._require_slot(self._topo.tor_of(valid.receiver), "dependency.receiver")
-        if not self.dependencies.announce(valid):
-            return False
-        if share:
-            self._admit_dependency(key)
-        return True
+        new = self.dependencies.announce(valid)
+        if new and share:
+            self._admit_dependency(key, write)
+        elif self.journal is not None and self.dependencies.get(key) != before:
+            self._journal_dependency(key)  # a new label, or recorded only
+        return new
 
-    def end_dependency(self, sender: str, dep_id: int, now_ns: int) -> None:
-        """A dependency ended: delete its grant entry and free its meter slot.
+    def _journal_dependency(self, key: tuple[str, int]) -> None:
+        if self.journal is not None:
+            tor, slot = self._dep_slots.get(key, (None, None))
+            self.journal.put_dependency(self.dependencies.get(key), tor, slot)
+
+    def flush_dependencies(self) -> None:
+        """Write the grant entries and meters of dependencies announced or ended with
+        ``write=False`` since the last flush (one batch per ToR).
+
+        Raises:
+            TargetError: writes refused; those dependencies are retried by the next flush or tick.
+        """
+        if not self._dirty_deps:
+            return
+        dirty, self._dirty_deps = self._dirty_deps, {}
+        plans: dict[str, list[Update]] = {}
+        for key, tor in dirty.items():
+            if tor not in self._targets:
+                continue
+            plan = plans.setdefault(tor, [])
+            if key in self._dep_slots:
+                self._plan_dependency(key, plan)
+            else:
+                entry = self._shadow_grants[tor].get(self._dep_key(self._topo.host_ip(key[0]), key[1]))
+                if entry is not None:
+                    plan.append(Update(Op.DELETE, entry))
+        try:
+            self._flush(plans)
+        except TargetError:
+            for key, tor in dirty.items():
+                self._dirty_deps.setdefault(key, tor)
+            raise
+
+    def end_dependency(self, sender: str, dep_id: int, now_ns: int, write: bool = True) -> None:
+        """A dependency ended: delete its grant entry and free its meter slot (the delete is
+        only planned with ``write`` False: :meth:`flush_dependencies`).
 
         Raises:
             InvalidInput: unknown dependency. TargetError: a target refused the delete.
         """
         self.dependencies.end((sender, dep_id))
+        if self.journal is not None:
+            self.journal.end_dependency(sender, dep_id)
         placed = self._dep_slots.pop((sender, dep_id), None)
         if placed is None:
             return
         tor, slot = placed
         heapq.heappush(self._free_slots[tor], slot)
-        if tor in self._targets:
-            key = self._dep_key(self._topo.host_ip(sender), dep_id)
-            entry = self._shadow_grants[tor].get(key)
-            if entry is not None:
-                self._flush({tor: [Update(Op.DELETE, entry)]})
+        self._dirty_deps[(sender, dep_id)] = tor
+        if write:
+            self.flush_dependencies()
 
-    def _admit_dependency(self, key: tuple[str, int]) -> None:
+    def _admit_dependency(self, key: tuple[str, int], write: bool = True) -> None:
         dep = self.dependencies.get(key)
         tor = self._topo.tor_of(dep.receiver)
         slot = heapq.heappop(self._free_slots[tor])
         self._dep_slots[key] = (tor, slot)
         self.stats.dependencies += 1
-        if tor in self._targets:
-            plan: list[Update] = []
-            self._plan_dependency(key, plan)
-            self._flush({tor: plan})
+        self._journal_dependency(key)
+        self._dirty_deps[key] = tor
+        if write:
+            self.flush_dependencies()
 
     def _plan_dependency(self, key: tuple[str, int], plan: list[Update]) -> None:
         """Meter (committed = peak = the receiver link's usable rate: the most a share can be)
@@ -778,9 +949,13 @@ class Scheduler:
             self._require_slot(self._topo.tor_of(hint.receiver), "hint.receiver")
         if not self.registry.announce(hint, now_ns):
             return
-        if request_mode and hint.flow_id not in self._flows:
-            return  # recorded; allocated when its first REQUEST is digested
-        self._admit(hint.flow_id, now_ns)
+        if not (request_mode and hint.flow_id not in self._flows):  # else recorded; allocated at its first REQUEST
+            self._admit(hint.flow_id, now_ns)
+        self._journal_flow(hint.flow_id)
+
+    def _journal_flow(self, flow_id: int) -> None:
+        if self.journal is not None:
+            self.journal.put_flow(self.registry.get(flow_id), flow_id in self._flows)
 
     def activate(self, flow_id: int, now_ns: int) -> bool:
         """The application says a recorded flow's data is about to start: allocate it now.
@@ -799,6 +974,7 @@ class Scheduler:
             return False
         self._require_slot(self._topo.tor_of(hint.receiver), "hint.receiver")
         self._admit(flow_id, now_ns)
+        self._journal_flow(flow_id)
         return True
 
     def update(self, flow_id: int, remaining_bytes: int, now_ns: int, no_bubble_ts_ns: int | None = None) -> None:
@@ -810,6 +986,8 @@ class Scheduler:
                 changes then. TargetError: as :meth:`announce`.
         """
         changed = self.registry.update(flow_id, remaining_bytes, now_ns, no_bubble_ts_ns)
+        if changed:
+            self._journal_flow(flow_id)
         state = self._flows.get(flow_id)
         if state is None:
             return  # recorded, not yet allocated (admit_on_request)
@@ -824,6 +1002,8 @@ class Scheduler:
             InvalidInput: unknown flow. TargetError: as :meth:`announce`.
         """
         self.registry.complete(flow_id)
+        if self.journal is not None:
+            self.journal.end_flow(flow_id)
         state = self._flows.pop(flow_id, None)
         if state is None:
             return  # finished before its first REQUEST was digested: nothing installed
@@ -868,6 +1048,7 @@ class Scheduler:
         if changed or (digest.flow_id not in self._flows and digest.flow_id in self.registry):
             self.stats.digests_merged += 1
             self._admit(digest.flow_id, now_ns)
+            self._journal_flow(digest.flow_id)
             return True
         return False
 
@@ -918,7 +1099,10 @@ class Scheduler:
             TargetConnectionError: a target's counter read failed (P4Runtime targets).
         """
         if not self._flows and self.config.grant_mode == "share":
-            return  # dependency grants: nothing changes with time (the switch shares the ports)
+            # dependency grants: nothing changes with time (the switch shares the ports), but
+            # writes refused earlier are retried
+            self.flush_dependencies()
+            return
         now = wrap(now_ns)
         flows = self.allocator.flows()
         for fid, state, counted in self._flow_counters():
@@ -1102,6 +1286,8 @@ class Scheduler:
         an INSERT refused with ALREADY_EXISTS is retried once as MODIFY, a MODIFY refused with
         NOT_FOUND as INSERT, and a DELETE refused with NOT_FOUND counts as done.
         """
+        if self._holding:
+            return
         failures: list[UpdateFailure] = []
         for sw, plan in plans.items():
             if plan:

@@ -156,6 +156,25 @@ ProfileEntity = ActionProfileMember | ActionProfileGroup
 
 
 @dataclass(frozen=True)
+class SwitchState:
+    """What a switch holds, as read back over P4Runtime (or from a pipeline model): the input
+    of :meth:`safs.core.scheduler.Scheduler.reconcile`.
+
+    Attributes:
+        entries: table entries, default entries included (``is_default``).
+        meters: configs of meter cells (``flow_meter`` and ``aggregate_meter``); an
+            unconfigured cell may be left out or given with zero rates.
+        clone_sessions: clone sessions.
+        profiles: action profile members and groups.
+    """
+
+    entries: tuple[TableEntry, ...] = ()
+    meters: tuple[MeterConfig, ...] = ()
+    clone_sessions: tuple[CloneSession, ...] = ()
+    profiles: tuple[ActionProfileMember | ActionProfileGroup, ...] = ()
+
+
+@dataclass(frozen=True)
 class Update:
     """One write: an operation on a table entry, a clone session, an action profile member or
     group, or (MODIFY only) a meter config."""

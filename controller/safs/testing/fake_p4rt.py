@@ -191,6 +191,21 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
         with self._lock:
             return list(self._entries.get(self._require_index().table(table).id, {}).values())
 
+    def drop_entries(self, table: str, count: int | None = None) -> int:
+        """Remove the first ``count`` (default all) entries of ``table`` behind every client's
+        back (as a switch-local CLI or a bug would); returns how many were removed."""
+        with self._lock:
+            stored = self._entries.get(self._require_index().table(table).id, {})
+            keys = list(stored)[:count]
+            for key in keys:
+                del stored[key]
+            return len(keys)
+
+    def insert_entry(self, entry: p4runtime_pb2.TableEntry) -> None:
+        """INSERT ``entry`` behind every client's back (a foreign entry). Raises _Reject as a Write would."""
+        with self._lock:
+            self._write_table(p4runtime_pb2.Update.INSERT, entry)
+
     def default_entry(self, table: str) -> p4runtime_pb2.TableEntry | None:
         """The written default entry of ``table``, or None."""
         with self._lock:
@@ -382,7 +397,19 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def GetForwardingPipelineConfig(self, request, context):
         with self._lock:
             self._check_device(request.device_id, context)
-            return p4runtime_pb2.GetForwardingPipelineConfigResponse(config=self._config)
+            if self.index is None:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, "No forwarding pipeline config set")
+            req = p4runtime_pb2.GetForwardingPipelineConfigRequest
+            config = p4runtime_pb2.ForwardingPipelineConfig()
+            if request.response_type in (req.ALL, req.P4INFO_AND_COOKIE, req.DEVICE_CONFIG_AND_COOKIE):
+                config.CopyFrom(self._config)
+                if request.response_type == req.P4INFO_AND_COOKIE:
+                    config.ClearField("p4_device_config")
+                elif request.response_type == req.DEVICE_CONFIG_AND_COOKIE:
+                    config.ClearField("p4info")
+            elif self._config.HasField("cookie"):  # COOKIE_ONLY
+                config.cookie.CopyFrom(self._config.cookie)
+            return p4runtime_pb2.GetForwardingPipelineConfigResponse(config=config)
 
     def Write(self, request, context):
         with self._lock:

@@ -42,9 +42,11 @@ from typing import NoReturn
 
 import grpc
 
+from safs.control.failpoints import failpoint
 from safs.control.hintapi import hints_pb2 as pb
 from safs.control.hintapi import hints_pb2_grpc as pb_grpc
 from safs.control.hintapi.convert import FIELD_METADATA_KEY, flow_class_from_pb, grant_to_pb
+from safs.control.state import StateStore
 from safs.core.errors import InvalidInput, TargetConnectionError, TargetError
 from safs.core.hints import DependencyHint, FlowHint
 from safs.core.scheduler import Scheduler
@@ -84,6 +86,11 @@ class HintServicer(pb_grpc.HintServiceServicer):
             Share it with any other code that calls the same scheduler.
         activation_lead_ns: allocate a flow with a start time this many ns before it (>= 0).
         max_wait_s: longest sleep of the activation thread, seconds (> 0).
+        store: the controller's durable state (:class:`safs.control.state.StateStore`, set as
+            the scheduler's journal by the caller), or None. With a store, a call answers only
+            after what it changed is committed (group commit: concurrent calls share one); a
+            dependency's grant is written to the switch after the commit and before the answer,
+            so "acknowledged" implies "durable" (docs/operations.md).
 
     Raises:
         InvalidInput: ``activation_lead_ns`` or ``max_wait_s`` out of range.
@@ -91,13 +98,15 @@ class HintServicer(pb_grpc.HintServiceServicer):
 
     def __init__(self, scheduler: Scheduler, clock: Callable[[], int], *,
                  lock: threading.Lock | threading.RLock | None = None,
-                 activation_lead_ns: int = 0, max_wait_s: float = 0.05) -> None:
+                 activation_lead_ns: int = 0, max_wait_s: float = 0.05,
+                 store: StateStore | None = None) -> None:
         if type(activation_lead_ns) is not int or activation_lead_ns < 0:
             raise InvalidInput("activation_lead_ns", f"must be an integer >= 0 ns, got {activation_lead_ns!r}")
         if not isinstance(max_wait_s, (int, float)) or not max_wait_s > 0:
             raise InvalidInput("max_wait_s", f"must be > 0 seconds, got {max_wait_s!r}")
         self._sched = scheduler
         self._clock = clock
+        self._store = store
         self.lock = lock if lock is not None else threading.Lock()
         self._cond = threading.Condition(self.lock)
         self._lead_ns = activation_lead_ns
@@ -121,19 +130,20 @@ class HintServicer(pb_grpc.HintServiceServicer):
             except (InvalidInput, TargetError, TargetConnectionError) as err:
                 self._abort(context, err)
             if start is None:
-                return pb.AnnounceResponse()
-            due = wrap(start - self._lead_ns)
-            if diff(due, wrap(now)) > 0:
+                response = pb.AnnounceResponse()
+            elif diff(due := wrap(start - self._lead_ns), wrap(now)) > 0:
                 self._pending[request.flow_id] = due
                 self._ensure_thread()
                 self._cond.notify_all()
-                return pb.AnnounceResponse(activation_scheduled=True)
-            self._pending.pop(request.flow_id, None)
-            try:
-                activated = self._activate(request.flow_id, now)
-            except (TargetError, TargetConnectionError) as err:
-                self._abort(context, err)
-            return pb.AnnounceResponse(activated=activated)
+                response = pb.AnnounceResponse(activation_scheduled=True)
+            else:
+                self._pending.pop(request.flow_id, None)
+                try:
+                    response = pb.AnnounceResponse(activated=self._activate(request.flow_id, now))
+                except (TargetError, TargetConnectionError) as err:
+                    self._abort(context, err)
+        self._wait_durable(context)
+        return response
 
     def Update(self, request: pb.UpdateRequest, context: grpc.ServicerContext) -> pb.UpdateResponse:
         """Report remaining bytes and optionally a new no-bubble timestamp of a known flow."""
@@ -145,6 +155,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
                 self._update(request.flow_id, request.remaining_bytes, ts, now)
             except (InvalidInput, TargetError, TargetConnectionError) as err:
                 self._abort(context, err)
+        self._wait_durable(context)
         return pb.UpdateResponse()
 
     def Complete(self, request: pb.CompleteRequest, context: grpc.ServicerContext) -> pb.CompleteResponse:
@@ -157,6 +168,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
                 self._sched.complete(request.flow_id, now)
             except (InvalidInput, TargetError, TargetConnectionError) as err:
                 self._abort(context, err)
+        self._wait_durable(context)
         return pb.CompleteResponse()
 
     def GetGrant(self, request: pb.GetGrantRequest, context: grpc.ServicerContext) -> pb.GetGrantResponse:
@@ -178,12 +190,17 @@ class HintServicer(pb_grpc.HintServiceServicer):
             for i, d in enumerate(request.dependencies):
                 try:
                     dep = DependencyHint(d.dep_id, d.sender, d.receiver, d.label, flow_class_from_pb(d.flow_class))
-                    new += self._sched.announce_dependency(dep, now)
+                    new += self._sched.announce_dependency(dep, now, write=False)
                 except InvalidInput as err:  # "dependency.receiver" -> "dependencies[i].receiver"
                     field = err.field.removeprefix("dependency.").removeprefix("hint.")
-                    self._abort(context, InvalidInput(f"dependencies[{i}].{field}", err.message))
-                except (TargetError, TargetConnectionError) as err:
-                    self._abort(context, err)
+                    refused = InvalidInput(f"dependencies[{i}].{field}", err.message)
+                    break
+            else:
+                refused = None
+        self._wait_durable(context)
+        self._flush_dependencies(context)  # those before a refused one are accepted
+        if refused is not None:
+            self._abort(context, refused)
         return pb.AnnounceDependenciesResponse(new=new)
 
     def EndDependency(self, request: pb.EndDependencyRequest,
@@ -191,14 +208,33 @@ class HintServicer(pb_grpc.HintServiceServicer):
         """End a known dependency (:meth:`Scheduler.end_dependency`)."""
         with self.lock:
             try:
-                self._sched.end_dependency(request.sender, request.dep_id, self._clock())
+                self._sched.end_dependency(request.sender, request.dep_id, self._clock(), write=False)
             except InvalidInput as err:
                 if (request.sender, request.dep_id) not in self._sched.dependencies:
                     context.abort(grpc.StatusCode.NOT_FOUND, f"dep_id: {err.message}")
                 self._abort(context, err)
+        self._wait_durable(context)
+        self._flush_dependencies(context)
+        return pb.EndDependencyResponse()
+
+    def _wait_durable(self, context: grpc.ServicerContext) -> None:
+        """Return once this call's changes are committed (no store: at once); else abort
+        UNAVAILABLE (the change is in memory only and will not survive a restart)."""
+        if self._store is None:
+            return
+        try:
+            self._store.wait_durable()
+        except InvalidInput as err:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"not durable, retry: {err.field}: {err.message}")
+
+    def _flush_dependencies(self, context: grpc.ServicerContext) -> None:
+        """Write the grants of the dependencies this call (and concurrent ones) changed."""
+        with self.lock:
+            try:
+                self._sched.flush_dependencies()
             except (TargetError, TargetConnectionError) as err:
                 self._abort(context, err)
-        return pb.EndDependencyResponse()
+        failpoint("hint.after-switch-write")
 
     # ------------------------------------------------------------------ activations
 
@@ -319,7 +355,7 @@ class RunningHintServer:
 
 def start(scheduler: Scheduler, address: str, clock: Callable[[], int], *,
           lock: threading.Lock | threading.RLock | None = None, activation_lead_ns: int = 0,
-          max_workers: int = 4) -> RunningHintServer:
+          max_workers: int = 4, store: StateStore | None = None) -> RunningHintServer:
     """Serve ``safs.v1.HintService`` on ``address`` (``"host:port"``, port 0 = any free port).
 
     Insecure (plaintext) channel: the hint API is meant for the cluster's control network.
@@ -329,7 +365,7 @@ def start(scheduler: Scheduler, address: str, clock: Callable[[], int], *,
     host, sep, _ = address.rpartition(":")
     if not sep or not host:
         raise InvalidInput("address", f"must be 'host:port', got {address!r}")
-    servicer = HintServicer(scheduler, clock, lock=lock, activation_lead_ns=activation_lead_ns)
+    servicer = HintServicer(scheduler, clock, lock=lock, activation_lead_ns=activation_lead_ns, store=store)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                     thread_name_prefix="safs-hint-rpc"))
     pb_grpc.add_HintServiceServicer_to_server(servicer, server)

@@ -32,9 +32,9 @@ around (nothing else of it is changed):
 4. ``tear_down`` joins the reader thread without a timeout (a switch that never ends the stream
    hangs it). :meth:`SwitchClient.close` ends the request stream, waits ``timeout_s``, cancels
    the stream if the switch did not end it, then calls ``tear_down``.
-5. ``write``, ``read_one`` and ``set_fwd_pipe_config`` set no deadline. Writes and reads here
-   call the stub with ``timeout_s``; the pipeline push is p4runtime-shell's
-   ``set_fwd_pipe_config`` as it is, without a deadline.
+5. ``write``, ``read_one`` and ``set_fwd_pipe_config`` set no deadline, and
+   ``set_fwd_pipe_config`` sets no cookie. Writes, reads and the pipeline push here call the
+   stub with a deadline; the push carries a cookie (:meth:`SwitchClient.push_pipeline`).
 
 Left as p4runtime-shell does it: the reader thread is not a daemon, so every client must be
 closed (a context manager; :class:`~safs.targets.p4rt.target.P4RuntimeTarget` and the
@@ -51,11 +51,12 @@ from pathlib import Path
 from typing import cast
 
 import grpc
+from google.protobuf import text_format
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
-from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException
+from p4runtime_sh.p4runtime import P4RuntimeClient
 
-from safs.core.errors import TargetConnectionError, TargetError, UpdateFailure
+from safs.core.errors import InvalidInput, TargetConnectionError, TargetError, UpdateFailure
 
 log = logging.getLogger(__name__)
 
@@ -296,22 +297,49 @@ class SwitchClient:
         except grpc.RpcError as err:
             raise self._error("read", err.code().name, err.details() or "") from None
 
-    def push_pipeline(self, p4info_path: Path | str, device_config_path: Path | str) -> None:
+    def push_pipeline(self, p4info_path: Path | str, device_config_path: Path | str, cookie: int = 0) -> None:
         """SetForwardingPipelineConfig (VERIFY_AND_COMMIT) of the P4Info text file and the
-        device config (BMv2 JSON) through p4runtime-shell's ``set_fwd_pipe_config`` (which
-        reads both files and sets no deadline).
+        device config (BMv2 JSON), with ``cookie`` (0..2^64-1) in the config so that a later
+        :meth:`pipeline_cookie` tells whether the switch still runs this pipeline. Deadline:
+        10 x ``timeout_s`` (BMv2 builds its pipeline while the call waits).
 
         Raises:
             TargetConnectionError: ``"pipeline push"`` refused (e.g. PERMISSION_DENIED when
                 not primary, INVALID_ARGUMENT for a config the switch rejects).
-            OSError: a file cannot be read.
+            OSError: a file cannot be read. InvalidInput: the P4Info text does not parse.
         """
         shell = self._require("pipeline push")
+        req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+            device_id=self.device_id, election_id=self.election(),
+            action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
         try:
-            shell.set_fwd_pipe_config(str(p4info_path), str(device_config_path))
-        except P4RuntimeException as err:
-            rpc = err.grpc_error
-            raise self._error("pipeline push", rpc.code().name, rpc.details() or "") from None
+            text_format.Parse(Path(p4info_path).read_text(), req.config.p4info)
+        except text_format.ParseError as err:
+            raise InvalidInput("p4info", f"{p4info_path}: {err}") from None
+        req.config.p4_device_config = Path(device_config_path).read_bytes()
+        req.config.cookie.cookie = cookie
+        try:
+            shell.stub.SetForwardingPipelineConfig(req, timeout=10 * self.timeout_s)
+        except grpc.RpcError as err:
+            raise self._error("pipeline push", err.code().name, err.details() or "") from None
+
+    def pipeline_cookie(self) -> int | None:
+        """The cookie of the switch's pipeline (GetForwardingPipelineConfig, COOKIE_ONLY), or
+        None when it has no pipeline (FAILED_PRECONDITION or an empty answer).
+
+        Raises:
+            TargetConnectionError: ``"pipeline read"`` with the RPC's code.
+        """
+        shell = self._require("pipeline read")
+        req = p4runtime_pb2.GetForwardingPipelineConfigRequest(
+            device_id=self.device_id, response_type=p4runtime_pb2.GetForwardingPipelineConfigRequest.COOKIE_ONLY)
+        try:
+            rep = shell.stub.GetForwardingPipelineConfig(req, timeout=self.timeout_s)
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                return None
+            raise self._error("pipeline read", err.code().name, err.details() or "") from None
+        return rep.config.cookie.cookie if rep.config.HasField("cookie") else None
 
     # ------------------------------------------------------------------ stream
 

@@ -162,6 +162,42 @@ def encode_group(index: P4InfoIndex, g: ActionProfileGroup) -> p4runtime_pb2.Act
     return msg
 
 
+def _decode_action(index: P4InfoIndex, act: p4runtime_pb2.Action, where: str) -> tuple[str, dict[str, int]]:
+    """(action name, params) of a p4.v1.Action. Raises InvalidInput (field ``table_entry``)."""
+    action = index.actions_by_id.get(act.action_id)
+    if action is None:
+        raise InvalidInput("table_entry", f"unknown action id {act.action_id} in {where}")
+    by_id = {p.id: p for p in action.params}
+    params = {}
+    for p in act.params:
+        info = by_id.get(p.param_id)
+        if info is None:
+            raise InvalidInput("table_entry", f"unknown param id {p.param_id} of {action.name}")
+        params[info.name] = bytes_to_int(p.value)
+    return action.name, params
+
+
+def _profile_name(index: P4InfoIndex, profile_id: int) -> str:
+    prof = index.action_profiles_by_id.get(profile_id)
+    if prof is None:
+        raise InvalidInput("action_profile", f"unknown action profile id {profile_id}")
+    return prof.name
+
+
+def decode_member(index: P4InfoIndex, msg: p4runtime_pb2.ActionProfileMember) -> ActionProfileMember:
+    """Decode a p4.v1.ActionProfileMember. Raises InvalidInput: unknown profile, action or param."""
+    name = _profile_name(index, msg.action_profile_id)
+    action, params = _decode_action(index, msg.action, name)
+    return ActionProfileMember(name, msg.member_id, action, params)
+
+
+def decode_group(index: P4InfoIndex, msg: p4runtime_pb2.ActionProfileGroup) -> ActionProfileGroup:
+    """Decode a p4.v1.ActionProfileGroup (member ids in the order given). Raises InvalidInput:
+    unknown profile."""
+    return ActionProfileGroup(_profile_name(index, msg.action_profile_id), msg.group_id,
+                              tuple(m.member_id for m in msg.members), msg.max_size)
+
+
 def decode_table_entry(index: P4InfoIndex, msg: p4runtime_pb2.TableEntry) -> TableEntry:
     """Decode a p4.v1.TableEntry (as a server answers reads) into a :class:`TableEntry`.
 
@@ -195,18 +231,8 @@ def decode_table_entry(index: P4InfoIndex, msg: p4runtime_pb2.TableEntry) -> Tab
     if msg.action.WhichOneof("type") == "action_profile_group_id":
         return TableEntry(table=table.name, match=match, action="", priority=msg.priority,
                           is_default=msg.is_default_action, group_id=msg.action.action_profile_group_id)
-    act = msg.action.action
-    action = index.actions_by_id.get(act.action_id)
-    if action is None:
-        raise InvalidInput("table_entry", f"unknown action id {act.action_id} in {table.name}")
-    by_id = {p.id: p for p in action.params}
-    params = {}
-    for p in act.params:
-        info = by_id.get(p.param_id)
-        if info is None:
-            raise InvalidInput("table_entry", f"unknown param id {p.param_id} of {action.name}")
-        params[info.name] = bytes_to_int(p.value)
-    return TableEntry(table=table.name, match=match, action=action.name, params=params,
+    action, params = _decode_action(index, msg.action.action, table.name)
+    return TableEntry(table=table.name, match=match, action=action, params=params,
                       priority=msg.priority, is_default=msg.is_default_action)
 
 

@@ -35,8 +35,9 @@ first (BMv2's clock restarts at 0).
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -44,12 +45,25 @@ from p4.v1 import p4runtime_pb2
 
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetConnectionError, TargetError, UpdateFailure
-from safs.core.target import CloneSession, CounterValue, MeterConfig, Op, RequestDigest, TableEntry, Update
+from safs.core.target import (
+    ActionProfileGroup,
+    ActionProfileMember,
+    CloneSession,
+    CounterValue,
+    MeterConfig,
+    Op,
+    RequestDigest,
+    SwitchState,
+    TableEntry,
+    Update,
+)
 from safs.core.timebase import TIME_MASK
 from safs.targets.p4rt.client import SwitchClient
 from safs.targets.p4rt.codec import (
     EncodeError,
     decode_clone_session,
+    decode_group,
+    decode_member,
     decode_meter,
     decode_request_digest,
     decode_table_entry,
@@ -229,13 +243,37 @@ class P4RuntimeTarget:
                 PERMISSION_DENIED when not primary).
             TargetError: the digest configuration was refused.
         """
+        cookie = self.cookie  # InvalidInput without a readable BMv2 JSON
+        assert self.bmv2_json_path is not None
+        self._require_client("pipeline push").push_pipeline(self.p4info_path, self.bmv2_json_path, cookie)
+        self.configure_digests()
+
+    @property
+    def cookie(self) -> int:
+        """The pipeline cookie this target pushes: the first 8 bytes (big-endian) of the
+        SHA-256 of the P4Info text and the BMv2 JSON, so another build of the program (or
+        another program) has another cookie.
+
+        Raises:
+            InvalidInput: no ``bmv2_json_path``, or a file cannot be read (field ``bmv2_json_path``).
+        """
         if self.bmv2_json_path is None:
             raise InvalidInput("bmv2_json_path", "is needed to push the pipeline; none was given")
         try:
-            self._require_client("pipeline push").push_pipeline(self.p4info_path, self.bmv2_json_path)
+            digest = hashlib.sha256(self.p4info_path.read_bytes() + self.bmv2_json_path.read_bytes()).digest()
         except OSError as err:
-            raise InvalidInput("bmv2_json_path", f"cannot read {self.bmv2_json_path}: {err.strerror}") from None
-        self.configure_digests()
+            raise InvalidInput("bmv2_json_path", f"cannot read {err.filename}: {err.strerror}") from None
+        return int.from_bytes(digest[:8], "big")
+
+    def runs_pipeline(self) -> bool:
+        """True when the switch runs this target's pipeline (its cookie, read COOKIE_ONLY,
+        equals :attr:`cookie`): the controller then keeps the switch's state and reconciles it
+        instead of pushing the pipeline again (which would wipe every table and meter).
+
+        Raises:
+            TargetConnectionError: the read failed. InvalidInput: as :attr:`cookie`.
+        """
+        return self._require_client("pipeline read").pipeline_cookie() == self.cookie
 
     def configure_digests(self) -> None:
         """Enable the ``request_digest_t`` stream: DigestEntry INSERT, or MODIFY when the
@@ -444,6 +482,49 @@ class P4RuntimeTarget:
         sessions = [decode_clone_session(e.packet_replication_engine_entry.clone_session_entry)
                     for e in self._read(entity)]
         return sorted(sessions, key=lambda cs: cs.session_id)
+
+    def read_state(self, meter_cells: Mapping[str, Sequence[int]] | None = None) -> SwitchState:
+        """Everything the controller writes, read back (one Read per kind): the entries and
+        default entries of every table, the configs of meter cells (``meter_cells``: meter
+        name -> the indices to read, e.g. those in use; None: every cell, one wildcard read
+        per meter, which costs one entity per cell: 4,352 on this program), the clone
+        sessions and the action profile members and groups. Cells without a config are left
+        out of :attr:`SwitchState.meters`.
+
+        Raises:
+            TargetConnectionError: a read failed. InvalidInput: an entity this P4Info cannot
+                decode (e.g. a clone session with several replicas).
+        """
+        tables = []
+        for info in self.index.tables_by_id.values():
+            for default in (False, True):
+                e = p4runtime_pb2.Entity()
+                e.table_entry.table_id = info.id
+                e.table_entry.is_default_action = default
+                tables.append(e)
+        entries = tuple(decode_table_entry(self.index, e.table_entry) for e in self._read(*tables))
+        meters = []
+        for name, meter in self.index.meters.items():
+            cells: Sequence[int | None] = [None] if meter_cells is None else meter_cells.get(name, ())
+            for cell in cells:
+                e = p4runtime_pb2.Entity()
+                e.meter_entry.meter_id = meter.id
+                if cell is not None:
+                    e.meter_entry.index.index = cell
+                meters.append(e)
+        configs = tuple(decode_meter(self.index, e.meter_entry) for e in (self._read(*meters) if meters else [])
+                        if e.meter_entry.HasField("config"))
+        profiles: list[ActionProfileMember | ActionProfileGroup] = []
+        for prof in self.index.action_profiles.values():
+            member, group = p4runtime_pb2.Entity(), p4runtime_pb2.Entity()
+            member.action_profile_member.action_profile_id = prof.id
+            group.action_profile_group.action_profile_id = prof.id
+            for e in self._read(member, group):
+                if e.HasField("action_profile_member"):
+                    profiles.append(decode_member(self.index, e.action_profile_member))
+                else:
+                    profiles.append(decode_group(self.index, e.action_profile_group))
+        return SwitchState(entries, configs, tuple(self.read_clone_sessions()), tuple(profiles))
 
     # ------------------------------------------------------------------ digests
 

@@ -1,0 +1,246 @@
+"""Durable controller state (``safs controller --state DIR``): SQLite in WAL mode, group commit.
+
+What is kept is what the controller acknowledged to applications and cannot read back from a
+switch: every dependency (sender, id, receiver, label, class) with the ToR and meter slot it
+holds, and every flow hint of the per-transfer grant mode with whether it was admitted. Switch
+state (routes, grant entries, meters) is not kept: it is derived from this and the topology,
+and reconciled against what the switches hold (docs/operations.md).
+
+Group commit: callers :meth:`StateStore.put_dependency` etc. under the scheduler's lock (cheap:
+a list append), then wait outside it (:meth:`StateStore.wait_durable`) while one writer thread
+commits everything queued so far in one transaction (``synchronous=FULL``: on disk when
+acknowledged, a power loss included). An acknowledgement waits for one commit, not one per
+hint, so durability costs about one fsync per batch, whatever the hint rate.
+
+Failpoints ``store.before-commit`` and ``store.after-commit`` (:mod:`safs.control.failpoints`)
+let tests kill the process around the commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from safs.control.failpoints import failpoint
+from safs.core.errors import InvalidInput
+from safs.core.hints import DependencyHint, FlowClass, FlowHint
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "safs-state.sqlite3"
+SCHEMA_VERSION = "1"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS dependencies (
+    sender TEXT NOT NULL, dep_id INTEGER NOT NULL, receiver TEXT NOT NULL, label TEXT NOT NULL,
+    flow_class TEXT NOT NULL, tor TEXT, slot INTEGER, PRIMARY KEY (sender, dep_id));
+CREATE TABLE IF NOT EXISTS flows (
+    flow_id INTEGER PRIMARY KEY, sender TEXT NOT NULL, receiver TEXT NOT NULL,
+    remaining_bytes INTEGER NOT NULL, no_bubble_ts_ns INTEGER NOT NULL, label TEXT NOT NULL,
+    flow_class TEXT NOT NULL, admitted INTEGER NOT NULL);
+"""
+_PUT_DEP = "INSERT OR REPLACE INTO dependencies VALUES (?, ?, ?, ?, ?, ?, ?)"
+_DEL_DEP = "DELETE FROM dependencies WHERE sender = ? AND dep_id = ?"
+_PUT_FLOW = "INSERT OR REPLACE INTO flows VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_DEL_FLOW = "DELETE FROM flows WHERE flow_id = ?"
+
+
+@dataclass(frozen=True)
+class StoredDependency:
+    """A dependency as stored: the hint and where its grant lives (None: not admitted)."""
+
+    dep: DependencyHint
+    tor: str | None
+    slot: int | None
+
+
+@dataclass(frozen=True)
+class StoredFlow:
+    """A per-transfer flow hint as stored, and whether the allocator had admitted it."""
+
+    hint: FlowHint
+    admitted: bool
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """Everything :meth:`StateStore.load` read."""
+
+    topology: str | None
+    dependencies: list[StoredDependency]
+    flows: list[StoredFlow]
+
+
+@dataclass
+class StoreStats:
+    """Counters of a :class:`StateStore`: ``commits`` (transactions), ``records`` (rows written
+    or deleted), ``commit_ns`` (time spent committing, ns)."""
+
+    commits: int = 0
+    records: int = 0
+    commit_ns: int = 0
+
+
+class StateStore:
+    """The controller's durable state in ``DIR/safs-state.sqlite3``.
+
+    Args:
+        directory: created if missing.
+        topology: the topology's name; a store written for another topology is refused.
+
+    Raises:
+        InvalidInput: field ``--state``: the directory cannot be created or the database cannot
+            be opened, has another schema version, or belongs to another topology.
+
+    The journal methods (``put_dependency``, ``end_dependency``, ``put_flow``, ``end_flow``)
+    implement :class:`safs.core.scheduler.Journal`: they queue a change and return at once;
+    :meth:`wait_durable` blocks until every change queued before the call is committed.
+    """
+
+    def __init__(self, directory: Path | str, topology: str) -> None:
+        path = Path(directory)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path / STATE_FILE, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+            meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        except (OSError, sqlite3.Error) as err:
+            raise InvalidInput("--state", f"cannot open {path / STATE_FILE}: {err}") from None
+        if meta.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
+            raise InvalidInput("--state", f"{path / STATE_FILE} has schema {meta['schema']}, "
+                               f"this controller reads {SCHEMA_VERSION}")
+        if meta.get("topology", topology) != topology:
+            raise InvalidInput("--state", f"{path / STATE_FILE} holds the state of topology "
+                               f"{meta['topology']!r}, not {topology!r}; give another directory")
+        self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                             (("schema", SCHEMA_VERSION), ("topology", topology)))
+        self.path = path / STATE_FILE
+        self.topology = topology
+        self.stats = StoreStats()
+        self._cond = threading.Condition()
+        self._queue: list[tuple[str, tuple[object, ...]]] = []
+        self._queued = 0  # changes queued since start (sequence number of the last)
+        self._durable = 0  # changes committed
+        self._error: sqlite3.Error | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._commit_loop, name="safs-state-commit", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ reading
+
+    def load(self) -> StoredState:
+        """Every stored dependency and flow (dependencies in (sender, dep_id) order)."""
+        with self._cond:
+            deps = [StoredDependency(DependencyHint(dep_id, sender, receiver, label, FlowClass(cls)), tor, slot)
+                    for sender, dep_id, receiver, label, cls, tor, slot in self._db.execute(
+                        "SELECT * FROM dependencies ORDER BY sender, dep_id")]
+            flows = [StoredFlow(FlowHint(fid, s, r, rem, ts, label, FlowClass(cls)), bool(admitted))
+                     for fid, s, r, rem, ts, label, cls, admitted in self._db.execute(
+                         "SELECT * FROM flows ORDER BY flow_id")]
+        return StoredState(self.topology, deps, flows)
+
+    # ------------------------------------------------------------------ Journal
+
+    def put_dependency(self, dep: DependencyHint, tor: str | None, slot: int | None) -> None:
+        """Queue: ``dep`` is known (admitted at ``tor``'s meter ``slot``, or not admitted)."""
+        self._enqueue(_PUT_DEP, (dep.sender, dep.dep_id, dep.receiver, dep.label,
+                                 FlowClass(dep.flow_class).value, tor, slot))
+
+    def end_dependency(self, sender: str, dep_id: int) -> None:
+        """Queue: the dependency ``(sender, dep_id)`` ended."""
+        self._enqueue(_DEL_DEP, (sender, dep_id))
+
+    def put_flow(self, hint: FlowHint, admitted: bool) -> None:
+        """Queue: a per-transfer flow hint is known (and whether the allocator admitted it)."""
+        self._enqueue(_PUT_FLOW, (hint.flow_id, hint.sender, hint.receiver, hint.remaining_bytes,
+                                  hint.no_bubble_ts_ns, hint.label, FlowClass(hint.flow_class).value,
+                                  int(admitted)))
+
+    def end_flow(self, flow_id: int) -> None:
+        """Queue: the flow completed."""
+        self._enqueue(_DEL_FLOW, (flow_id,))
+
+    def _enqueue(self, sql: str, params: tuple[object, ...]) -> None:
+        with self._cond:
+            self._queue.append((sql, params))
+            self._queued += 1
+            self._cond.notify_all()
+
+    def wait_durable(self, timeout_s: float = 30.0) -> None:
+        """Block until every change queued before this call is committed to disk.
+
+        Raises:
+            InvalidInput: field ``--state``: the commit failed (disk full, I/O error), the store
+                was closed, or it took longer than ``timeout_s``. The changes are then not
+                durable and the caller must not acknowledge them.
+        """
+        with self._cond:
+            target = self._queued
+            done = self._cond.wait_for(lambda: self._durable >= target or self._error is not None
+                                       or self._closed, timeout_s)
+            if self._error is not None:
+                raise InvalidInput("--state", f"commit to {self.path} failed: {self._error}")
+            if self._durable < target:
+                raise InvalidInput("--state", f"commit to {self.path} " +
+                                   ("did not finish in time" if not done else "stopped: the store is closed"))
+
+    @property
+    def pending(self) -> int:
+        """Changes queued and not yet committed."""
+        with self._cond:
+            return self._queued - self._durable
+
+    def close(self) -> None:
+        """Commit what is queued, stop the writer thread and close the database. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+        self._db.close()
+
+    # ------------------------------------------------------------------ the writer
+
+    def _commit_loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._queue) or self._closed)
+                batch, self._queue = self._queue, []
+                upto = self._queued
+                if not batch and self._closed:
+                    return
+            try:
+                self._commit(batch)
+            except sqlite3.Error as err:
+                log.error("state: commit of %d changes to %s failed: %s", len(batch), self.path, err)
+                with self._cond:
+                    self._error = err
+                    self._cond.notify_all()
+                return
+            failpoint("store.after-commit")
+            with self._cond:
+                self._durable = upto
+                self._cond.notify_all()
+
+    def _commit(self, batch: list[tuple[str, tuple[object, ...]]]) -> None:
+        t0 = time.monotonic_ns()
+        self._db.execute("BEGIN")
+        try:
+            for sql, params in batch:
+                self._db.execute(sql, params)
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        failpoint("store.before-commit")
+        self._db.execute("COMMIT")
+        self.stats.commits += 1
+        self.stats.records += len(batch)
+        self.stats.commit_ns += time.monotonic_ns() - t0
+

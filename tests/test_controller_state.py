@@ -1,0 +1,243 @@
+"""Restart without loss (docs/operations.md): the durable state store (SQLite, WAL, group
+commit), the controller's start against switches that kept their pipeline (cookie; read back,
+reconciled, nothing pushed again), periodic reconciliation, and ``safs controller`` killed with
+SIGKILL at each failpoint between database commit, switch write and acknowledgement, then
+restarted: nothing acknowledged is lost. Against in-process fake P4Runtime switches."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from test_controller_app import BMV2_JSON, P4INFO, Running, config, share_grants, wait_for
+from two_tors import TOPO_YAML
+
+from safs.control.controller import ControllerApp
+from safs.control.failpoints import ENV as FAILPOINT_ENV
+from safs.control.hintapi.client import HintClient, HintServiceError
+from safs.control.state import StateStore
+from safs.core import p4names as n
+from safs.core.errors import InvalidInput
+from safs.core.hints import DependencyHint, FlowClass
+from safs.core.target import TableEntry
+from safs.core.topology import load_topology
+from safs.targets.p4rt.codec import encode_table_entry
+from safs.targets.p4rt.p4info import P4InfoIndex
+from safs.testing.fake_p4rt import FakeP4RuntimeServer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def topo_file(tmp_path: Path) -> Path:
+    path = tmp_path / "topo.yaml"
+    path.write_text(TOPO_YAML)
+    return path
+
+
+@pytest.fixture
+def servers():
+    fakes = {"tor0": FakeP4RuntimeServer(), "tor1": FakeP4RuntimeServer(device_id=3)}
+    for fake in fakes.values():
+        fake.start()
+    yield fakes
+    for fake in fakes.values():
+        fake.stop()
+
+
+# ---------------------------------------------------------------------------- the store
+
+
+def test_store_keeps_what_it_committed_and_group_commits_concurrent_writers(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "st", "two-tors")
+    store.put_dependency(DependencyHint(1, "a", "d", "A2F", FlowClass.PIPELINE), "tor1", 5)
+    store.put_dependency(DependencyHint(2, "b", "d"), None, None)
+    store.end_dependency("b", 2)
+
+    def writer(k: int) -> None:
+        for i in range(50):
+            store.put_dependency(DependencyHint(100 + i, f"h{k}", "d"), "tor1", i + 1)
+            store.wait_durable()
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.pending == 0
+    # 400 waits shared commits: fewer transactions than changes
+    assert store.stats.records == 403 and store.stats.commits < 400
+    store.close()
+    again = StateStore(tmp_path / "st", "two-tors")
+    loaded = again.load()
+    assert len(loaded.dependencies) == 401
+    first = loaded.dependencies[0]
+    assert (first.dep, first.tor, first.slot) == (DependencyHint(1, "a", "d", "A2F"), "tor1", 5)
+    again.close()
+
+
+def test_store_refuses_another_topologys_state_and_an_unusable_directory(tmp_path: Path) -> None:
+    StateStore(tmp_path / "st", "two-tors").close()
+    with pytest.raises(InvalidInput, match=r"--state.*holds the state of topology 'two-tors', not 'other'"):
+        StateStore(tmp_path / "st", "other")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InvalidInput, match="--state: cannot open"):
+        StateStore(tmp_path / "file", "two-tors")
+
+
+# ---------------------------------------------------------------------------- restart in-process
+
+
+def rogue_entry(ip: int, dep_id: int):
+    """A dep_grant entry nobody announced (written behind the controller's back)."""
+    index = P4InfoIndex.from_file(P4INFO)
+    return encode_table_entry(index, TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: ip, n.F_DEP_ID: dep_id},
+                                                n.ACT_SET_SHARE_GRANT, {"meter_slot": 99}))
+
+
+def test_restart_keeps_the_pipeline_restores_state_and_repairs_what_changed(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer], tmp_path: Path) -> None:
+    topo = load_topology(topo_file)
+    ip = topo.host_ip
+    state = tmp_path / "state"
+    run = Running(config(topo_file, servers, state_dir=state))
+    with HintClient(run.app.hint_address) as hints:
+        assert hints.announce_dependencies([DependencyHint(1, "a", "d", "A2F a->d"),
+                                            DependencyHint(2, "b", "d", "A2F b->d"),
+                                            DependencyHint(7, "d", "c", "F2A d->c")]) == 3
+    before = {sw: share_grants(fake) for sw, fake in servers.items()}
+    assert before["tor1"] == {(ip("a"), 1): 1, (ip("b"), 2): 2} and before["tor0"] == {(ip("d"), 7): 1}
+    routes = len(servers["tor0"].table_entries(n.IPV4_LPM))
+    run.stop()
+    pushes = {sw: fake.pipeline_pushes for sw, fake in servers.items()}
+
+    # a clean restart: nothing pushed, nothing to repair, the same grants
+    run = Running(config(topo_file, servers, state_dir=state))
+    assert {sw: fake.pipeline_pushes for sw, fake in servers.items()} == pushes
+    assert run.app.stats.pipelines_kept == 2
+    s = run.app.stats
+    assert (s.repairs_missing, s.repairs_changed, s.repairs_extra) == (0, 0, 0)
+    assert {sw: share_grants(fake) for sw, fake in servers.items()} == before
+    with HintClient(run.app.hint_address) as hints:  # the restored dependencies are known
+        assert hints.announce_dependencies([DependencyHint(1, "a", "d", "A2F a->d")]) == 0
+    run.stop()
+
+    # while no controller runs: a grant and a route lost, a foreign grant written
+    assert servers["tor1"].drop_entries(n.DEP_GRANT, 1) == 1
+    assert servers["tor0"].drop_entries(n.IPV4_LPM, 1) == 1
+    servers["tor1"].insert_entry(rogue_entry(ip("c"), 9))
+    run = Running(config(topo_file, servers, state_dir=state))
+    s = run.app.stats
+    assert (s.repairs_missing, s.repairs_extra) == (2, 1)
+    assert {sw: share_grants(fake) for sw, fake in servers.items()} == before
+    assert len(servers["tor0"].table_entries(n.IPV4_LPM)) == routes
+    run.stop()
+
+
+def test_periodic_reconciliation_repairs_a_switch_behind_the_controllers_back(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer]) -> None:
+    ip = load_topology(topo_file).host_ip
+    run = Running(config(topo_file, servers, reconcile_period_s=0.2))
+    try:
+        with HintClient(run.app.hint_address) as hints:
+            hints.announce_dependencies([DependencyHint(1, "a", "d")])
+        servers["tor1"].drop_entries(n.DEP_GRANT)
+        servers["tor1"].insert_entry(rogue_entry(ip("b"), 3))
+        wait_for(lambda: share_grants(servers["tor1"]) == {(ip("a"), 1): 1}, what="periodic repair")
+        wait_for(lambda: run.app.stats.repairs_extra >= 1 and run.app.stats.repairs_missing >= 1,
+                 what="repairs counted")
+    finally:
+        run.stop()
+
+
+def test_without_a_state_directory_a_restart_forgets_and_removes_the_grants(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer]) -> None:
+    run = Running(config(topo_file, servers))
+    with HintClient(run.app.hint_address) as hints:
+        hints.announce_dependencies([DependencyHint(1, "a", "d")])
+    run.stop()
+    run = Running(config(topo_file, servers))
+    try:
+        assert share_grants(servers["tor1"]) == {}  # stale: nothing acknowledged them to this controller
+        assert run.app.stats.repairs_extra >= 1
+    finally:
+        run.stop()
+
+
+# ---------------------------------------------------------------------------- SIGKILL at each point
+
+
+class ControllerProcess:
+    """``safs controller`` as a child process (the hint API on a Unix socket)."""
+
+    def __init__(self, topo_file: Path, servers: dict[str, FakeP4RuntimeServer], state: Path, sock: Path,
+                 failpoint: str | None = None) -> None:
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "controller"))
+        env.pop(FAILPOINT_ENV, None)
+        if failpoint is not None:
+            env[FAILPOINT_ENV] = failpoint
+        sock.unlink(missing_ok=True)
+        self.address = f"unix:{sock}"
+        self.log = state.parent / f"controller-{failpoint or 'plain'}-{time.monotonic_ns()}.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "safs.apps.cli", "controller", "--topology", str(topo_file),
+             "--switch", f"tor0={servers['tor0'].address}", "--switch", f"tor1={servers['tor1'].address}:3",
+             "--p4info", str(P4INFO), "--bmv2-json", str(BMV2_JSON), "--hint-addr", self.address,
+             "--state", str(state), "--reconcile-s", "0"],
+            env=env, stdout=subprocess.DEVNULL, stderr=self.log.open("w"))
+        with HintClient(self.address) as hints:
+            if not hints.wait_ready(60):
+                self.proc.kill()
+                pytest.fail(f"controller did not serve the hint API within 60 s: {self.log.read_text()[-2000:]}")
+
+    def wait_killed(self) -> None:
+        assert self.proc.wait(timeout=30) == -signal.SIGKILL, self.log.read_text()[-2000:]
+
+
+def test_sigkill_at_every_point_loses_nothing_acknowledged(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer], tmp_path: Path) -> None:
+    ip = load_topology(topo_file).host_ip
+    state, sock = tmp_path / "state", tmp_path / "hints.sock"
+    acked: set[tuple[str, int]] = set()
+    # dep_id k is announced while the controller dies at point k (a -> d, ToR tor1)
+    points = ["store.before-commit", "store.after-commit", "hint.after-switch-write"]
+    for k, point in enumerate(points, start=1):
+        ctl = ControllerProcess(topo_file, servers, state, sock, point)
+        with HintClient(ctl.address) as hints, pytest.raises(HintServiceError, match="UNAVAILABLE"):
+            hints.announce_dependencies([DependencyHint(k, "a", "d", f"dies at {point}")])
+        ctl.wait_killed()
+    # killed after the acknowledgement
+    ctl = ControllerProcess(topo_file, servers, state, sock)
+    with HintClient(ctl.address) as hints:
+        assert hints.announce_dependencies([DependencyHint(9, "a", "d", "acked")]) == 1
+    acked.add(("a", 9))
+    ctl.proc.send_signal(signal.SIGKILL)
+    ctl.wait_killed()
+
+    ctl = ControllerProcess(topo_file, servers, state, sock)
+    try:
+        installed = {dep for (_, dep) in share_grants(servers["tor1"])}
+        assert {dep for _, dep in acked} <= installed  # nothing acknowledged is lost
+        # committed but unacknowledged (after-commit, after-switch-write) is kept too; never committed is gone
+        assert installed == {2, 3, 9}
+        with HintClient(ctl.address) as hints:  # the application retries what was not acknowledged
+            assert hints.announce_dependencies([DependencyHint(k, "a", "d", "retry") for k in (1, 2, 3)]) == 1
+        assert {dep for (_, dep) in share_grants(servers["tor1"])} == {1, 2, 3, 9}
+        assert all(src == ip("a") for (src, _) in share_grants(servers["tor1"]))
+    finally:
+        ctl.proc.terminate()
+        ctl.proc.wait(timeout=30)
+
+
+def test_a_controller_app_refuses_a_state_directory_of_another_topology(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer], tmp_path: Path) -> None:
+    StateStore(tmp_path / "st", "another-fabric").close()
+    app = ControllerApp(config(topo_file, servers, state_dir=tmp_path / "st"))
+    with pytest.raises(InvalidInput, match="another-fabric"):
+        app.start()
