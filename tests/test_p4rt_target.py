@@ -32,7 +32,7 @@ from two_tors import MS, two_tors  # the shared two-ToR test topology
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetConnectionError, TargetError
 from safs.core.hints import DependencyHint, FlowHint
-from safs.core.scheduler import Scheduler, SchedulerConfig
+from safs.core.scheduler import Repairs, Scheduler, SchedulerConfig
 from safs.core.target import (
     ActionProfileGroup,
     ActionProfileMember,
@@ -753,3 +753,34 @@ def test_reconnect_without_restart_keeps_state_and_digests(fake) -> None:
     assert target.read_table(n.DEP_GRANT) == [grant(4)]
     server.inject_digest(n.REQUEST_DIGEST, [[4, 1, 2, 3, 4, 5]])
     assert target.poll_digests(timeout_s=5) == [RequestDigest(4, 1, 2, 3, 4, 5)]
+
+
+def test_state_read_back_reconciles_with_no_writes_and_repairs_what_was_changed(switch, p4info_path,
+                                                                                  bmv2_json) -> None:
+    """What a restarted controller does: the pipeline is recognised by its cookie, the state
+    read back (tables, defaults, used meter cells, clone sessions, ECMP members and groups) is
+    what a scheduler restored from its store expects (no write at all), and a lost grant, a lost
+    route and a foreign entry are repaired. On the fake server and, where present, BMv2."""
+    topo = load_topology(ROOT / "topologies" / "leaf-spine.yaml")
+    dep = DependencyHint(1, "h4", "h0", "F2A")
+    t = P4RuntimeTarget("leaf0", switch[1], 0, p4info_path, bmv2_json, timeout_s=5.0)
+    try:
+        assert not t.runs_pipeline()
+        t.push_pipeline()
+        assert t.runs_pipeline()
+        first = Scheduler(topo, {"leaf0": t}, SchedulerConfig())
+        first.setup(0)
+        first.announce_dependency(dep, 0)
+        want = installed_state(t)
+        assert want["tables"][n.DEP_GRANT] and want["tables"][n.ECMP]
+        second = Scheduler(topo, {"leaf0": t}, SchedulerConfig())
+        second.restore([(dep, first._dep_slots[("h4", 1)][1])], [], 0)
+        assert second.reconcile("leaf0", t.read_state(second.meter_cells("leaf0"))) == Repairs()
+        assert second.stats.batches == 0
+        route_entry = next(e for e in want["tables"][n.IPV4_LPM] if e.action == n.ACT_SET_EGRESS)
+        t.write([Update(Op.DELETE, want["tables"][n.DEP_GRANT][0]), Update(Op.DELETE, route_entry),
+                 Update(Op.INSERT, share(9, 7, src=topo.host_ip("h8")))])
+        assert second.reconcile("leaf0", t.read_state(second.meter_cells("leaf0"))) == Repairs(2, 0, 1)
+        assert installed_state(t) == want
+    finally:
+        t.close()

@@ -611,7 +611,8 @@ class Scheduler:
         if switch not in self._targets:
             raise InvalidInput("switch", f"no target named {switch!r}")
         self._shadow[switch] = {_entry_key(e): e for e in observed.entries}
-        self._shadow_grants[switch] = {k: e for k, e in self._shadow[switch].items() if e.table == n.DEP_GRANT}
+        self._shadow_grants[switch] = {k: e for k, e in self._shadow[switch].items()
+                                       if e.table == n.DEP_GRANT and not e.is_default}
         self._shadow_meters[switch] = {m.index: m for m in observed.meters if m.meter != n.AGGREGATE_METER}
         self._shadow_agg_meters[switch] = {m.index: m for m in observed.meters if m.meter == n.AGGREGATE_METER}
         self._shadow_clones[switch] = {c.session_id: c for c in observed.clone_sessions}

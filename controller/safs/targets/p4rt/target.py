@@ -502,7 +502,9 @@ class P4RuntimeTarget:
                 e.table_entry.table_id = info.id
                 e.table_entry.is_default_action = default
                 tables.append(e)
-        entries = tuple(decode_table_entry(self.index, e.table_entry) for e in self._read(*tables))
+        # (BMv2's PI answers an indirect table's default entry with no action: nothing to keep)
+        entries = tuple(decode_table_entry(self.index, e.table_entry) for e in self._read(*tables)
+                        if e.table_entry.action.WhichOneof("type") is not None)
         meters = []
         for name, meter in self.index.meters.items():
             cells: Sequence[int | None] = [None] if meter_cells is None else meter_cells.get(name, ())
