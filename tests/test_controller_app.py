@@ -457,9 +457,11 @@ def test_scheduler_config_file_keys_override_the_derived_ones(tmp_path: Path) ->
 
 
 def test_prometheus_metrics_expose_controller_scheduler_and_port_counters(
-        topo_file: Path, servers: dict[str, FakeP4RuntimeServer]) -> None:
-    run = Running(config(topo_file, servers))
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer], tmp_path: Path) -> None:
+    run = Running(config(topo_file, servers, state_dir=tmp_path / "state"))
     try:
+        with HintClient(run.app.hint_address) as hints:
+            hints.announce_dependencies([DependencyHint(1, "a", "d")])
         servers["tor1"].set_counter(n.PORT_TX_BYTES, 1, 123_456, 100)
         servers["tor1"].set_counter(n.ECN_MARKED, 1, 0, 7)
         server = serve_metrics(run.app, "127.0.0.1", 0)
@@ -477,6 +479,8 @@ def test_prometheus_metrics_expose_controller_scheduler_and_port_counters(
         updates = run.app.scheduler.stats.table_updates
         assert updates > 0 and f"safs_scheduler_table_updates_total {float(updates)}" in text
         assert "safs_controller_digests_total 0.0" in text
+        assert "safs_controller_reconciliations_total 2.0" in text  # one per switch at start
+        assert "safs_state_records_total 1.0" in text and "safs_state_pending 0.0" in text
     finally:
         run.stop()
 

@@ -3,7 +3,9 @@
 Read at scrape time (a prometheus-client custom collector), so nothing is kept twice:
 
 * controller counters (:class:`~safs.control.controller.ControllerStats`): digests, rejected
-  digests, ticks, tick failures, reconnects (``safs_controller_*_total``);
+  digests, ticks, tick failures, reconnects, pipelines kept, reconciliations and their repairs
+  (``safs_controller_*_total``); with ``--state``, the state store's commits, committed
+  changes and queue (``safs_state_*``);
 * scheduler counters (:class:`~safs.core.scheduler.SchedulerStats`): table and meter updates
   written, write batches, encoded control bytes, grant changes, dependencies admitted, write
   failures (``safs_scheduler_*_total``);
@@ -39,6 +41,11 @@ CONTROLLER_COUNTERS = (
     ("tick_failures", "ticks or digest merges with refused writes or failed reads"),
     ("reconnects", "switches reconnected and re-installed"),
     ("reconnect_failures", "failed reconnection attempts"),
+    ("pipelines_kept", "switches found running this pipeline (cookie) at connection: kept, not pushed"),
+    ("reconciliations", "switches read back and reconciled"),
+    ("repairs_missing", "entities reconciliation wrote because a switch lacked them"),
+    ("repairs_changed", "entities reconciliation rewrote because a switch held other content"),
+    ("repairs_extra", "entities reconciliation deleted: stale, or written by another client"),
 )
 SCHEDULER_COUNTERS = (
     ("table_updates", "table entry updates written"),
@@ -89,6 +96,13 @@ class ControllerCollector(Collector):
                     tx_bytes.add_metric([sw, str(port)], s.byte_count)
                     tx_packets.add_metric([sw, str(port)], s.packet_count)
                     ecn.add_metric([sw, str(port)], m.packet_count)
+        store = app.store
+        if store is not None:
+            yield CounterMetricFamily("safs_state_commits", "state store transactions committed",
+                                      value=store.stats.commits)
+            yield CounterMetricFamily("safs_state_records", "state changes committed", value=store.stats.records)
+            yield GaugeMetricFamily("safs_state_pending", "state changes queued, not yet committed",
+                                    value=store.pending)
         yield up
         yield tx_bytes
         yield tx_packets
