@@ -18,7 +18,8 @@ import pytest
 from test_controller_app import BMV2_JSON, P4INFO, Running, config, share_grants, wait_for
 from two_tors import TOPO_YAML
 
-from safs.control.controller import ControllerApp
+from safs.apps.cli import main
+from safs.control.controller import ControllerApp, ControllerConfig, SwitchSpec, _reconcile_period
 from safs.control.failpoints import ENV as FAILPOINT_ENV
 from safs.control.hintapi.client import HintClient, HintServiceError
 from safs.control.state import StateStore
@@ -29,6 +30,7 @@ from safs.core.target import TableEntry
 from safs.core.topology import load_topology
 from safs.targets.p4rt.codec import encode_table_entry
 from safs.targets.p4rt.p4info import P4InfoIndex
+from safs.targets.pipeline_model import PipelineModel
 from safs.testing.fake_p4rt import FakeP4RuntimeServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,11 +89,55 @@ def test_store_refuses_another_topologys_state_and_an_unusable_directory(tmp_pat
     with pytest.raises(InvalidInput, match=r"--state.*holds the state of topology 'two-tors', not 'other'"):
         StateStore(tmp_path / "st", "other")
     (tmp_path / "file").write_text("x")
-    with pytest.raises(InvalidInput, match="--state: cannot open"):
+    with pytest.raises(InvalidInput, match="--state: .*file is not a directory"):
         StateStore(tmp_path / "file", "two-tors")
+    with pytest.raises(InvalidInput, match="--state: cannot open"):
+        StateStore("/proc/safs-state", "two-tors")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--state", ""], "--state: must name a directory"),
+    (["--reconcile-s", "0.0001"], "--reconcile-s: must be 0 (off) or 0.1..86400 seconds"),
+    (["--reconcile-s", "nan"], "--reconcile-s: must be 0 (off)"),
+    (["--reconcile-s", "abc"], "--reconcile-s: must be 0 (off)"),
+    (["--model", "--switch", "tor0=127.0.0.1:9559"], "--model: runs every topology switch in-process"),
+])
+def test_bad_state_and_reconcile_options_are_one_line(topo_file: Path, argv: list[str], message: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["controller", "--topology", str(topo_file), "--p4info", str(P4INFO), "--bmv2-json", str(BMV2_JSON)]
+    if "--model" not in argv:
+        base += ["--switch", "tor0=127.0.0.1:9559"]
+    assert main(base + argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("safs: error: ") and message in err[-1], err
+
+
+def test_a_zero_reconcile_period_is_off(topo_file: Path) -> None:
+    assert _reconcile_period("0") == _reconcile_period("0e0") == _reconcile_period("+0.00") == 0.0
+    assert _reconcile_period("10") == 10.0
 
 
 # ---------------------------------------------------------------------------- restart in-process
+
+
+def test_restored_dependencies_with_a_taken_slot_get_a_new_one_and_it_is_stored(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer], tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "st", "two-tors")
+    for dep_id in (1, 2):  # both claim slot 5 (a hand-edited or corrupt store)
+        store.put_dependency(DependencyHint(dep_id, "a", "d"), "tor1", 5)
+    store.put_dependency(DependencyHint(3, "h99", "d"), "tor1", 6)
+    store.wait_durable()
+    store.close()
+    with pytest.raises(InvalidInput, match=r"--state: .*a stored hint is refused: dependency.sender: unknown host"):
+        ControllerApp(config(topo_file, servers, state_dir=tmp_path / "st")).start()
+    store = StateStore(tmp_path / "st", "two-tors")
+    store.end_dependency("h99", 3)
+    store.wait_durable()
+    store.close()
+    run = Running(config(topo_file, servers, state_dir=tmp_path / "st"))
+    run.stop()
+    slots = {d.dep.dep_id: d.slot for d in StateStore(tmp_path / "st", "two-tors").load().dependencies}
+    assert slots[1] == 5 and slots[2] not in (None, 5)
 
 
 def rogue_entry(ip: int, dep_id: int):
@@ -241,3 +287,22 @@ def test_a_controller_app_refuses_a_state_directory_of_another_topology(
     app = ControllerApp(config(topo_file, servers, state_dir=tmp_path / "st"))
     with pytest.raises(InvalidInput, match="another-fabric"):
         app.start()
+
+
+def test_model_mode_serves_hints_into_in_process_pipeline_models(topo_file: Path, tmp_path: Path) -> None:
+    """``safs controller --model``: every switch an in-process pipeline model; hints, state and
+    reconciliation as against real switches."""
+    specs = tuple(SwitchSpec(sw, "in-process:0") for sw in ("tor0", "tor1"))
+    cfg = ControllerConfig(topology_path=topo_file, switches=specs, p4info_path=P4INFO, bmv2_json_path=BMV2_JSON,
+                           hint_addr="127.0.0.1:0", model=True, state_dir=tmp_path / "st")
+    for expected_new in (1, 0):  # the second controller restores the dependency from the store
+        run = Running(cfg)
+        try:
+            with HintClient(run.app.hint_address) as hints:
+                assert hints.announce_dependencies([DependencyHint(1, "a", "d")]) == expected_new
+            model = run.app.links["tor1"].target
+            assert isinstance(model, PipelineModel)
+            assert [e.match[n.F_DEP_ID] for e in model.entries(n.DEP_GRANT)] == [1]
+            assert model.entries(n.IPV4_LPM) and run.app.stats.pipelines_kept == 0
+        finally:
+            run.stop()

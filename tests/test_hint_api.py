@@ -516,6 +516,18 @@ def test_end_dependency_deletes_its_grant_and_unknown_is_not_found(env_dep: Env)
     assert env.client.announce_dependencies([dep(1, receiver="b")]) == 1  # the id is free for reuse
 
 
+def test_end_dependencies_ends_in_order_and_stops_at_an_unknown_one(env_dep: Env) -> None:
+    env = env_dep
+    ip = two_tors().host_ip
+    env.client.announce_dependencies([dep(1), dep(2, sender="b"), dep(3, sender="c")])
+    with pytest.raises(InvalidInput) as info:
+        env.client.end_dependencies([("a", 1), ("zz", 9), ("b", 2)])
+    assert info.value.field == "dependencies[1].dep_id"
+    assert env.share_grants() == {(ip("b"), 2): 2, (ip("c"), 3): 3}  # a's ended, b's kept
+    env.client.end_dependencies([("b", 2), ("c", 3)])
+    assert env.share_grants() == {} and len(env.sched.dependencies) == 0
+
+
 def test_announce_fills_in_a_dependency_a_digest_made(env_dep: Env) -> None:
     env = env_dep
     ip = two_tors().host_ip

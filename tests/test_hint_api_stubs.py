@@ -39,7 +39,7 @@ def test_stubs_load_on_installed_protobuf_and_define_the_service() -> None:
     service = pb.DESCRIPTOR.services_by_name["HintService"]
     assert service.full_name == "safs.v1.HintService"
     assert [m.name for m in service.methods] == ["Announce", "Update", "Complete", "GetGrant",
-                                                 "AnnounceDependencies", "EndDependency"]
+                                                 "AnnounceDependencies", "EndDependency", "EndDependencies"]
     assert pb.AnnounceRequest.__module__ == "safs.control.hintapi.hints_pb2"
     assert [f.name for f in pb.Dependency.DESCRIPTOR.fields] == ["dep_id", "sender", "receiver", "label", "flow_class"]
     assert hasattr(pb_grpc, "HintServiceStub") and hasattr(pb_grpc, "add_HintServiceServicer_to_server")

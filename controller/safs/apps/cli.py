@@ -153,6 +153,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="SchedulerConfig fields (allocator: AllocatorConfig fields)",
     )
     ctl.add_argument(
+        "--model",
+        action="store_true",
+        help="run every topology switch as an in-process pipeline model instead of --switch (try the "
+        "controller, hint API and metrics without BMv2; docs/controller.md)",
+    )
+    ctl.add_argument(
         "--state",
         default=None,
         metavar="DIR",

@@ -42,12 +42,15 @@ from safs.core.target import CounterValue, RequestDigest, SwitchState, Update
 from safs.core.timebase import TIME_MASK, fabric_clock
 from safs.core.topology import Topology, load_topology
 from safs.targets.p4rt.target import P4RuntimeTarget
+from safs.targets.pipeline_model import PipelineModel
 
 log = logging.getLogger(__name__)
 
 _U64 = (1 << 64) - 1
 NS_PER_MS = 1_000_000
 DIGEST_POLL_S = 0.001  # longest wait of the run loop between digest polls (a tick may be longer)
+RECONCILE_MIN_S = 0.1  # --reconcile-s: a read-back of one switch takes tens to hundreds of ms
+RECONCILE_MAX_S = 86_400.0
 
 
 # ---------------------------------------------------------------------------- arguments
@@ -166,6 +169,10 @@ class ControllerConfig:
             or None: nothing survives a restart.
         reconcile_period_s: read every switch back and repair what differs this often,
             seconds (> 0), or 0: only at start and after a reconnection.
+        model: run every switch as an in-process pipeline model
+            (:class:`~safs.targets.pipeline_model.PipelineModel`) instead of connecting to
+            ``switches`` (whose addresses are then ignored): the controller, hint API,
+            state and metrics without BMv2. No packets flow (there are no hosts).
     """
 
     topology_path: Path
@@ -185,6 +192,7 @@ class ControllerConfig:
     summary_period_s: float = 1.0
     state_dir: Path | None = None
     reconcile_period_s: float = 10.0
+    model: bool = False
 
     def __post_init__(self) -> None:
         if not self.switches:
@@ -219,8 +227,9 @@ class ControllerConfig:
             )
         if not self.summary_period_s > 0:
             raise InvalidInput("summary_period_s", f"must be > 0 seconds, got {self.summary_period_s!r}")
-        if not 0 <= self.reconcile_period_s < float("inf"):
-            raise InvalidInput("--reconcile-s", f"must be >= 0 seconds (0: off), got {self.reconcile_period_s!r}")
+        if self.reconcile_period_s != 0 and not RECONCILE_MIN_S <= self.reconcile_period_s <= RECONCILE_MAX_S:
+            raise InvalidInput("--reconcile-s", f"must be 0 (off) or {RECONCILE_MIN_S:g}..{RECONCILE_MAX_S:g} "
+                               f"seconds, got {self.reconcile_period_s!r}")
         for what, path in (("--p4info", self.p4info_path), ("--bmv2-json", self.bmv2_json_path)):
             if not Path(path).is_file():
                 raise InvalidInput(what, f"no such file: {path}")
@@ -475,15 +484,18 @@ class ControllerApp:
                 self.store = StateStore(cfg.state_dir, self.topology.name)
             opened = {}
             for spec in cfg.switches:
-                target, estimate, kept = self._open(spec)
-                self.links[spec.name] = SwitchLink(spec, target)
+                target, estimate, kept = self._open_model(spec) if cfg.model else self._open(spec)
+                self.links[spec.name] = SwitchLink(spec, target)  # a PipelineModel serves as the target too
                 opened[spec.name] = (estimate, kept)
             self.scheduler = Scheduler(self.topology, self.links, cfg.scheduler)
             if self.store is not None:
                 stored = self.store.load()
-                self.scheduler.restore([(d.dep, d.slot) for d in stored.dependencies],
-                                       [(f.hint, f.admitted) for f in stored.flows], self.clock())
-                self.scheduler.journal = self.store
+                self.scheduler.journal = self.store  # a dependency restore moves to a new slot is stored
+                try:
+                    self.scheduler.restore([(d.dep, d.slot) for d in stored.dependencies],
+                                           [(f.hint, f.admitted) for f in stored.flows], self.clock())
+                except InvalidInput as err:
+                    raise InvalidInput("--state", f"{self.store.path}: a stored hint is refused: {err}") from None
                 log.info("state %s: %d dependencies and %d flows restored", self.store.path,
                          len(stored.dependencies), len(stored.flows))
             t0 = time.monotonic()
@@ -521,6 +533,11 @@ class ControllerApp:
         if offset != held:
             link.set_clock_offset(offset)
         self.clock_offsets_ns[name] = offset
+        held_grants = sum(1 for e in observed.entries if e.table == n.DEP_GRANT and not e.is_default)
+        if kept and held_grants and not self.scheduler.dependencies and not self.scheduler.allocator.grants():
+            log.warning("%s holds %d grants this controller does not know (%s): they are removed as stale; to keep "
+                        "them, give the --state directory of the controller that wrote them", name, held_grants,
+                        "no --state" if self.store is None else f"nothing in {self.store.path}")
         return self._reconcile(name, observed)
 
     def _reconcile(self, name: str, observed: SwitchState) -> Repairs:
@@ -532,9 +549,9 @@ class ControllerApp:
         s.repairs_missing += repairs.missing
         s.repairs_changed += repairs.changed
         s.repairs_extra += repairs.extra
-        if repairs.total:
-            log.info("%s: reconciled: %d missing, %d changed, %d extra entities repaired", name,
-                     repairs.missing, repairs.changed, repairs.extra)
+        log.log(logging.INFO if repairs.total else logging.DEBUG,
+                "%s: reconciled: %d missing, %d changed, %d extra entities repaired", name,
+                repairs.missing, repairs.changed, repairs.extra)
         return repairs
 
     def reconcile_all(self) -> Repairs:
@@ -561,6 +578,14 @@ class ControllerApp:
             total.changed += r.changed
             total.extra += r.extra
         return total
+
+    def _open_model(self, spec: SwitchSpec) -> tuple[PipelineModel, int, bool]:
+        """An in-process pipeline model for ``spec`` (``--model``): its clock counts ns from
+        now, so the clock offset is the fabric time now."""
+        start = time.monotonic_ns()
+        offset = self.clock() & TIME_MASK
+        log.info("%s: in-process pipeline model (--model)", spec.name)
+        return PipelineModel(spec.name, lambda: time.monotonic_ns() - start), offset, False
 
     def _open(self, spec: SwitchSpec) -> tuple[P4RuntimeTarget, int, bool]:
         """Connect, arbitrate, and push the pipeline unless the switch already runs it (its
@@ -816,6 +841,14 @@ class _Snapshot:
             )
 
 
+def _state_dir(text: str | None) -> Path | None:
+    if text is None:
+        return None
+    if not text.strip():
+        raise InvalidInput("--state", "must name a directory, got an empty string")
+    return Path(text)
+
+
 def config_from_args(args: Any) -> ControllerConfig:
     """A :class:`ControllerConfig` from the ``safs controller`` argparse namespace (strings are
     parsed here so every bad value gives one InvalidInput line naming the option); the scheduler
@@ -825,6 +858,10 @@ def config_from_args(args: Any) -> ControllerConfig:
     Raises:
         InvalidInput: a bad option value, topology or scheduler-config file."""
     switches = tuple(parse_switch_spec(s) for s in args.switch or [])
+    if args.model:
+        if switches:
+            raise InvalidInput("--model", "runs every topology switch in-process; give no --switch")
+        switches = tuple(SwitchSpec(sw, "in-process:0") for sw in load_topology(Path(args.topology)).switches())
     offsets: dict[str, int] = {}
     for text in args.clock_offset or []:
         name, value = parse_clock_offset(text)
@@ -844,13 +881,25 @@ def config_from_args(args: Any) -> ControllerConfig:
         duration_s=duration,
         scheduler=scheduler,
         clock_offsets_ns=offsets,
-        state_dir=Path(args.state) if args.state is not None else None,
-        reconcile_period_s=_seconds_or_zero("--reconcile-s", args.reconcile_s),
+        state_dir=_state_dir(args.state),
+        reconcile_period_s=_reconcile_period(args.reconcile_s),
+        model=args.model,
     )
 
 
-def _seconds_or_zero(option: str, text: str) -> float:
-    return 0.0 if str(text).strip() in ("0", "0.0") else _number(option, text, 1)
+
+def _reconcile_period(text: str) -> float:
+    """``--reconcile-s``: 0 (off) or RECONCILE_MIN_S..RECONCILE_MAX_S seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if value == 0:
+        return 0.0
+    if not RECONCILE_MIN_S <= value <= RECONCILE_MAX_S:  # also NaN
+        raise InvalidInput("--reconcile-s", f"must be 0 (off) or {RECONCILE_MIN_S:g}..{RECONCILE_MAX_S:g} seconds, "
+                           f"got {text!r}")
+    return value
 
 
 def _number(option: str, text: str, scale: int) -> float:

@@ -18,6 +18,7 @@ let tests kill the process around the commit.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sqlite3
 import threading
@@ -103,6 +104,8 @@ class StateStore:
 
     def __init__(self, directory: Path | str, topology: str) -> None:
         path = Path(directory)
+        if path.exists() and not path.is_dir():
+            raise InvalidInput("--state", f"{path} is not a directory")
         try:
             path.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(path / STATE_FILE, check_same_thread=False, isolation_level=None)
@@ -233,8 +236,8 @@ class StateStore:
         t0 = time.monotonic_ns()
         self._db.execute("BEGIN")
         try:
-            for sql, params in batch:
-                self._db.execute(sql, params)
+            for sql, rows in itertools.groupby(batch, key=lambda change: change[0]):  # in order
+                self._db.executemany(sql, (params for _, params in rows))
         except BaseException:
             self._db.execute("ROLLBACK")
             raise

@@ -362,15 +362,17 @@ class DependencyRegistry:
                                f"must be one of {', '.join(FLOW_CLASSES)}, got {dep.flow_class!r}") from None
         return replace(dep, flow_class=flow_class)
 
-    def announce(self, dep: DependencyHint) -> bool:
+    def announce(self, dep: DependencyHint, checked: bool = False) -> bool:
         """Record a dependency; True when it is new. Announcing the same content again is a
         no-op; the same key with another receiver or class is refused (an application must end
         a dependency before it reuses its id), a new label replaces a digest's placeholder.
+        ``checked``: ``dep`` is already :meth:`validated`'s result (not validated again).
 
         Raises:
             InvalidInput: a bad field, or a conflicting re-announce (field ``dependency.dep_id``).
         """
-        dep = self.validated(dep)
+        if not checked:
+            dep = self.validated(dep)
         key = (dep.sender, dep.dep_id)
         old = self._deps.get(key)
         if old is not None:

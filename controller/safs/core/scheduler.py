@@ -520,6 +520,9 @@ class Scheduler:
         # dep_grant entries in the shadow, by key (the part of it _plan_all_grants walks)
         self._shadow_grants: dict[str, dict[TableEntryKey, TableEntry]] = {sw: {} for sw in self._targets}
         self._ip_to_host = {topology.host_ip(h): h for h in hosts}
+        self._host_ip = {h: topology.host_ip(h) for h in hosts}
+        self._host_tor = {h: topology.tor_of(h) for h in hosts}
+        self._usable_bps: dict[str, int] = {}  # receiver -> usable rate of its link (dependency meters)
         # dependencies whose grant entry changed and is not written yet -> their ToR
         self._dirty_deps: dict[tuple[str, int], str] = {}
         self._holding = False  # restore(): plan nothing, write nothing
@@ -844,8 +847,8 @@ class Scheduler:
         share = self.config.rate_grants and self.config.grant_mode == "share"
         before = self.dependencies.get(key) if key in self.dependencies else None
         if share and before is None:
-            self._require_slot(self._topo.tor_of(valid.receiver), "dependency.receiver")
-        new = self.dependencies.announce(valid)
+            self._require_slot(self._host_tor[valid.receiver], "dependency.receiver")
+        new = self.dependencies.announce(valid, checked=True)
         if new and share:
             self._admit_dependency(key, write)
         elif self.journal is not None and self.dependencies.get(key) != before:
@@ -906,7 +909,7 @@ class Scheduler:
 
     def _admit_dependency(self, key: tuple[str, int], write: bool = True) -> None:
         dep = self.dependencies.get(key)
-        tor = self._topo.tor_of(dep.receiver)
+        tor = self._host_tor[dep.receiver]
         slot = heapq.heappop(self._free_slots[tor])
         self._dep_slots[key] = (tor, slot)
         self.stats.dependencies += 1
@@ -920,13 +923,17 @@ class Scheduler:
         and share entry of one admitted dependency, diffed against the shadow."""
         dep = self.dependencies.get(key)
         tor, slot = self._dep_slots[key]
-        usable = self.allocator.config.usable_bps(self._topo.host_link_bps(dep.receiver))
+        usable = self._usable_bps.get(dep.receiver)
+        if usable is None:
+            usable = self._usable_bps[dep.receiver] = self.allocator.config.usable_bps(
+                self._topo.host_link_bps(dep.receiver))
         meter = self.config.meter_for(slot, usable)
         if self._shadow_meters[tor].get(slot) != meter:
             plan.append(Update(Op.MODIFY, meter))
-        entry = TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: self._topo.host_ip(dep.sender), n.F_DEP_ID: dep.dep_id},
+        src_ip = self._host_ip[dep.sender]
+        entry = TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: src_ip, n.F_DEP_ID: dep.dep_id},
                            n.ACT_SET_SHARE_GRANT, {"meter_slot": slot})
-        current = self._shadow_grants[tor].get(_entry_key(entry))
+        current = self._shadow_grants[tor].get(self._dep_key(src_ip, dep.dep_id))
         if current != entry:
             plan.append(Update(Op.INSERT if current is None else Op.MODIFY, entry))
 

@@ -61,7 +61,7 @@ Counters: ``flow_bytes`` and ``port_tx_bytes`` count bytes and packets; ``malfor
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -101,6 +101,7 @@ from safs.core.target import (
     Op,
     Range,
     RequestDigest,
+    SwitchState,
     TableEntry,
     TableEntryKey,
     Ternary,
@@ -709,6 +710,22 @@ class PipelineModel:
         """The config of ``meter[index]`` (``dep_meter`` or ``aggregate_meter``), or None when
         never configured (always green)."""
         return (self._agg_meter_cfg if meter == n.AGGREGATE_METER else self._meter_cfg).get(index)
+
+    def read_state(self, meter_cells: Mapping[str, Sequence[int]] | None = None) -> SwitchState:
+        """What :meth:`safs.targets.p4rt.target.P4RuntimeTarget.read_state` reads from a switch:
+        every table's entries and writable default entries, the configured meter cells
+        (``meter_cells``: meter name -> indices; None: all), clone sessions, ECMP members and
+        groups."""
+        entries = [e for t in self._tables for e in self._tables[t].values()] + list(self._defaults.values())
+        meters = []
+        for name, cfg in ((n.DEP_METER, self._meter_cfg), (n.AGGREGATE_METER, self._agg_meter_cfg)):
+            cells = cfg.keys() if meter_cells is None else meter_cells.get(name, ())
+            meters += [cfg[i] for i in cells if i in cfg]
+        profiles: list[ActionProfileMember | ActionProfileGroup] = [*self.profile_members(), *self.profile_groups()]
+        return SwitchState(tuple(entries), tuple(meters), tuple(self.clone_sessions()), tuple(profiles))
+
+    def close(self) -> None:
+        """Nothing to close (in-process); for callers that close every switch they opened."""
 
     def read_counter_cells(self, counter: str, indices: Sequence[int]) -> list[CounterValue]:
         """:meth:`read_counter` of each index, in order (one P4Runtime Read on a switch)."""

@@ -186,6 +186,18 @@ class HintClient:
         self._call(self._stub.EndDependency, pb.EndDependencyRequest(
             sender=_text("sender", sender), dep_id=_uint("dep_id", dep_id, 0xFFFF)))
 
+    def end_dependencies(self, keys: Sequence[tuple[str, int]]) -> None:
+        """End several dependencies, ``(sender, dep_id)`` each, in one call, in order.
+
+        Raises:
+            InvalidInput: an unknown or bad one (``dependencies[i].<field>``; those before it are
+                ended). HintServiceError: as above.
+        """
+        self._call(self._stub.EndDependencies, pb.EndDependenciesRequest(dependencies=[
+            pb.EndDependencyRequest(sender=_text(f"dependencies[{i}].sender", s),
+                                    dep_id=_uint(f"dependencies[{i}].dep_id", d, 0xFFFF))
+            for i, (s, d) in enumerate(keys)]))
+
     def grant(self, flow_id: int) -> Grant | None:
         """The flow's current grant (rate bit/s, epoch, lease ns), or None when it has none yet.
         Raises InvalidInput, UnknownFlow, HintServiceError."""

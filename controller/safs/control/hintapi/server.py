@@ -217,6 +217,30 @@ class HintServicer(pb_grpc.HintServiceServicer):
         self._flush_dependencies(context)
         return pb.EndDependencyResponse()
 
+    def EndDependencies(self, request: pb.EndDependenciesRequest,
+                        context: grpc.ServicerContext) -> pb.EndDependenciesResponse:
+        """End dependencies in order (:meth:`Scheduler.end_dependency`); an unknown one stops
+        the call there with NOT_FOUND naming its index (those before it stay ended)."""
+        if len(request.dependencies) > MAX_DEPENDENCIES_PER_CALL:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"dependencies: at most {MAX_DEPENDENCIES_PER_CALL} "
+                          f"per call, got {len(request.dependencies)}")
+        refused: tuple[grpc.StatusCode, str] | None = None
+        with self.lock:
+            now = self._clock()
+            for i, d in enumerate(request.dependencies):
+                try:
+                    self._sched.end_dependency(d.sender, d.dep_id, now, write=False)
+                except InvalidInput as err:
+                    code = (grpc.StatusCode.NOT_FOUND if (d.sender, d.dep_id) not in self._sched.dependencies
+                            else grpc.StatusCode.INVALID_ARGUMENT)
+                    refused = (code, f"dependencies[{i}].dep_id: {err.message}")
+                    break
+        self._wait_durable(context)
+        self._flush_dependencies(context)  # those before a refused one are ended
+        if refused is not None:
+            context.abort(*refused)
+        return pb.EndDependenciesResponse()
+
     def _wait_durable(self, context: grpc.ServicerContext) -> None:
         """Return once this call's changes are committed (no store: at once); else abort
         UNAVAILABLE (the change is in memory only and will not survive a restart)."""
