@@ -11,8 +11,8 @@ writes a grant (a ``dep_grant`` entry and a meter at the receiver's ToR) and eac
 it; with durable state every call answers after its changes are committed (group commit).
 
 Printed per mode: announces per second over the whole flood (each with its end: a pair),
-and hints per second counting announces and ends, and the controller's resident memory (VmRSS of /proc/PID/status) after 10%, 50%
-and 100% of it; then the durable/plain ratio. Target: switch model (in-process), no network
+hints per second counting announces and ends, and the controller's resident memory (VmRSS of
+/proc/PID/status) after 10%, 50% and 100% of it; then the durable/plain ratio. Target: switch model (in-process), no network
 to the switches; the client is one Python process (pure-Python protobuf), which is part of
 what is measured.
 
