@@ -13,8 +13,8 @@ it; with durable state every call answers after its changes are committed (group
 Printed per mode: announces per second over the whole flood (each with its end: a pair),
 hints per second counting announces and ends, and the controller's resident memory (VmRSS of
 /proc/PID/status) after 10%, 50% and 100% of it; then the durable/plain ratio. Target:
-switch model (in-process), no network to the switches; the client is one Python process (pure-Python protobuf), which is part of
-what is measured.
+switch model (in-process), no network to the switches; the client is one Python process
+(pure-Python protobuf), which is part of what is measured.
 
     PYTHONPATH=controller .venv/bin/python benchmarks/bench_hints.py [--hints 100000] [--batch 1000]
 """
