@@ -30,6 +30,7 @@ from safs.core.target import TableEntry
 from safs.core.topology import load_topology
 from safs.targets.p4rt.codec import encode_table_entry
 from safs.targets.p4rt.p4info import P4InfoIndex
+from safs.targets.p4rt.target import P4RuntimeTarget
 from safs.targets.pipeline_model import PipelineModel
 from safs.testing.fake_p4rt import FakeP4RuntimeServer
 
@@ -223,7 +224,7 @@ class ControllerProcess:
     """``safs controller`` as a child process (the hint API on a Unix socket)."""
 
     def __init__(self, topo_file: Path, servers: dict[str, FakeP4RuntimeServer], state: Path, sock: Path,
-                 failpoint: str | None = None) -> None:
+                 failpoint: str | None = None, extra: tuple[str, ...] = (), serving: bool = True) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT / "controller"))
         env.pop(FAILPOINT_ENV, None)
         if failpoint is not None:
@@ -235,8 +236,10 @@ class ControllerProcess:
             [sys.executable, "-m", "safs.apps.cli", "controller", "--topology", str(topo_file),
              "--switch", f"tor0={servers['tor0'].address}", "--switch", f"tor1={servers['tor1'].address}:3",
              "--p4info", str(P4INFO), "--bmv2-json", str(BMV2_JSON), "--hint-addr", self.address,
-             "--state", str(state), "--reconcile-s", "0"],
+             "--state", str(state), "--reconcile-s", "0", *extra],
             env=env, stdout=subprocess.DEVNULL, stderr=self.log.open("w"))
+        if not serving:
+            return
         with HintClient(self.address) as hints:
             if not hints.wait_ready(60):
                 self.proc.kill()
@@ -306,3 +309,72 @@ def test_model_mode_serves_hints_into_in_process_pipeline_models(topo_file: Path
             assert model.entries(n.IPV4_LPM) and run.app.stats.pipelines_kept == 0
         finally:
             run.stop()
+
+
+# ---------------------------------------------------------------------------- primary and backup
+
+
+@pytest.mark.parametrize("auto_promote", [True, False], ids=["switch-promotes (PI)", "no-primary (spec)"])
+def test_backup_takes_over_when_the_primary_is_killed_and_the_old_one_stands_by(
+        topo_file: Path, tmp_path: Path, auto_promote: bool) -> None:
+    ip = load_topology(topo_file).host_ip
+    fakes = {"tor0": FakeP4RuntimeServer(auto_promote=auto_promote),
+             "tor1": FakeP4RuntimeServer(device_id=3, auto_promote=auto_promote)}
+    for fake in fakes.values():
+        fake.start()
+    state, sock = tmp_path / "state", tmp_path / "hints.sock"
+    backup = None
+    try:
+        primary = ControllerProcess(topo_file, fakes, state, sock, extra=("--election-id", "5"))
+        with HintClient(primary.address) as hints:
+            hints.announce_dependencies([DependencyHint(1, "a", "d", "A2F"), DependencyHint(2, "b", "d", "A2F")])
+        backup = Running(config(topo_file, fakes, state_dir=state, election_id=(0, 1),
+                                hint_addr=f"unix:{tmp_path / 'backup.sock'}"))
+        assert backup.app.role == "backup" and backup.app.hint_server is None
+        writes = {sw: len(f.writes) for sw, f in fakes.items()}
+        t_kill = time.monotonic()
+        primary.proc.send_signal(signal.SIGKILL)
+        primary.wait_killed()
+        wait_for(lambda: backup.app.role == "primary", what="the backup's takeover")
+        first_write = time.monotonic()
+        new_id = backup.app.election_id
+        assert new_id > (0, 5)  # above every id seen, so the old primary cannot come back as primary
+        assert all(fakes[sw].primary_election_id == new_id for sw in fakes)
+        print(f"takeover: backup writing {first_write - t_kill:.2f} s after the primary's SIGKILL "
+              f"({'switch promotes' if auto_promote else 'no primary until a backup arbitrates higher'})")
+        assert all(len(f.writes) > writes[sw] for sw, f in fakes.items())  # it wrote (the digest config at least)
+        assert share_grants(fakes["tor1"]) == {(ip("a"), 1): 1, (ip("b"), 2): 2}
+        with HintClient(backup.app.hint_address) as hints:  # the new primary knows them
+            assert hints.announce_dependencies([DependencyHint(1, "a", "d", "A2F")]) == 0
+            assert hints.announce_dependencies([DependencyHint(3, "c", "d")]) == 1
+        # the old primary comes back with its old id: it stands by, it does not take over
+        old = ControllerProcess(topo_file, fakes, state, sock, extra=("--election-id", "5"), serving=False)
+        try:
+            wait_for(lambda: "standing by as backup" in old.log.read_text(), timeout_s=60,
+                     what="the old primary standing by")
+            assert backup.app.role == "primary" and all(f.primary_election_id == new_id for f in fakes.values())
+        finally:
+            old.proc.terminate()
+            old.proc.wait(timeout=30)
+    finally:
+        if backup is not None:
+            backup.stop()
+        for fake in fakes.values():
+            fake.stop()
+
+
+def test_a_primary_steps_back_from_all_switches_when_another_takes_one_then_takes_all_back(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer]) -> None:
+    run = Running(config(topo_file, servers, election_id=(0, 2)))
+    other = P4RuntimeTarget("tor1", servers["tor1"].address, 3, P4INFO, BMV2_JSON, election_id=(0, 9))
+    try:
+        assert other.is_primary  # a higher id at one switch only
+        wait_for(lambda: run.app.stats.step_downs == 1, what="the primary stepping back from all")
+        # then, still promoted at tor0 (no other controller there), it takes over both again
+        # with an id above 9: one primary for the two switches, never one each
+        wait_for(lambda: run.app.stats.takeovers == 1 and run.app.role == "primary", what="the takeover")
+        assert run.app.election_id > (0, 9) and not other.is_primary
+        assert all(f.primary_election_id == run.app.election_id for f in servers.values())
+    finally:
+        other.close()
+        run.stop()

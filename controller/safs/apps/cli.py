@@ -153,6 +153,13 @@ def _build_parser() -> argparse.ArgumentParser:
         help="SchedulerConfig fields (allocator: AllocatorConfig fields)",
     )
     ctl.add_argument(
+        "--election-id",
+        default="1",
+        metavar="N",
+        help="P4Runtime election id (1..2^64-1, default 1): the highest connected controller is primary, "
+        "the others stand by as backups and take over when it is gone (docs/operations.md)",
+    )
+    ctl.add_argument(
         "--model",
         action="store_true",
         help="run every topology switch as an in-process pipeline model instead of --switch (try the "

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 _U64 = (1 << 64) - 1
 NS_PER_MS = 1_000_000
 DIGEST_POLL_S = 0.001  # longest wait of the run loop between digest polls (a tick may be longer)
+ROLE_CHECK_S = 0.02  # how often the run loop looks at the switches' arbitration (backup takeover)
 RECONCILE_MIN_S = 0.1  # --reconcile-s: a read-back of one switch takes tens to hundreds of ms
 RECONCILE_MAX_S = 86_400.0
 
@@ -386,6 +387,8 @@ class ControllerStats:
         reconnect_failures: reconnection attempts that failed (retried with backoff).
         pipelines_kept: switches found running this pipeline (cookie) at connection, so
             reconciled instead of pushed again.
+        takeovers: times this controller, a backup, became primary at every switch.
+        step_downs: times it lost primary at a switch and stepped back from all.
         reconciliations: switches read back and reconciled (at start, reconnection, periodic).
         repairs_missing, repairs_changed, repairs_extra: what those reconciliations wrote
             (:class:`safs.core.scheduler.Repairs`).
@@ -398,6 +401,8 @@ class ControllerStats:
     reconnects: int = 0
     reconnect_failures: int = 0
     pipelines_kept: int = 0
+    takeovers: int = 0
+    step_downs: int = 0
     reconciliations: int = 0
     repairs_missing: int = 0
     repairs_changed: int = 0
@@ -445,6 +450,9 @@ class ControllerApp:
         self.scheduler: Scheduler | None = None
         self.store: StateStore | None = None
         self.hint_server: hint_server.RunningHintServer | None = None
+        self.role = "starting"  # then "primary" or "backup" (docs/operations.md, "Primary and backup")
+        self.election_id = config.election_id  # raised by a takeover
+        self._next_role_check = 0.0
         self._retry: dict[str, _Retry] = {}
         self._stopped = False
         self._next_tick_warning = 0.0
@@ -482,37 +490,64 @@ class ControllerApp:
         try:
             if cfg.state_dir is not None:
                 self.store = StateStore(cfg.state_dir, self.topology.name)
-            opened = {}
             for spec in cfg.switches:
-                target, estimate, kept = self._open_model(spec) if cfg.model else self._open(spec)
+                target = self._open_model(spec) if cfg.model else self._connect(spec)
                 self.links[spec.name] = SwitchLink(spec, target)  # a PipelineModel serves as the target too
-                opened[spec.name] = (estimate, kept)
-            self.scheduler = Scheduler(self.topology, self.links, cfg.scheduler)
-            if self.store is not None:
-                stored = self.store.load()
-                self.scheduler.journal = self.store  # a dependency restore moves to a new slot is stored
-                try:
-                    self.scheduler.restore([(d.dep, d.slot) for d in stored.dependencies],
-                                           [(f.hint, f.admitted) for f in stored.flows], self.clock())
-                except InvalidInput as err:
-                    raise InvalidInput("--state", f"{self.store.path}: a stored hint is refused: {err}") from None
-                log.info("state %s: %d dependencies and %d flows restored", self.store.path,
-                         len(stored.dependencies), len(stored.flows))
-            t0 = time.monotonic()
-            with self.lock:
-                for name, (estimate, kept) in opened.items():
-                    self._adopt(name, estimate, kept, cfg.clock_offsets_ns.get(name))
-            log.info("reconciled routes, slack classes, defaults and %d grants on %s in %.1f ms",
-                     len(self.scheduler.dependencies) + len(self.scheduler.allocator.grants()),
-                     ", ".join(self.links), (time.monotonic() - t0) * 1e3)
-            self.hint_server = hint_server.start(
-                self.scheduler, cfg.hint_addr, self.clock, lock=self.lock, activation_lead_ns=cfg.activation_lead_ns,
-                store=self.store,
-            )
-            log.info("hint API listening on %s", self.hint_address)
+            primary = [name for name, link in self.links.items() if cfg.model or link.target.is_primary]
+            if not primary:
+                self.role = "backup"
+                others = {name: link.target.primary_election for name, link in self.links.items()}
+                log.info("standing by as backup (election id %s): primary at every switch is %s", cfg.election_id,
+                         ", ".join(f"{name}: {eid}" for name, eid in others.items()))
+                return
+            if len(primary) < len(self.links):
+                raise TargetConnectionError(
+                    "", "arbitration", "PERMISSION_DENIED",
+                    f"primary at {', '.join(primary)} but not at "
+                    f"{', '.join(sorted(set(self.links) - set(primary)))}: another controller is primary there; "
+                    "a controller runs all of its switches or none (no split brain)")
+            self._become_primary(first=True)
         except BaseException:
             self.stop()
             raise
+
+    def _become_primary(self, first: bool = False) -> None:
+        """Primary at every switch: keep or push each pipeline, restore the store into a new
+        scheduler, reconcile every switch and start the hint API.
+
+        ``first``: at start (``--clock-offset`` applies), not at a takeover.
+
+        Raises:
+            TargetConnectionError, TargetError, InvalidInput: as :meth:`start`.
+        """
+        cfg = self.config
+        opened = {}
+        for name, link in self.links.items():
+            opened[name] = self._prepare(link.target) if not cfg.model else (self.clock() & TIME_MASK, False)
+        self.scheduler = Scheduler(self.topology, self.links, cfg.scheduler)
+        if self.store is not None:
+            stored = self.store.load()
+            self.scheduler.journal = self.store  # a dependency restore moves to a new slot is stored
+            try:
+                self.scheduler.restore([(d.dep, d.slot) for d in stored.dependencies],
+                                       [(f.hint, f.admitted) for f in stored.flows], self.clock())
+            except InvalidInput as err:
+                raise InvalidInput("--state", f"{self.store.path}: a stored hint is refused: {err}") from None
+            log.info("state %s: %d dependencies and %d flows restored", self.store.path,
+                     len(stored.dependencies), len(stored.flows))
+        t0 = time.monotonic()
+        with self.lock:
+            for name, (estimate, kept) in opened.items():
+                self._adopt(name, estimate, kept, cfg.clock_offsets_ns.get(name) if first else None)
+        log.info("reconciled routes, slack classes, defaults and %d grants on %s in %.1f ms",
+                 len(self.scheduler.dependencies) + len(self.scheduler.allocator.grants()),
+                 ", ".join(self.links), (time.monotonic() - t0) * 1e3)
+        self.hint_server = hint_server.start(
+            self.scheduler, cfg.hint_addr, self.clock, lock=self.lock, activation_lead_ns=cfg.activation_lead_ns,
+            store=self.store,
+        )
+        self.role = "primary"
+        log.info("hint API listening on %s", self.hint_address)
 
     def _adopt(self, name: str, estimate: int, kept: bool, override: int | None = None) -> Repairs:
         """Under the lock: read ``name`` back, set its clock offset (``override``, else the
@@ -579,67 +614,75 @@ class ControllerApp:
             total.extra += r.extra
         return total
 
-    def _open_model(self, spec: SwitchSpec) -> tuple[PipelineModel, int, bool]:
+    def _open_model(self, spec: SwitchSpec) -> PipelineModel:
         """An in-process pipeline model for ``spec`` (``--model``): its clock counts ns from
         now, so the clock offset is the fabric time now."""
         start = time.monotonic_ns()
-        offset = self.clock() & TIME_MASK
         log.info("%s: in-process pipeline model (--model)", spec.name)
-        return PipelineModel(spec.name, lambda: time.monotonic_ns() - start), offset, False
+        model = PipelineModel(spec.name, lambda: time.monotonic_ns() - start)
+        return model
+
+    def _connect(self, spec: SwitchSpec) -> P4RuntimeTarget:
+        """Connect and arbitrate with the configured election id (primary or backup).
+
+        Raises:
+            TargetConnectionError: connect or arbitration failed.
+        """
+        cfg = self.config
+        target = P4RuntimeTarget(spec.name, spec.grpc_addr, spec.device_id, cfg.p4info_path, cfg.bmv2_json_path,
+                                 election_id=cfg.election_id, timeout_s=cfg.rpc_timeout_s)
+        log.info("%s: connected to %s (device %d), %s", spec.name, spec.grpc_addr, spec.device_id,
+                 "primary" if target.is_primary else f"backup (primary: {target.primary_election})")
+        return target
 
     def _open(self, spec: SwitchSpec) -> tuple[P4RuntimeTarget, int, bool]:
-        """Connect, arbitrate, and push the pipeline unless the switch already runs it (its
-        cookie matches: then its tables are kept, to be reconciled). Returns the target, the
-        estimated clock offset (fabric time just before the push, ns mod 2^48) and whether the
-        pipeline was kept.
+        """:meth:`_connect` and :meth:`_prepare` (a reconnection).
 
         Raises:
             TargetConnectionError: connect, arbitration (also PERMISSION_DENIED: another
                 controller is primary) or pipeline push failed.
             TargetError: the digest configuration was refused.
         """
-        cfg = self.config
-        target = P4RuntimeTarget(
-            spec.name,
-            spec.grpc_addr,
-            spec.device_id,
-            cfg.p4info_path,
-            cfg.bmv2_json_path,
-            election_id=cfg.election_id,
-            timeout_s=cfg.rpc_timeout_s,
-        )
+        target = self._connect(spec)
         try:
             if not target.is_primary:
-                raise TargetConnectionError(
-                    spec.grpc_addr,
-                    "arbitration",
-                    "PERMISSION_DENIED",
-                    "another controller with a higher election id is primary",
-                    switch=spec.name,
-                )
-            log.info("%s: connected to %s (device %d), primary", spec.name, spec.grpc_addr, spec.device_id)
-            before = self.clock()
-            if target.runs_pipeline():
-                target.configure_digests()
-                self.stats.pipelines_kept += 1
-                log.info("%s: runs this pipeline already (cookie %#x): kept, its state is reconciled",
-                         spec.name, target.cookie)
-                return target, before & TIME_MASK, True
-            t0 = time.monotonic_ns()
-            target.push_pipeline()  # also enables the digest stream
-            push_ns = time.monotonic_ns() - t0
+                raise TargetConnectionError(spec.grpc_addr, "arbitration", "PERMISSION_DENIED",
+                                            "another controller with a higher election id is primary",
+                                            switch=spec.name)
+            return (target, *self._prepare(target))
         except BaseException:
             target.close()
             raise
+
+    def _prepare(self, target: P4RuntimeTarget) -> tuple[int, bool]:
+        """On a switch where this controller is primary: keep the pipeline if the switch runs
+        it (its cookie matches: its tables are then reconciled), else push it. Returns the
+        estimated clock offset (fabric time just before the push, ns mod 2^48) and whether the
+        pipeline was kept.
+
+        Raises:
+            TargetConnectionError: the cookie read or the push failed.
+            TargetError: the digest configuration was refused.
+        """
+        name = target.name
+        before = self.clock()
+        if target.runs_pipeline():
+            target.configure_digests()
+            self.stats.pipelines_kept += 1
+            log.info("%s: runs this pipeline already (cookie %#x): kept, its state is reconciled", name, target.cookie)
+            return before & TIME_MASK, True
+        t0 = time.monotonic_ns()
+        target.push_pipeline()  # also enables the digest stream
+        push_ns = time.monotonic_ns() - t0
         offset = before & TIME_MASK
         log.info(
             "%s: pipeline pushed and digests enabled in %.1f ms; clock offset estimate %d ns "
             "(error below the push time if the switch clock starts at the push)",
-            spec.name,
+            name,
             push_ns / NS_PER_MS,
             offset,
         )
-        return target, offset, False
+        return offset, False
 
     def stop(self) -> None:
         """Stop the hint server and close every switch connection. Idempotent."""
@@ -667,10 +710,14 @@ class ControllerApp:
         ``stop_event`` is set or ``duration_s`` passed. Errors of single switches are logged
         and retried, never raised.
 
+        A backup only watches the switches' arbitration (every ROLE_CHECK_S) and takes over
+        when the primary is gone; a primary that loses primary at a switch steps back from all
+        (docs/operations.md, "Primary and backup").
+
         Raises:
             InvalidInput: not started.
         """
-        if self.scheduler is None:
+        if self.role == "starting":
             raise InvalidInput("run", "call start() first")
         cfg = self.config
         tick_s = cfg.tick_ns / 1e9
@@ -685,6 +732,12 @@ class ControllerApp:
             if end is not None and now_s >= end:
                 log.info("duration of %.3g s reached", cfg.duration_s)
                 break
+            if now_s >= self._next_role_check and not cfg.model:
+                self._next_role_check = now_s + ROLE_CHECK_S
+                self.check_role()
+            if self.role != "primary":
+                stop_event.wait(ROLE_CHECK_S if end is None else max(0.0, min(ROLE_CHECK_S, end - now_s)))
+                continue
             self.poll_digests()
             if now_s >= next_tick:
                 self.tick()
@@ -705,6 +758,56 @@ class ControllerApp:
                 wait = min(wait, end - time.monotonic())
             if wait > 0:
                 stop_event.wait(wait)
+
+    def check_role(self) -> None:
+        """A backup takes over when the primary is gone from any switch (the switch promoted
+        this controller, as BMv2's PI does, or reports no primary, as the P4Runtime
+        specification says); a primary steps back from all switches when another controller
+        is primary at any of them. Failures are logged; the next check retries."""
+        try:
+            if self.role == "backup":
+                targets = [link.target for link in self.links.values()]
+                if any(t.is_primary or t.primary_election is None for t in targets):
+                    self._take_over()
+            elif self.role == "primary":
+                lost = {name: link.target.primary_election for name, link in self.links.items()
+                        if not link.is_down and not link.target.is_primary
+                        and link.target.primary_election not in (None, self.election_id)}
+                if lost:
+                    self._step_down(lost)
+        except (TargetConnectionError, TargetError, InvalidInput) as err:
+            log.warning("role check (%s): %s", self.role, err)
+
+    def _take_over(self) -> None:
+        """Arbitrate at every switch with an election id above any seen; primary at all of
+        them: restore, reconcile, serve. Else stay backup (another backup won)."""
+        t0 = time.monotonic()
+        targets = [link.target for link in self.links.values()]
+        high, low = max([self.election_id, *(t.highest_election for t in targets)])
+        new = (high, low + 1) if low < _U64 else (high + 1, 0)
+        won = [t.rearbitrate(new) for t in targets]
+        self.election_id = new
+        if not all(won):
+            log.warning("takeover with election id %s lost at %s: another controller is primary; staying backup",
+                        new, ", ".join(t.name for t, w in zip(targets, won) if not w))
+            return
+        log.warning("the primary controller is gone: taking over with election id %s", new)
+        self._become_primary()
+        self.stats.takeovers += 1
+        log.warning("took over as primary of %s in %.0f ms (arbitration, restore, reconciliation)",
+                    ", ".join(self.links), (time.monotonic() - t0) * 1e3)
+
+    def _step_down(self, lost: dict[str, tuple[int, int] | None]) -> None:
+        """Another controller is primary somewhere: stop serving and writing everywhere."""
+        log.warning("controller %s is primary at %s: stepping back from all switches (now backup)",
+                    ", ".join(str(eid) for eid in set(lost.values())), ", ".join(lost))
+        if self.hint_server is not None:
+            self.hint_server.stop(grace_s=0.5)
+            self.hint_server = None
+        with self.lock:
+            self.scheduler = None
+        self.role = "backup"
+        self.stats.step_downs += 1
 
     def poll_digests(self) -> int:
         """Merge the digests every switch sent since the last call; returns how many arrived."""
@@ -827,7 +930,8 @@ class _Snapshot:
     @classmethod
     def of(cls, app: ControllerApp) -> _Snapshot:
         sched = app.scheduler
-        assert sched is not None
+        if sched is None:  # a backup
+            return cls(0, 0, 0, app.stats.digests, 0, app.stats.ticks, app.stats.tick_failures)
         with app.lock:
             s = sched.stats
             return cls(
@@ -884,7 +988,15 @@ def config_from_args(args: Any) -> ControllerConfig:
         state_dir=_state_dir(args.state),
         reconcile_period_s=_reconcile_period(args.reconcile_s),
         model=args.model,
+        election_id=(0, _election_id(args.election_id)),
     )
+
+
+def _election_id(text: str) -> int:
+    """``--election-id``: 1..2^64-1 (0 is not a valid election id in P4Runtime)."""
+    if not str(text).isdigit() or not 1 <= int(text) <= _U64:
+        raise InvalidInput("--election-id", f"must be an integer in 1..2^64-1, got {text!r}")
+    return int(text)
 
 
 

@@ -42,6 +42,8 @@ CONTROLLER_COUNTERS = (
     ("reconnects", "switches reconnected and re-installed"),
     ("reconnect_failures", "failed reconnection attempts"),
     ("pipelines_kept", "switches found running this pipeline (cookie) at connection: kept, not pushed"),
+    ("takeovers", "times this backup became primary at every switch"),
+    ("step_downs", "times this primary stepped back from all switches"),
     ("reconciliations", "switches read back and reconciled"),
     ("repairs_missing", "entities reconciliation wrote because a switch lacked them"),
     ("repairs_changed", "entities reconciliation rewrote because a switch held other content"),
@@ -96,6 +98,8 @@ class ControllerCollector(Collector):
                     tx_bytes.add_metric([sw, str(port)], s.byte_count)
                     tx_packets.add_metric([sw, str(port)], s.packet_count)
                     ecn.add_metric([sw, str(port)], m.packet_count)
+        yield GaugeMetricFamily("safs_controller_primary", "1 while this controller is primary, 0 as a backup",
+                                value=1.0 if app.role == "primary" else 0.0)
         store = app.store
         if store is not None:
             yield CounterMetricFamily("safs_state_commits", "state store transactions committed",

@@ -89,6 +89,10 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
     Args:
         device_id: the device id it answers to.
         p4info: a pipeline to start with (as if pushed earlier), or None (a ``--no-p4`` switch).
+        auto_promote: when the primary's stream ends, make the highest connected client primary
+            (True, BMv2's PI does that) or none until a client arbitrates with an id at least
+            the highest ever seen (False, the P4Runtime specification: backups are told
+            NOT_FOUND with that id).
 
     Attributes (for tests, read under no lock after the RPC returned):
         writes: every WriteRequest received, in order.
@@ -96,8 +100,10 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
         pipeline_pushes: number of committed SetForwardingPipelineConfig calls.
     """
 
-    def __init__(self, device_id: int = 0, p4info=None) -> None:
+    def __init__(self, device_id: int = 0, p4info=None, auto_promote: bool = True) -> None:
         self.device_id = device_id
+        self.auto_promote = auto_promote
+        self._highest: tuple[int, int] | None = None  # the highest election id ever seen
         self._lock = threading.RLock()
         self._acked = threading.Condition(self._lock)
         self._server: grpc.Server | None = None
@@ -158,6 +164,7 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 s.out.put(None)
             self._streams = []
             self._primary = None
+            self._highest = None
             self._config = p4runtime_pb2.ForwardingPipelineConfig()
             self.index = None
             self._reset_state()
@@ -298,17 +305,27 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
     def _arbitration_msg(self, stream: _Stream) -> p4runtime_pb2.StreamMessageResponse:
         msg = p4runtime_pb2.StreamMessageResponse()
         msg.arbitration.device_id = self.device_id
-        high, low = self._primary if self._primary is not None else (0, 0)
-        msg.arbitration.election_id.high, msg.arbitration.election_id.low = high, low
+        shown = self._primary if self._primary is not None else (self._highest or (0, 0))
+        msg.arbitration.election_id.high, msg.arbitration.election_id.low = shown
         is_primary = stream.election == self._primary
-        msg.arbitration.status.code = code_pb2.OK if is_primary else code_pb2.ALREADY_EXISTS
-        msg.arbitration.status.message = "Is primary" if is_primary else "Is backup"
+        if self._primary is None:  # the specification: NOT_FOUND and the highest id seen
+            msg.arbitration.status.code, msg.arbitration.status.message = code_pb2.NOT_FOUND, "No primary"
+        else:
+            msg.arbitration.status.code = code_pb2.OK if is_primary else code_pb2.ALREADY_EXISTS
+            msg.arbitration.status.message = "Is primary" if is_primary else "Is backup"
         return msg
 
     def _elect(self) -> None:
-        """Recompute the primary; tell every stream if it changed."""
+        """Recompute the primary; tell every stream if it changed. With ``auto_promote`` (PI's
+        behaviour) the highest connected id is primary; without it (the P4Runtime
+        specification's), a client becomes primary only with an id at least the highest ever
+        seen, so when the primary leaves there is none until a backup arbitrates higher."""
         ids = [s.election for s in self._streams if s.election is not None]
+        if ids:
+            self._highest = max([self._highest, *ids]) if self._highest is not None else max(ids)
         primary = max(ids) if ids else None
+        if not self.auto_promote and primary is not None and self._highest is not None and primary < self._highest:
+            primary = None
         if primary != self._primary:
             self._primary = primary
             for s in self._streams:

@@ -177,7 +177,10 @@ class SwitchClient:
             _shut_down(shell, timeout_s, grpc_addr)
             raise err
         self._shell: _ShellClient | None = shell
-        self._primary: bool = shell.answer.arbitration.status.code == code_pb2.OK
+        self._primary: bool = False
+        self.primary_election: tuple[int, int] | None = None
+        self.highest_election: tuple[int, int] = election_id
+        self._take(shell.answer)
 
     def _no_answer(self, shell: _ShellClient) -> TargetConnectionError:
         stream = shell.stream
@@ -222,10 +225,21 @@ class SwitchClient:
         """This client's election id as a ``p4.v1.Uint128`` (for requests built by hand)."""
         return p4runtime_pb2.Uint128(high=self.election_id[0], low=self.election_id[1])
 
+    def _take(self, msg: p4runtime_pb2.StreamMessageResponse) -> None:
+        """Record one arbitration update: whether this client is primary, the primary's election
+        id (None: the switch says there is no primary, NOT_FOUND), the highest id seen."""
+        arb = msg.arbitration
+        self._primary = arb.status.code == code_pb2.OK
+        seen = (arb.election_id.high, arb.election_id.low)
+        self.primary_election = None if arb.status.code == code_pb2.NOT_FOUND else seen
+        self.highest_election = max(self.highest_election, seen)
+
     @property
     def is_primary(self) -> bool:
         """True while this client is primary (may write), per the arbitration updates received
-        so far; False once closed or once the stream ended."""
+        so far; False once closed or once the stream ended. Also updates
+        :attr:`primary_election` (the primary's election id; None when the switch reported no
+        primary) and :attr:`highest_election` (the highest election id any update carried)."""
         shell = self._shell
         if shell is None:
             return False
@@ -239,10 +253,32 @@ class SwitchClient:
             if msg is None:
                 open_ = False
             else:
-                self._primary = msg.arbitration.status.code == code_pb2.OK
+                self._take(msg)
         if not open_:
             self._primary = False
         return self._primary
+
+    def rearbitrate(self, election_id: tuple[int, int]) -> bool:
+        """Send a new arbitration request with ``election_id`` on the open stream (a backup
+        taking over: an id above every id seen) and wait up to ``timeout_s`` for the answer.
+        Returns :attr:`is_primary`; later writes carry the new id.
+
+        Raises:
+            TargetConnectionError: ``"arbitration"``: closed, or no answer in time (UNAVAILABLE).
+        """
+        shell = self._require("arbitration")
+        _ = self.is_primary  # drain older updates first
+        req = p4runtime_pb2.StreamMessageRequest()
+        req.arbitration.device_id = self.device_id
+        req.arbitration.election_id.high, req.arbitration.election_id.low = election_id
+        shell.election_id = election_id
+        self.election_id = election_id
+        shell.stream_out_q.put(req)
+        answer = shell.get_stream_packet("arbitration", timeout=self.timeout_s)
+        if answer is None:
+            raise self._error("arbitration", "UNAVAILABLE", f"no arbitration answer within {self.timeout_s} s")
+        self._take(answer)
+        return self.is_primary
 
     def close(self) -> None:
         """End the stream and close the channel (idempotent). Waits up to ``timeout_s`` for

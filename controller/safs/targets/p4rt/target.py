@@ -201,6 +201,36 @@ class P4RuntimeTarget:
         """True while this controller is the primary (may write), per the latest arbitration."""
         return self._client is not None and self._client.is_primary
 
+    def rearbitrate(self, election_id: tuple[int, int]) -> bool:
+        """Arbitrate again with ``election_id`` (:meth:`SwitchClient.rearbitrate`); returns
+        :attr:`is_primary`.
+
+        Raises:
+            TargetConnectionError: closed, or no answer.
+        """
+        primary = self._require_client("arbitration").rearbitrate(election_id)
+        self.election_id = election_id
+        return primary
+
+    @property
+    def primary_election(self) -> tuple[int, int] | None:
+        """The election id of the switch's primary per the latest arbitration update (None: the
+        switch reported no primary, or the target is closed)."""
+        client = self._client
+        if client is None:
+            return None
+        _ = client.is_primary  # take pending updates
+        return client.primary_election
+
+    @property
+    def highest_election(self) -> tuple[int, int]:
+        """The highest election id any arbitration update from this switch carried (or ours)."""
+        client = self._client
+        if client is None:
+            return self.election_id
+        _ = client.is_primary
+        return client.highest_election
+
     def close(self) -> None:
         """End the stream and close the channel (idempotent)."""
         client, self._client = self._client, None
