@@ -152,6 +152,20 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="YAML",
         help="SchedulerConfig fields (allocator: AllocatorConfig fields)",
     )
+    for flag, what in (("--tls-cert", "PEM certificate of the hint API (TLS)"),
+                       ("--tls-key", "its private key"),
+                       ("--tls-client-ca", "CA of the applications' client certificates: mutual TLS (recommended)"),
+                       ("--tls-identities", "YAML: applications by certificate name, their hosts and quotas "
+                        "(docs/operations.md)"),
+                       ("--p4rt-ca", "CA to verify the switches' P4Runtime certificates against (TLS)"),
+                       ("--p4rt-cert", "this controller's certificate for switches that demand client auth"),
+                       ("--p4rt-key", "its private key")):
+        ctl.add_argument(flag, default=None, metavar="FILE", help=what)
+    ctl.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a plaintext, unauthenticated hint API on a non-loopback address (local tests only)",
+    )
     ctl.add_argument(
         "--election-id",
         default="1",

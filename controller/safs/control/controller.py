@@ -33,6 +33,7 @@ from typing import Any
 
 from safs.control.hintapi import server as hint_server
 from safs.control.state import StateStore
+from safs.control.tls import Identities, TlsFiles, load_identities
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetConnectionError, TargetError, UpdateFailure
 from safs.core.files import load_yaml
@@ -170,6 +171,13 @@ class ControllerConfig:
             or None: nothing survives a restart.
         reconcile_period_s: read every switch back and repair what differs this often,
             seconds (> 0), or 0: only at start and after a reconnection.
+        tls: TLS of the hint API (:class:`safs.control.tls.TlsFiles`; ``ca`` = the client CA:
+            mutual TLS), or None: plaintext, allowed on loopback and Unix-socket addresses
+            only, unless ``insecure``.
+        identities_path: ``--tls-identities`` file (needs mutual TLS), or None.
+        insecure: allow a plaintext hint API on any address (local tests only).
+        p4rt_tls: TLS of the P4Runtime channels (``ca`` the switches' CA, ``cert``/``key`` this
+            controller's certificate for switches that demand client authentication), or None.
         model: run every switch as an in-process pipeline model
             (:class:`~safs.targets.pipeline_model.PipelineModel`) instead of connecting to
             ``switches`` (whose addresses are then ignored): the controller, hint API,
@@ -194,6 +202,10 @@ class ControllerConfig:
     state_dir: Path | None = None
     reconcile_period_s: float = 10.0
     model: bool = False
+    tls: TlsFiles | None = None
+    identities_path: Path | None = None
+    insecure: bool = False
+    p4rt_tls: TlsFiles | None = None
 
     def __post_init__(self) -> None:
         if not self.switches:
@@ -231,6 +243,13 @@ class ControllerConfig:
         if self.reconcile_period_s != 0 and not RECONCILE_MIN_S <= self.reconcile_period_s <= RECONCILE_MAX_S:
             raise InvalidInput("--reconcile-s", f"must be 0 (off) or {RECONCILE_MIN_S:g}..{RECONCILE_MAX_S:g} "
                                f"seconds, got {self.reconcile_period_s!r}")
+        if self.identities_path is not None and (self.tls is None or self.tls.ca is None):
+            raise InvalidInput("--tls-identities", "needs mutual TLS: give --tls-cert, --tls-key and --tls-client-ca")
+        local = self.hint_addr.startswith("unix:") or host in ("127.0.0.1", "localhost", "[::1]")
+        if self.tls is None and not local and not self.insecure:
+            raise InvalidInput("--hint-addr", f"{self.hint_addr} is not a loopback or Unix-socket address: give "
+                               "--tls-cert and --tls-key (with --tls-client-ca: mutual TLS, recommended), or "
+                               "--insecure for a plaintext, unauthenticated hint API (local tests only)")
         for what, path in (("--p4info", self.p4info_path), ("--bmv2-json", self.bmv2_json_path)):
             if not Path(path).is_file():
                 raise InvalidInput(what, f"no such file: {path}")
@@ -449,6 +468,8 @@ class ControllerApp:
         self.clock_offsets_ns: dict[str, int] = {}
         self.scheduler: Scheduler | None = None
         self.store: StateStore | None = None
+        self.identities: Identities | None = (
+            load_identities(config.identities_path, self.topology.hosts()) if config.identities_path else None)
         self.hint_server: hint_server.RunningHintServer | None = None
         self.role = "starting"  # then "primary" or "backup" (docs/operations.md, "Primary and backup")
         self.election_id = config.election_id  # raised by a takeover
@@ -544,8 +565,11 @@ class ControllerApp:
                  ", ".join(self.links), (time.monotonic() - t0) * 1e3)
         self.hint_server = hint_server.start(
             self.scheduler, cfg.hint_addr, self.clock, lock=self.lock, activation_lead_ns=cfg.activation_lead_ns,
-            store=self.store,
+            store=self.store, tls=cfg.tls, identities=self.identities,
         )
+        if cfg.tls is None:
+            log.warning("the hint API is plaintext and unauthenticated (local tests only): give --tls-cert, "
+                        "--tls-key and --tls-client-ca")
         self.role = "primary"
         log.info("hint API listening on %s", self.hint_address)
 
@@ -629,8 +653,9 @@ class ControllerApp:
             TargetConnectionError: connect or arbitration failed.
         """
         cfg = self.config
+        tls = None if cfg.p4rt_tls is None else (cfg.p4rt_tls.ca, cfg.p4rt_tls.cert, cfg.p4rt_tls.key)
         target = P4RuntimeTarget(spec.name, spec.grpc_addr, spec.device_id, cfg.p4info_path, cfg.bmv2_json_path,
-                                 election_id=cfg.election_id, timeout_s=cfg.rpc_timeout_s)
+                                 election_id=cfg.election_id, timeout_s=cfg.rpc_timeout_s, tls=tls)
         log.info("%s: connected to %s (device %d), %s", spec.name, spec.grpc_addr, spec.device_id,
                  "primary" if target.is_primary else f"backup (primary: {target.primary_election})")
         return target
@@ -989,7 +1014,25 @@ def config_from_args(args: Any) -> ControllerConfig:
         reconcile_period_s=_reconcile_period(args.reconcile_s),
         model=args.model,
         election_id=(0, _election_id(args.election_id)),
+        tls=_tls(args.tls_cert, args.tls_key, args.tls_client_ca, "--tls"),
+        identities_path=Path(args.tls_identities) if args.tls_identities else None,
+        insecure=args.insecure,
+        p4rt_tls=(TlsFiles(_path(args.p4rt_cert), _path(args.p4rt_key), _path(args.p4rt_ca), option="--p4rt")
+                  if args.p4rt_ca or args.p4rt_cert or args.p4rt_key else None),
     )
+
+
+def _path(text: str | None) -> Path | None:
+    return Path(text) if text else None
+
+
+def _tls(cert: str | None, key: str | None, ca: str | None, option: str) -> TlsFiles | None:
+    if not (cert or key or ca):
+        return None
+    if not cert or not key:
+        raise InvalidInput(f"{option}-cert", f"a TLS hint API needs {option}-cert and {option}-key"
+                           f"{f' ({option}-client-ca alone is not enough)' if ca else ''}")
+    return TlsFiles(Path(cert), Path(key), _path(ca), option=option)
 
 
 def _election_id(text: str) -> int:

@@ -123,8 +123,11 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self, port: int = 0) -> str:
+    def start(self, port: int = 0, tls: tuple[bytes, bytes, bytes | None] | None = None) -> str:
         """Serve on 127.0.0.1 at ``port`` (0: an ephemeral one); returns ``"127.0.0.1:<port>"``.
+        ``tls``: (certificate PEM, key PEM, client CA PEM or None) to serve TLS, requiring a
+        client certificate when a client CA is given (as ``simple_switch_grpc --grpc-server-ssl
+        [--grpc-server-with-client-auth]``).
 
         Raises:
             InvalidInput: ``port`` cannot be bound (in use; field ``port``).
@@ -133,7 +136,12 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=[("grpc.so_reuseport", 0)])
         p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(self, self._server)
         try:
-            port = self._server.add_insecure_port(f"127.0.0.1:{port}")
+            if tls is None:
+                port = self._server.add_insecure_port(f"127.0.0.1:{port}")
+            else:
+                creds = grpc.ssl_server_credentials([(tls[1], tls[0])], root_certificates=tls[2],
+                                                    require_client_auth=tls[2] is not None)
+                port = self._server.add_secure_port(f"127.0.0.1:{port}", creds)
         except RuntimeError:  # grpcio raises RuntimeError when it cannot bind
             self._server = None
             raise InvalidInput("port", f"cannot serve P4Runtime on 127.0.0.1:{port} (in use?)") from None

@@ -27,6 +27,7 @@ import grpc
 from safs.control.hintapi import hints_pb2 as pb
 from safs.control.hintapi import hints_pb2_grpc as pb_grpc
 from safs.control.hintapi.convert import FIELD_METADATA_KEY, flow_class_to_pb, grant_from_pb
+from safs.control.tls import TlsFiles, channel_credentials
 from safs.core.allocator import Grant
 from safs.core.errors import InvalidInput, SafsError
 from safs.core.hints import DependencyHint, FlowHint
@@ -88,21 +89,25 @@ def _dependency_class(i: int, flow_class: object) -> int:
 
 
 class HintClient:
-    """Client of the hint service at ``address`` (``"host:port"``, plaintext).
+    """Client of the hint service at ``address`` (``"host:port"`` or ``unix:/PATH``).
 
     Args:
         address: the server's ``host:port``.
         timeout_s: deadline of each call, seconds (> 0).
+        tls: TLS files (:class:`safs.control.tls.TlsFiles`: ``ca`` the server's CA, None = the
+            system roots; ``cert``/``key`` this application's certificate for mutual TLS), or
+            None: plaintext.
 
     Raises:
         InvalidInput: ``timeout_s`` not positive.
     """
 
-    def __init__(self, address: str, timeout_s: float = 5.0) -> None:
+    def __init__(self, address: str, timeout_s: float = 5.0, tls: TlsFiles | None = None) -> None:
         if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
             raise InvalidInput("timeout_s", f"must be > 0 seconds, got {timeout_s!r}")
         self._timeout_s = float(timeout_s)
-        self._channel = grpc.insecure_channel(address)
+        self._channel = (grpc.secure_channel(address, channel_credentials(tls)) if tls is not None
+                         else grpc.insecure_channel(address))
         self._stub = pb_grpc.HintServiceStub(self._channel)
 
     def __enter__(self) -> HintClient:

@@ -47,6 +47,7 @@ from safs.control.hintapi import hints_pb2 as pb
 from safs.control.hintapi import hints_pb2_grpc as pb_grpc
 from safs.control.hintapi.convert import FIELD_METADATA_KEY, flow_class_from_pb, grant_to_pb
 from safs.control.state import StateStore
+from safs.control.tls import Identities, TlsFiles, peer_name, server_credentials
 from safs.core.errors import InvalidInput, TargetConnectionError, TargetError
 from safs.core.hints import DependencyHint, FlowHint
 from safs.core.scheduler import Scheduler
@@ -86,6 +87,8 @@ class HintServicer(pb_grpc.HintServiceServicer):
             Share it with any other code that calls the same scheduler.
         activation_lead_ns: allocate a flow with a start time this many ns before it (>= 0).
         max_wait_s: longest sleep of the activation thread, seconds (> 0).
+        identities: applications allowed by client certificate name, their hosts and quotas
+            (:class:`safs.control.tls.Identities`; mutual TLS), or None: no limit.
         store: the controller's durable state (:class:`safs.control.state.StateStore`, set as
             the scheduler's journal by the caller), or None. With a store, a call answers only
             after what it changed is committed (group commit: concurrent calls share one); a
@@ -99,7 +102,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
     def __init__(self, scheduler: Scheduler, clock: Callable[[], int], *,
                  lock: threading.Lock | threading.RLock | None = None,
                  activation_lead_ns: int = 0, max_wait_s: float = 0.05,
-                 store: StateStore | None = None) -> None:
+                 store: StateStore | None = None, identities: Identities | None = None) -> None:
         if type(activation_lead_ns) is not int or activation_lead_ns < 0:
             raise InvalidInput("activation_lead_ns", f"must be an integer >= 0 ns, got {activation_lead_ns!r}")
         if not isinstance(max_wait_s, (int, float)) or not max_wait_s > 0:
@@ -107,6 +110,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
         self._sched = scheduler
         self._clock = clock
         self._store = store
+        self._identities = identities
         self.lock = lock if lock is not None else threading.Lock()
         self._cond = threading.Condition(self.lock)
         self._lead_ns = activation_lead_ns
@@ -121,6 +125,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
     def Announce(self, request: pb.AnnounceRequest, context: grpc.ServicerContext) -> pb.AnnounceResponse:
         """Announce a flow (:meth:`Scheduler.announce`); with a start time, activate it then."""
         start = request.start_time_ns if request.HasField("start_time_ns") else None
+        self._authorize(context, [request.sender])
         with self.lock:
             now = self._clock()
             try:
@@ -148,6 +153,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
     def Update(self, request: pb.UpdateRequest, context: grpc.ServicerContext) -> pb.UpdateResponse:
         """Report remaining bytes and optionally a new no-bubble timestamp of a known flow."""
         ts = request.no_bubble_ts_ns if request.HasField("no_bubble_ts_ns") else None
+        self._authorize_flow(context, request.flow_id)
         with self.lock:
             now = self._clock()
             self._require_known(request.flow_id, context)
@@ -160,6 +166,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
 
     def Complete(self, request: pb.CompleteRequest, context: grpc.ServicerContext) -> pb.CompleteResponse:
         """Complete a known flow (:meth:`Scheduler.complete`); cancels a pending activation."""
+        self._authorize_flow(context, request.flow_id)
         with self.lock:
             now = self._clock()
             self._require_known(request.flow_id, context)
@@ -185,7 +192,10 @@ class HintServicer(pb_grpc.HintServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"dependencies: at most {MAX_DEPENDENCIES_PER_CALL} "
                           f"per call, got {len(request.dependencies)}")
         new = 0
+        app = self._authorize(context, [d.sender for d in request.dependencies])
         with self.lock:
+            if app is not None:
+                self._check_quota(context, app, request)
             now = self._clock()
             for i, d in enumerate(request.dependencies):
                 try:
@@ -206,6 +216,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
     def EndDependency(self, request: pb.EndDependencyRequest,
                       context: grpc.ServicerContext) -> pb.EndDependencyResponse:
         """End a known dependency (:meth:`Scheduler.end_dependency`)."""
+        self._authorize(context, [request.sender])
         with self.lock:
             try:
                 self._sched.end_dependency(request.sender, request.dep_id, self._clock(), write=False)
@@ -225,6 +236,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"dependencies: at most {MAX_DEPENDENCIES_PER_CALL} "
                           f"per call, got {len(request.dependencies)}")
         refused: tuple[grpc.StatusCode, str] | None = None
+        self._authorize(context, [d.sender for d in request.dependencies])
         with self.lock:
             now = self._clock()
             for i, d in enumerate(request.dependencies):
@@ -240,6 +252,46 @@ class HintServicer(pb_grpc.HintServiceServicer):
         if refused is not None:
             context.abort(*refused)
         return pb.EndDependenciesResponse()
+
+    def _authorize(self, context: grpc.ServicerContext, senders: list[str]) -> str | None:
+        """With identities: the calling application's name, after checking it may announce
+        for every sender in ``senders`` (else the call is aborted: UNAUTHENTICATED without a
+        known certificate, PERMISSION_DENIED for a host it does not own). Without: None."""
+        if self._identities is None:
+            return None
+        name = peer_name(context)
+        app = self._identities.applications.get(name) if name is not None else None
+        if app is None:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                          f"client certificate {name!r} is not an application of --tls-identities")
+        for i, sender in enumerate(senders):
+            if sender not in app.hosts:
+                context.abort(grpc.StatusCode.PERMISSION_DENIED, f"application {name!r} may not announce for host "
+                              f"{sender!r} (item {i}); its hosts: {', '.join(app.hosts)}")
+        return name
+
+    def _authorize_flow(self, context: grpc.ServicerContext, flow_id: int) -> None:
+        """:meth:`_authorize` for the sender of a known flow (unknown flows are NOT_FOUND later)."""
+        if self._identities is None:
+            return
+        with self.lock:
+            sender = self._sched.registry.get(flow_id).sender if flow_id in self._sched.registry else None
+        self._authorize(context, [sender] if sender is not None else [])
+
+    def _check_quota(self, context: grpc.ServicerContext, name: str,
+                     request: pb.AnnounceDependenciesRequest) -> None:
+        """Under the lock: abort RESOURCE_EXHAUSTED when the call would give application
+        ``name`` more live dependencies (those whose sender is one of its hosts) than its quota."""
+        assert self._identities is not None
+        app = self._identities.applications[name]
+        hosts = set(app.hosts)
+        live = sum(1 for d in self._sched.dependencies if d.sender in hosts)
+        new = {(d.sender, d.dep_id) for d in request.dependencies} - {
+            (d.sender, d.dep_id) for d in self._sched.dependencies}
+        if live + len(new) > app.max_dependencies:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"application {name!r} holds {live} dependencies; {len(new)} more exceed its quota "
+                          f"max_dependencies={app.max_dependencies}")
 
     def _wait_durable(self, context: grpc.ServicerContext) -> None:
         """Return once this call's changes are committed (no store: at once); else abort
@@ -379,22 +431,27 @@ class RunningHintServer:
 
 def start(scheduler: Scheduler, address: str, clock: Callable[[], int], *,
           lock: threading.Lock | threading.RLock | None = None, activation_lead_ns: int = 0,
-          max_workers: int = 4, store: StateStore | None = None) -> RunningHintServer:
+          max_workers: int = 4, store: StateStore | None = None, tls: TlsFiles | None = None,
+          identities: Identities | None = None) -> RunningHintServer:
     """Serve ``safs.v1.HintService`` on ``address`` (``"host:port"``, port 0 = any free port).
 
-    Insecure (plaintext) channel: the hint API is meant for the cluster's control network.
-    Args as :class:`HintServicer`; ``max_workers`` threads run handlers (they serialise on
-    the lock anyway). Raises InvalidInput("address") when the address cannot be bound.
+    ``tls``: serve TLS with these files (mutual TLS when ``tls.ca`` is given; reloaded when
+    they change, :func:`safs.control.tls.server_credentials`); None: plaintext (the caller
+    decides whether that is allowed: ``safs controller`` permits it on loopback and Unix
+    sockets, elsewhere only with ``--insecure``). Other args as :class:`HintServicer`;
+    ``max_workers`` threads run handlers (they serialise on the lock anyway). Raises
+    InvalidInput("address") when the address cannot be bound.
     """
     host, sep, _ = address.rpartition(":")
     if not sep or not host:
         raise InvalidInput("address", f"must be 'host:port', got {address!r}")
-    servicer = HintServicer(scheduler, clock, lock=lock, activation_lead_ns=activation_lead_ns, store=store)
+    servicer = HintServicer(scheduler, clock, lock=lock, activation_lead_ns=activation_lead_ns, store=store,
+                            identities=identities)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                     thread_name_prefix="safs-hint-rpc"))
     pb_grpc.add_HintServiceServicer_to_server(servicer, server)
     try:
-        port = server.add_insecure_port(address)
+        port = server.add_secure_port(address, server_credentials(tls)) if tls else server.add_insecure_port(address)
     except RuntimeError as err:
         port, why = 0, str(err)
     else:

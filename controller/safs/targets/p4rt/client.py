@@ -54,11 +54,15 @@ import grpc
 from google.protobuf import text_format
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
-from p4runtime_sh.p4runtime import P4RuntimeClient
+from p4runtime_sh.p4runtime import P4RuntimeClient, SSLOptions
 
 from safs.core.errors import InvalidInput, TargetConnectionError, TargetError, UpdateFailure
 
 log = logging.getLogger(__name__)
+
+# (CA to verify the switch against or None for the system roots, client certificate or None,
+# its key or None): the PEM files of a TLS P4Runtime channel (BMv2: --grpc-server-ssl).
+TlsPaths = tuple[Path | None, Path | None, Path | None]
 
 
 def code_name(code: int) -> str:
@@ -104,11 +108,13 @@ class _ShellClient(P4RuntimeClient):  # type: ignore[misc]  # p4runtime-shell is
     construction; :attr:`answer` is the arbitration answer, or None when none came within
     ``wait_s`` seconds (the caller then closes it and raises)."""
 
-    def __init__(self, device_id: int, grpc_addr: str, election_id: tuple[int, int], wait_s: float) -> None:
+    def __init__(self, device_id: int, grpc_addr: str, election_id: tuple[int, int], wait_s: float,
+                 tls: TlsPaths | None = None) -> None:
         self.wait_s = wait_s
         self.answer: p4runtime_pb2.StreamMessageResponse | None = None
+        ssl = None if tls is None else SSLOptions(False, *(str(p) if p is not None else None for p in tls))
         try:
-            super().__init__(device_id, grpc_addr, election_id)
+            super().__init__(device_id, grpc_addr, election_id, ssl_options=ssl)
         except BaseException:  # e.g. KeyboardInterrupt while waiting: do not leave the reader running
             _shut_down(self, wait_s, grpc_addr)
             raise
@@ -153,6 +159,8 @@ class SwitchClient:
             answer, and the wait for the switch to end the stream on :meth:`close`; seconds > 0.
         name: the switch's name, put in errors (``TargetConnectionError.switch``); None: errors
             name the address only.
+        tls: :data:`TlsPaths` for a TLS channel (mutual TLS with a client certificate), or
+            None: plaintext.
 
     Connects and arbitrates on construction; a backup (not primary) connects fine, see
     :attr:`is_primary`. Close it (:meth:`close`, or use it as a context manager): its stream
@@ -165,13 +173,13 @@ class SwitchClient:
     """
 
     def __init__(self, grpc_addr: str, device_id: int, election_id: tuple[int, int],
-                 timeout_s: float = 10.0, name: str | None = None) -> None:
+                 timeout_s: float = 10.0, name: str | None = None, tls: TlsPaths | None = None) -> None:
         self.grpc_addr = grpc_addr
         self.device_id = device_id
         self.election_id = election_id
         self.timeout_s = timeout_s
         self.name = name
-        shell = _ShellClient(device_id, grpc_addr, election_id, timeout_s)
+        shell = _ShellClient(device_id, grpc_addr, election_id, timeout_s, tls)
         if shell.answer is None:
             err = self._no_answer(shell)
             _shut_down(shell, timeout_s, grpc_addr)

@@ -58,7 +58,7 @@ from safs.core.target import (
     Update,
 )
 from safs.core.timebase import TIME_MASK
-from safs.targets.p4rt.client import SwitchClient
+from safs.targets.p4rt.client import SwitchClient, TlsPaths
 from safs.targets.p4rt.codec import (
     EncodeError,
     decode_clone_session,
@@ -137,6 +137,8 @@ class P4RuntimeTarget:
         digests: DigestEntry settings written by :meth:`configure_digests`.
         padded_bytes: send byte strings padded to the field width instead of canonical
             (both are valid P4Runtime; for tests of servers).
+        tls: (CA, client certificate, key) PEM paths of a TLS channel, each may be None
+            (:data:`safs.targets.p4rt.client.TlsPaths`), or None: plaintext.
 
     Connects and arbitrates on construction (a backup connects too: see :attr:`is_primary`).
     Close it (:meth:`close`, or use it as a context manager).
@@ -150,7 +152,7 @@ class P4RuntimeTarget:
     def __init__(self, name: str, grpc_addr: str, device_id: int, p4info_path: Path | str,
                  bmv2_json_path: Path | str | None = None, election_id: tuple[int, int] = (0, 1),
                  timeout_s: float = 10.0, digests: DigestSettings | None = None,
-                 padded_bytes: bool = False) -> None:
+                 padded_bytes: bool = False, tls: TlsPaths | None = None) -> None:
         if not isinstance(grpc_addr, str) or ":" not in grpc_addr:
             raise InvalidInput("grpc_addr", f"must be 'host:port', got {grpc_addr!r}")
         if not isinstance(device_id, int) or not 0 <= device_id <= _U64:
@@ -170,6 +172,7 @@ class P4RuntimeTarget:
         self.timeout_s = timeout_s
         self.digest_settings = digests or DigestSettings()
         self.padded_bytes = padded_bytes
+        self.tls = tls
         self._digest = self.index.digest(n.REQUEST_DIGEST)
         self._client: SwitchClient | None = None
         self._connect()
@@ -178,7 +181,7 @@ class P4RuntimeTarget:
 
     def _connect(self) -> None:
         self._client = SwitchClient(self.grpc_addr, self.device_id, self.election_id, self.timeout_s,
-                                    name=self.name)
+                                    name=self.name, tls=self.tls)
 
     def _require_client(self, operation: str) -> SwitchClient:
         if self._client is None:
