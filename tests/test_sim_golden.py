@@ -44,17 +44,17 @@ POLICIES = ("safs", "dctcp")
 # Pinned today's behaviour (see the module docstring before changing any of these).
 GOLDEN: dict[tuple[str, str], str] = {
     ('afd-bulk', 'safs'):
-        '2cb0f88b04edf06364288f4c11536cbab36ba91b5acc29b244c3c0adb3046a28',  # events=86411, drops=315, data_bytes=123231192, control_bytes=277992, sim_time_ns=3031057, ecn_marked_packets=1147, flows=578
+        '10dfa7232a6ab68bddb9381706c6df90d39a6bab515f3a9f2b5ce791c49936eb',  # events=86411, drops=315, data_bytes=123231192, control_bytes=277992, sim_time_ns=3031057, ecn_marked_packets=1147, flows=578
     ('afd-bulk', 'dctcp'):
-        'd25f03a88c0a0113f86c385f3ede85942d5a6c86c29e0ff11b76c45da3072b21',  # events=106703, drops=951, data_bytes=173411346, control_bytes=0, sim_time_ns=6154366, ecn_marked_packets=2824, flows=578
+        'cc3668d0f3e21faa02e02288a8fee2d32dc2be4efac866c4fbc8248e6be5e6be',  # events=106703, drops=951, data_bytes=173411346, control_bytes=0, sim_time_ns=6154366, ecn_marked_packets=2824, flows=578
     ('afd-poisson', 'safs'):
-        'e44bbf1047f4803aa36d6b24e24d49dfbe10ea7483981543d8a26a4eceb2a0cb',  # events=43256, drops=76, data_bytes=62635917, control_bytes=171990, sim_time_ns=2212655, ecn_marked_packets=244, flows=395
+        '901b0e5ceb380c5500b787d42fda6e5d316d47ebdfa40b97c7fb68e98076d89d',  # events=43256, drops=76, data_bytes=62635917, control_bytes=171990, sim_time_ns=2212655, ecn_marked_packets=244, flows=395
     ('afd-poisson', 'dctcp'):
-        '85add40636c42884bc61b6f55ec032e1a91b8cf10413928d236331701b40cc1b',  # events=50447, drops=664, data_bytes=80554755, control_bytes=0, sim_time_ns=3736265, ecn_marked_packets=1798, flows=399
+        '19425d3fbedeaa41a2144491fb1900ccd730d94ba619e692e1bfb4d0eb6e747a',  # events=50447, drops=664, data_bytes=80554755, control_bytes=0, sim_time_ns=3736265, ecn_marked_packets=1798, flows=399
     ('zerobubble-bulk', 'safs'):
-        'b95a41a79a3679a641b5f8dd18b19ab01e6369318a8e8a906d5711a1f0f40727',  # events=108864, drops=75, data_bytes=128778052, control_bytes=6084, sim_time_ns=4840524, ecn_marked_packets=4991, flows=26
+        'af9cdf97c068ade6b8c4cd852cedb086a218d1c3c75baae70bf9a54fa1db01f6',  # events=108864, drops=75, data_bytes=128778052, control_bytes=6084, sim_time_ns=4840524, ecn_marked_packets=4991, flows=26
     ('zerobubble-bulk', 'dctcp'):
-        '00c5d053ed6936f108fabb0babd8021565b4ccac19dd80e39e52a4edf24a9200',  # events=230951, drops=71, data_bytes=262469692, control_bytes=0, sim_time_ns=10262051, ecn_marked_packets=11897, flows=26
+        '2336c2cb33c4f8f66497bf6b75e051ca7b40d1b80b5696ca1a1732470f08c80e',  # events=230951, drops=71, data_bytes=262469692, control_bytes=0, sim_time_ns=10262051, ecn_marked_packets=11897, flows=26
 }
 
 

@@ -58,6 +58,11 @@ const bit<2> ECN_CE = 3;
 const bit<32> MALFORMED_TRUNCATED   = 0;
 const bit<32> MALFORMED_BAD_VERSION = 1;
 const bit<32> MALFORMED_BAD_TYPE    = 2;
+// forged counter indices (source_guard.p4; safs.core.protocol.Forged)
+const bit<32> FORGED_SPOOFED_SOURCE    = 0;
+const bit<32> FORGED_GRANT_FROM_HOST   = 1;
+const bit<32> FORGED_OVERSIZED_CONTROL = 2;
+const bit<32> MAX_CONTROL_FRAME = 128;  // bytes: a REQUEST or DONE is 78 (safs.core.protocol)
 
 const bit<32> PKT_INSTANCE_TYPE_INGRESS_CLONE = 1;
 

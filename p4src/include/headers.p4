@@ -115,6 +115,8 @@ struct metadata_t {
     bit<16>      l4_dst_port;
     bit<16>      ecmp_group;       // set_ecmp_group: the route's ecmp key (0: single next hop)
     bit<24>      roce_qp;          // BTH destination QP of RoCEv2, else 0 (traffic_class key)
+    ipv4_addr_t  host_src;         // host_port: the address of the host on the ingress port
+    bit<1>       forged;           // source_guard dropped the packet
 }
 
 #endif

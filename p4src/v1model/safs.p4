@@ -15,13 +15,16 @@
 #include "include/slack_classifier.p4"
 #include "include/grant_enforcer.p4"
 #include "include/telemetry.p4"
+#include "include/source_guard.p4"
 
-// Ingress: validate SAFS, forward, classify by slack, enforce grants (receiver ToR only).
+// Ingress: validate SAFS, drop what a host port must not send, forward, classify by slack,
+// enforce grants (receiver ToR only).
 control SafsIngress(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t standard_metadata) {
     @name(".SafsIngress.malformed")
     counter(3, CounterType.packets) malformed;
 
+    SourceGuard() source_guard;
     Forwarding() forwarding;
     SlackClassifier() slack_classifier;
     GrantEnforcer() grant_enforcer;
@@ -40,9 +43,12 @@ control SafsIngress(inout headers_t hdr, inout metadata_t meta,
         } else if (meta.truncated == 1 || standard_metadata.parser_error != error.NoError) {
             malformed.count(MALFORMED_TRUNCATED);
         }
-        forwarding.apply(hdr, meta, standard_metadata);
-        slack_classifier.apply(hdr, meta, standard_metadata);
-        grant_enforcer.apply(hdr, meta, standard_metadata);
+        source_guard.apply(hdr, meta, standard_metadata);
+        if (meta.forged == 0) {
+            forwarding.apply(hdr, meta, standard_metadata);
+            slack_classifier.apply(hdr, meta, standard_metadata);
+            grant_enforcer.apply(hdr, meta, standard_metadata);
+        }
     }
 }
 

@@ -91,6 +91,10 @@ PORT_TX_BYTES = "SafsEgress.port_tx_bytes"  # indirect counter by egress port
 QDEPTH_HIST = "SafsEgress.qdepth_hist"  # indirect counter, index = port * 8 + bucket
 QDEPTH_BUCKETS = 8  # bucket b counts packets enqueued with depth in [2^b - 1, 2^(b+1) - 1)
 MALFORMED = "SafsIngress.malformed"  # indirect counter, index 0 truncated, 1 bad version, 2 bad type
+FORGED = "SafsIngress.forged"  # indirect counter, index = safs.core.protocol.Forged (dropped at a host port)
+HOST_PORT = "SafsIngress.host_port"  # ingress port facing a host -> that host's address (source guard)
+ACT_SET_HOST_SOURCE = "SafsIngress.set_host_source"  # params: src_addr (32)
+F_INGRESS_PORT = "ingress_port"
 ECN_MARKED = "SafsEgress.ecn_marked"  # indirect counter by egress port
 
 REQUEST_DIGEST = "request_digest_t"  # digest: flow_id, src_addr, dst_addr, dep_id, remaining_bytes, latest_start

@@ -105,6 +105,23 @@ class Malformed(enum.IntEnum):
     BAD_TYPE = 2  # type not in MsgType
 
 
+class Forged(enum.IntEnum):
+    """Why a switch dropped a packet from a host-facing port (p4src/include/source_guard.p4).
+
+    The value is the index of the switch's ``forged`` counter (:data:`safs.core.p4names.FORGED`).
+    Checked in this order, only on ports with a ``host_port`` entry.
+    """
+
+    SPOOFED_SOURCE = 0  # IPv4 source is not the attached host's address
+    GRANT_FROM_HOST = 1  # a GRANT: only a receiver's ToR originates GRANTs
+    OVERSIZED_CONTROL = 2  # a REQUEST or DONE frame longer than MAX_CONTROL_FRAME_BYTES
+
+
+# Longest REQUEST or DONE frame a host may send (Ethernet + IPv4 + UDP + SAFS header is 78
+# bytes; room for IP options): larger ones would carry data in the control queue (7).
+MAX_CONTROL_FRAME_BYTES = 128
+
+
 def malformed_reason(udp_payload: bytes) -> Malformed | None:
     """Check the fixed part of a SAFS header; ``None`` when it is well formed.
 

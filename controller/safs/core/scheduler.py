@@ -682,6 +682,9 @@ class Scheduler:
         host_ports = [port for port, nb in topo.ports(sw).items() if topo.is_host(nb)]
         out += [TableEntry(n.RECEIVER_PORT, {n.F_EGRESS_PORT: port}, n.ACT_MARK_RECEIVER)
                 for port in host_ports]
+        out += [TableEntry(n.HOST_PORT, {n.F_INGRESS_PORT: port}, n.ACT_SET_HOST_SOURCE,
+                           {"src_addr": topo.host_ip(topo.neighbor_at(sw, port))})
+                for port in host_ports]  # source guard (p4src/include/source_guard.p4)
         if host_ports:  # grant_route is applied only at a receiver's ToR (lowest port of a group)
             out += [TableEntry(n.GRANT_ROUTE, {n.F_SRC_ADDR: Lpm(prefix, plen)}, n.ACT_SET_GRANT_ROUTE,
                                {"port": port, "dst_mac": mac})

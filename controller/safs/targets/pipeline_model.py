@@ -7,6 +7,8 @@ allocates nothing except a GRANT packet when it must send one.
 It mirrors p4src/ (v1model/safs.p4 and include/*.p4) control by control. Ingress::
 
     malformed SAFS (truncated / version / type) -> malformed[reason] counted, then as non-SAFS
+    host_port(ingress port) hit: IPv4 source not the host's, a GRANT, or a REQUEST/DONE frame
+        over MAX_CONTROL_FRAME_BYTES -> forged[reason] counted, dropped (source_guard.p4)
     ipv4_lpm(dst) --miss--> drop
         |  set_ecmp_group(g): ecmp(g) -> the selector group's member for crc16(5-tuple)
         |  (safs.core.ecmp: member hash % size in member-id order)
@@ -77,6 +79,7 @@ from safs.core.protocol import (
     FLAG_BACKGROUND,
     FLAG_LAST,
     FLAG_RENEW,
+    MAX_CONTROL_FRAME_BYTES,
     NS_PER_S,
     QDEPTH_MAX,
     QUEUE_BEST_EFFORT,
@@ -88,6 +91,7 @@ from safs.core.protocol import (
     SAFS_VERSION,
     WIRE_OVERHEAD_BYTES,
     Color,
+    Forged,
     Malformed,
     MsgType,
 )
@@ -121,6 +125,7 @@ ECN_THRESHOLD_OFF = (1 << ECN_THRESHOLD_BITS) - 1
 _DATA = int(MsgType.DATA)
 _REQUEST = int(MsgType.REQUEST)
 _GRANT = int(MsgType.GRANT)
+_DONE = int(MsgType.DONE)
 _KNOWN_TYPES = frozenset(int(t) for t in MsgType)
 _GREEN = int(Color.GREEN)
 _YELLOW = int(Color.YELLOW)
@@ -164,6 +169,10 @@ _SCHEMAS: dict[str, _TableSchema] = {
         keys=((n.F_SRC_ADDR, "lpm", 32),),
         actions={n.ACT_SET_GRANT_ROUTE: (("port", 9), ("dst_mac", 48))},
         entry_actions=frozenset({n.ACT_SET_GRANT_ROUTE})),
+    n.HOST_PORT: _TableSchema(
+        keys=((n.F_INGRESS_PORT, "exact", 9),),
+        actions={n.ACT_SET_HOST_SOURCE: (("src_addr", 32),)},
+        entry_actions=frozenset({n.ACT_SET_HOST_SOURCE})),
     n.RECEIVER_PORT: _TableSchema(
         keys=((n.F_EGRESS_PORT, "exact", 9),),
         actions={n.ACT_MARK_RECEIVER: ()},
@@ -217,15 +226,16 @@ _INITIAL_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
     n.ECN_THRESHOLD: (n.ACT_SET_ECN_THRESHOLD, {"qdepth_pkts": ECN_THRESHOLD_OFF}),
 }
 _CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.DEP_GRANT, n.PORT_SHARE, n.TRAFFIC_CLASS,
-                                   n.ECMP})
+                                   n.ECMP, n.HOST_PORT})
 # Counters declared CounterType.packets in P4 (their byte_count reads 0).
-_PACKET_ONLY_COUNTERS = frozenset({n.MALFORMED, n.ECN_MARKED, n.QDEPTH_HIST})
+_PACKET_ONLY_COUNTERS = frozenset({n.MALFORMED, n.ECN_MARKED, n.QDEPTH_HIST, n.FORGED})
 
 _COUNTER_SIZES: dict[str, int] = {
     n.DEP_BYTES: n.DEP_SLOTS,
     n.PORT_TX_BYTES: n.NUM_PORTS,
     n.QDEPTH_HIST: n.NUM_PORTS * n.QDEPTH_BUCKETS,
     n.MALFORMED: len(Malformed),
+    n.FORGED: len(Forged),
     n.ECN_MARKED: n.NUM_PORTS,
 }
 
@@ -334,6 +344,7 @@ class PipelineModel:
         self._back_by_len: list[tuple[int, dict[int, int]]] = []  # grant_route, same shape
         self._back_cache: dict[int, int] = {}  # src -> port, -1 = no route
         self._receiver_ports: frozenset[int] = frozenset()
+        self._host_src: dict[int, int] = {}  # host_port: ingress port -> the host's address
         # slack_class resolved into a partition of the 48-bit key space: class of the key in
         # [_slack_bounds[i-1], _slack_bounds[i]) is _slack_classes[i] (one bisect per packet).
         self._slack_bounds: list[int] = []
@@ -357,6 +368,7 @@ class PipelineModel:
         self._port_tx = self._counters[n.PORT_TX_BYTES]
         self._qhist = self._counters[n.QDEPTH_HIST]
         self._malformed = self._counters[n.MALFORMED]
+        self._forged = self._counters[n.FORGED]
         self._ecn_marked = self._counters[n.ECN_MARKED]
 
     # ------------------------------------------------------------------ control plane
@@ -645,6 +657,8 @@ class PipelineModel:
             self._back_cache = {}
         elif table == n.RECEIVER_PORT:
             self._receiver_ports = frozenset(cast(int, e.match[n.F_EGRESS_PORT]) for e in entries)
+        elif table == n.HOST_PORT:
+            self._host_src = {cast(int, e.match[n.F_INGRESS_PORT]): e.params["src_addr"] for e in entries}
         elif table == n.SLACK_CLASS:
             self._slack_bounds, self._slack_classes = _range_partition(
                 [
@@ -821,6 +835,16 @@ class PipelineModel:
                 self._malformed[1][Malformed.BAD_TYPE] += 1
             else:
                 safs_ok = True
+        host_src = self._host_src.get(in_port)
+        if host_src is not None:  # source_guard.p4
+            forged = (Forged.SPOOFED_SOURCE if pkt.src != host_src
+                      else Forged.GRANT_FROM_HOST if safs_ok and t == _GRANT
+                      else Forged.OVERSIZED_CONTROL if (safs_ok and (t == _REQUEST or t == _DONE)
+                                                        and pkt.size > MAX_CONTROL_FRAME_BYTES)
+                      else None)
+            if forged is not None:
+                self._forged[1][forged] += 1
+                return []
         port = self._route(pkt.dst)
         if port < -1:
             port = self._ecmp_port(-2 - port, pkt)

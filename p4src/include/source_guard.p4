@@ -1,0 +1,55 @@
+/*
+ * Source guard: on a port facing a host (a host_port entry: the controller writes one per
+ * host port, with the host's address), drop and count what no honest host sends:
+ *   - an IPv4 source other than the host's (spoofing: a forged REQUEST would reflect a GRANT
+ *     at the victim, a forged DATA would use the victim's grant, keyed on its address);
+ *   - a GRANT (only a receiver's ToR originates GRANTs);
+ *   - a REQUEST or DONE frame longer than MAX_CONTROL_FRAME (data riding the control queue 7).
+ * Ports without an entry (fabric links) are not checked: the neighbour switch checked its hosts.
+ * Mirrored by controller/safs/targets/pipeline_model.py; counter indices are
+ * safs.core.protocol.Forged.
+ */
+#ifndef SAFS_SOURCE_GUARD_P4
+#define SAFS_SOURCE_GUARD_P4
+
+#include "include/headers.p4"
+
+control SourceGuard(inout headers_t hdr, inout metadata_t meta,
+                    inout standard_metadata_t standard_metadata) {
+    @name(".SafsIngress.forged")
+    counter(3, CounterType.packets) forged;
+
+    @name(".SafsIngress.set_host_source")
+    action set_host_source(@name("src_addr") ipv4_addr_t src_addr) {
+        meta.host_src = src_addr;
+    }
+    @name(".SafsIngress.host_port")
+    table host_port {
+        key = { standard_metadata.ingress_port: exact @name("ingress_port"); }
+        actions = { set_host_source; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = RECEIVER_PORT_SIZE;
+    }
+
+    apply {
+        meta.forged = 0;
+        if (hdr.ipv4.isValid() && host_port.apply().hit) {
+            if (hdr.ipv4.src_addr != meta.host_src) {
+                forged.count(FORGED_SPOOFED_SOURCE);
+                meta.forged = 1;
+            } else if (meta.safs_ok == 1 && hdr.safs.msg_type == SAFS_GRANT) {
+                forged.count(FORGED_GRANT_FROM_HOST);
+                meta.forged = 1;
+            } else if (meta.safs_ok == 1 && (hdr.safs.msg_type == SAFS_REQUEST || hdr.safs.msg_type == SAFS_DONE)
+                       && standard_metadata.packet_length > MAX_CONTROL_FRAME) {
+                forged.count(FORGED_OVERSIZED_CONTROL);
+                meta.forged = 1;
+            }
+            if (meta.forged == 1) {
+                mark_to_drop(standard_metadata);
+            }
+        }
+    }
+}
+
+#endif
