@@ -271,15 +271,19 @@ def test_a_second_transfer_of_a_dependency_reuses_its_grant_without_a_request(ag
         common = ("--default-rate-bps", str(5 * MBIT), "--line-rate-bps", str(100 * MBIT))
         a = agents.start("a", a_ip, *common)
         b = agents.start("b", b_ip, *common)
+        second_start = 0.0
         for fid in (13, 14):
+            second_start = time.monotonic()
             b.expect(fid, a_ip, 100_000, "safs")
             a.send(fid, sw_ip, 100_000, "safs", dep_id=7)
             done = _by_role(wait_events([a, b], 2))
             assert done["receiver"]["bytes"] == 100_000, done
-        assert len(sw.requests) == 1  # the first transfer asked; the second used the held grant
+        # the first transfer asked (on a busy machine it may ask again before the GRANT comes);
+        # the second used the held grant: no REQUEST after it started
+        assert sw.requests and all(t < second_start for t in sw.requests), (sw.requests, second_start)
         epochs = [ep for (_, _, ep), (fid, _, _) in zip(sw.data, sw.flags) if fid == 14]
         assert epochs and all(ep == 1 for ep in epochs)  # from its first DATA
-        assert done["sender"]["requests"] == 1  # the dependency's count, shared by its transfers
+        assert done["sender"]["requests"] == len(sw.requests)  # the dependency's count, shared by its transfers
     finally:
         sw.close()
 

@@ -276,6 +276,9 @@ class SwitchLink:
         self.target = target
         self.down_reason: str | None = None
         self._counters: dict[tuple[str, int], CounterValue] = {}
+        self.writes = 0  # write calls sent to the switch (metrics)
+        self.write_updates = 0  # updates in them
+        self.write_seconds = 0.0  # time spent in them
 
     @property
     def is_down(self) -> bool:
@@ -318,11 +321,16 @@ class SwitchLink:
             if updates:
                 raise self._unavailable(len(updates))
             return
+        t0 = time.perf_counter()
         try:
             self.target.write(updates)
         except TargetError as err:
             self._check(err)
             raise
+        finally:
+            self.writes += 1
+            self.write_updates += len(updates)
+            self.write_seconds += time.perf_counter() - t0
 
     def set_clock_offset(self, offset_ns: int) -> None:
         """``P4RuntimeTarget.set_clock_offset`` (UNAVAILABLE while down).

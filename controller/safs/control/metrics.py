@@ -85,21 +85,42 @@ class ControllerCollector(Collector):
                                          labels=["switch", "port"])
         ecn = CounterMetricFamily("safs_port_ecn_marked_packets", "packets marked CE per egress port (ecn_marked)",
                                   labels=["switch", "port"])
+        qdepth = CounterMetricFamily("safs_port_enqueued_packets", "packets enqueued per egress port by the queue "
+                                     "depth they met, bucket b: depth in [2^b - 1, 2^(b+1) - 1) (qdepth_hist)",
+                                     labels=["switch", "port", "depth_bucket"])
+        writes = CounterMetricFamily("safs_switch_writes", "P4Runtime write calls", labels=["switch"])
+        updates = CounterMetricFamily("safs_switch_write_updates", "updates in those calls", labels=["switch"])
+        write_s = CounterMetricFamily("safs_switch_write_seconds", "time spent in write calls (seconds)",
+                                      labels=["switch"])
         with app.lock:
             for sw, link in app.links.items():
                 up.add_metric([sw], 0.0 if link.is_down else 1.0)
+                writes.add_metric([sw], link.writes)
+                updates.add_metric([sw], link.write_updates)
+                write_s.add_metric([sw], link.write_seconds)
                 ports = sorted(app.topology.ports(sw))
+                cells = [p * n.QDEPTH_BUCKETS + b for p in ports for b in range(n.QDEPTH_BUCKETS)]
                 try:
                     sent = link.read_counter_cells(n.PORT_TX_BYTES, ports)
                     marked = link.read_counter_cells(n.ECN_MARKED, ports)
+                    hist = link.read_counter_cells(n.QDEPTH_HIST, cells)
                 except TargetConnectionError:
                     continue  # the link marked itself down; the next scrape tries again
                 for port, s, m in zip(ports, sent, marked):
                     tx_bytes.add_metric([sw, str(port)], s.byte_count)
                     tx_packets.add_metric([sw, str(port)], s.packet_count)
                     ecn.add_metric([sw, str(port)], m.packet_count)
+                for cell, h in zip(cells, hist):
+                    qdepth.add_metric([sw, str(cell // n.QDEPTH_BUCKETS), str(cell % n.QDEPTH_BUCKETS)],
+                                      h.packet_count)
         yield GaugeMetricFamily("safs_controller_primary", "1 while this controller is primary, 0 as a backup",
                                 value=1.0 if app.role == "primary" else 0.0)
+        calls = CounterMetricFamily("safs_hint_calls", "hint API calls by method and status code (OK: accepted)",
+                                    labels=["method", "code"])
+        counter = app.hint_server.servicer.counter if app.hint_server is not None else None
+        for (method, code), count in sorted(counter.calls.items() if counter is not None else []):
+            calls.add_metric([method, code], count)
+        yield calls
         store = app.store
         if store is not None:
             yield CounterMetricFamily("safs_state_commits", "state store transactions committed",
@@ -111,6 +132,10 @@ class ControllerCollector(Collector):
         yield tx_bytes
         yield tx_packets
         yield ecn
+        yield qdepth
+        yield writes
+        yield updates
+        yield write_s
 
 
 def parse_metrics_addr(text: str) -> tuple[str, int]:

@@ -111,6 +111,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
         self._clock = clock
         self._store = store
         self._identities = identities
+        self.counter: CallCounter | None = None  # set by start(): calls by method and status
         self.lock = lock if lock is not None else threading.Lock()
         self._cond = threading.Condition(self.lock)
         self._lead_ns = activation_lead_ns
@@ -400,6 +401,38 @@ class HintServicer(pb_grpc.HintServiceServicer):
         raise AssertionError("unreachable")  # context.abort raises
 
 
+class CallCounter(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Counts hint API calls by method and status code (``calls[(method, code)]``, e.g.
+    ``("AnnounceDependencies", "OK")``, ``("Announce", "INVALID_ARGUMENT")``): what the
+    metrics export as hints accepted and refused."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def _count(self, method: str, context: grpc.ServicerContext) -> None:
+        code = context.code() or grpc.StatusCode.OK
+        key = (method, code.name if isinstance(code, grpc.StatusCode) else str(code))
+        with self._lock:
+            self.calls[key] = self.calls.get(key, 0) + 1
+
+    def intercept_service(self, continuation, details):  # noqa: ANN001, ANN201 (grpc's interface)
+        handler = continuation(details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        method = details.method.rsplit("/", 1)[-1]
+        inner = handler.unary_unary
+
+        def counted(request, context):  # noqa: ANN001, ANN202
+            try:
+                return inner(request, context)
+            finally:
+                self._count(method, context)
+
+        return grpc.unary_unary_rpc_method_handler(counted, request_deserializer=handler.request_deserializer,
+                                                   response_serializer=handler.response_serializer)
+
+
 @dataclass
 class RunningHintServer:
     """A started hint server: the gRPC server, its servicer and the bound port.
@@ -447,8 +480,10 @@ def start(scheduler: Scheduler, address: str, clock: Callable[[], int], *,
         raise InvalidInput("address", f"must be 'host:port', got {address!r}")
     servicer = HintServicer(scheduler, clock, lock=lock, activation_lead_ns=activation_lead_ns, store=store,
                             identities=identities)
+    servicer.counter = CallCounter()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
-                                                    thread_name_prefix="safs-hint-rpc"))
+                                                    thread_name_prefix="safs-hint-rpc"),
+                         interceptors=[servicer.counter])
     pb_grpc.add_HintServiceServicer_to_server(servicer, server)
     try:
         port = server.add_secure_port(address, server_credentials(tls)) if tls else server.add_insecure_port(address)
