@@ -2,8 +2,9 @@
 model in tests/test_source_guard.py): with a ``host_port`` entry binding port 1 to the sender's
 address, every forged packet from port 1 is dropped and counted in ``forged[reason]``: a
 spoofed source (a DATA, a REQUEST that would reflect a GRANT at a victim, plain UDP), a GRANT,
-a DONE or REQUEST of 1,400 bytes (the PTF veths carry 1,500). Honest control packets and DATA
-still pass, and port 3 (no entry: a fabric link) is not checked."""
+a DONE or REQUEST of 1,400 bytes (the PTF veths carry 1,500), DONEs beyond the port's
+control_meter. Honest control packets and DATA still pass, and port 3 (no entry: a fabric
+link) is not checked."""
 
 from __future__ import annotations
 
@@ -63,4 +64,15 @@ class SourceGuardTest(SafsTest):
         self.receive(PORT_OTHER)
         self.send(PORT_OTHER, safs_data(RECEIVER_IP, "10.0.1.9", 9, 5000, 0, 0, 1000, **TO_SWITCH))
         self.receive(PORT_SENDER)
+        self.expect_nothing()
+        # a flood of small control packets: the port's control_meter (a 160-byte burst here)
+        # lets two 78-byte DONEs through, drops the rest and counts them
+        self.set_meter(n.CONTROL_METER, PORT_SENDER, cir=1000, cburst=160, pir=1000, pburst=160)
+        want = self.forged()
+        want[Forged.CONTROL_RATE] += 3
+        for _ in range(5):
+            self.send(PORT_SENDER, safs_done(SENDER_IP, RECEIVER_IP, 7, **TO_SWITCH))
+        self.receive(PORT_RECEIVER)
+        self.receive(PORT_RECEIVER)
+        self.poll_until(lambda: self.forged() == want, f"control-rate drops counted: {want}")
         self.expect_nothing()

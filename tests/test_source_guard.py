@@ -79,6 +79,11 @@ def test_the_forged_corpus_is_dropped_or_demoted() -> None:
     for t in (MsgType.REQUEST, MsgType.DONE):
         out = tor0.ingress(safs("a", t, size=78), a_port)
         assert [p.priority for _, p in out] == [QUEUE_CONTROL]
+    # a flood of small REQUESTs (the clock stands still: no refill) is cut at the port's
+    # control_meter burst; the rest is dropped and counted
+    passed = sum(len(tor0.ingress(safs("a", MsgType.REQUEST, size=78), a_port)) for _ in range(2000))
+    burst = tor0.meter_config(a_port, n.CONTROL_METER).pburst
+    assert passed <= burst // 78 + 1 and forged_count(tor0, Forged.CONTROL_RATE) == 2000 - passed
     # c sends under a's dependency id: the grant is keyed on the source too, so c gets the
     # default grant (slot 0), a's meter and byte counter are untouched
     slot = sched._dep_slots[("a", 1)][1]

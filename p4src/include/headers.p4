@@ -117,6 +117,7 @@ struct metadata_t {
     bit<24>      roce_qp;          // BTH destination QP of RoCEv2, else 0 (traffic_class key)
     ipv4_addr_t  host_src;         // host_port: the address of the host on the ingress port
     bit<1>       forged;           // source_guard dropped the packet
+    bit<2>       control_color;    // control_meter colour of a REQUEST/DONE from a host port
 }
 
 #endif

@@ -4,7 +4,8 @@
  *   - an IPv4 source other than the host's (spoofing: a forged REQUEST would reflect a GRANT
  *     at the victim, a forged DATA would use the victim's grant, keyed on its address);
  *   - a GRANT (only a receiver's ToR originates GRANTs);
- *   - a REQUEST or DONE frame longer than MAX_CONTROL_FRAME (data riding the control queue 7).
+ *   - a REQUEST or DONE frame longer than MAX_CONTROL_FRAME (data riding the control queue 7),
+ *     or beyond the port's control_meter rate (RED: a flood of small control packets).
  * Ports without an entry (fabric links) are not checked: the neighbour switch checked its hosts.
  * Mirrored by controller/safs/targets/pipeline_model.py; counter indices are
  * safs.core.protocol.Forged.
@@ -17,7 +18,9 @@
 control SourceGuard(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t standard_metadata) {
     @name(".SafsIngress.forged")
-    counter(3, CounterType.packets) forged;
+    counter(4, CounterType.packets) forged;
+    @name(".SafsIngress.control_meter")
+    meter(NUM_PORTS, MeterType.bytes) control_meter;
 
     @name(".SafsIngress.set_host_source")
     action set_host_source(@name("src_addr") ipv4_addr_t src_addr) {
@@ -40,10 +43,17 @@ control SourceGuard(inout headers_t hdr, inout metadata_t meta,
             } else if (meta.safs_ok == 1 && hdr.safs.msg_type == SAFS_GRANT) {
                 forged.count(FORGED_GRANT_FROM_HOST);
                 meta.forged = 1;
-            } else if (meta.safs_ok == 1 && (hdr.safs.msg_type == SAFS_REQUEST || hdr.safs.msg_type == SAFS_DONE)
-                       && standard_metadata.packet_length > MAX_CONTROL_FRAME) {
-                forged.count(FORGED_OVERSIZED_CONTROL);
-                meta.forged = 1;
+            } else if (meta.safs_ok == 1 && (hdr.safs.msg_type == SAFS_REQUEST || hdr.safs.msg_type == SAFS_DONE)) {
+                if (standard_metadata.packet_length > MAX_CONTROL_FRAME) {
+                    forged.count(FORGED_OVERSIZED_CONTROL);
+                    meta.forged = 1;
+                } else {
+                    control_meter.execute_meter((bit<32>) standard_metadata.ingress_port, meta.control_color);
+                    if (meta.control_color == METER_RED) {
+                        forged.count(FORGED_CONTROL_RATE);
+                        meta.forged = 1;
+                    }
+                }
             }
             if (meta.forged == 1) {
                 mark_to_drop(standard_metadata);

@@ -92,6 +92,7 @@ QDEPTH_HIST = "SafsEgress.qdepth_hist"  # indirect counter, index = port * 8 + b
 QDEPTH_BUCKETS = 8  # bucket b counts packets enqueued with depth in [2^b - 1, 2^(b+1) - 1)
 MALFORMED = "SafsIngress.malformed"  # indirect counter, index 0 truncated, 1 bad version, 2 bad type
 FORGED = "SafsIngress.forged"  # indirect counter, index = safs.core.protocol.Forged (dropped at a host port)
+CONTROL_METER = "SafsIngress.control_meter"  # indirect, bytes, by host ingress port: REQUEST/DONE, RED dropped
 HOST_PORT = "SafsIngress.host_port"  # ingress port facing a host -> that host's address (source guard)
 ACT_SET_HOST_SOURCE = "SafsIngress.set_host_source"  # params: src_addr (32)
 F_INGRESS_PORT = "ingress_port"

@@ -115,6 +115,7 @@ class Forged(enum.IntEnum):
     SPOOFED_SOURCE = 0  # IPv4 source is not the attached host's address
     GRANT_FROM_HOST = 1  # a GRANT: only a receiver's ToR originates GRANTs
     OVERSIZED_CONTROL = 2  # a REQUEST or DONE frame longer than MAX_CONTROL_FRAME_BYTES
+    CONTROL_RATE = 3  # a REQUEST or DONE over the port's control_meter rate (RED)
 
 
 # Longest REQUEST or DONE frame a host may send (Ethernet + IPv4 + UDP + SAFS header is 78

@@ -240,6 +240,11 @@ class SchedulerConfig(ConfigModel):
             non-SAFS traffic in queue 0.
         background_share: fraction of each receiver port kept from the dependencies' shares for
             traffic without a grant (class 0), in [0, 0.9]. Default 0.
+        control_share: rate of REQUEST and DONE packets a host may send into its ToR, as a
+            fraction of its link rate, in [0.0001, 0.5] (``control_meter``; above it they are
+            dropped and counted, ``forged[3]``). Default 1%: at 100 Gbit/s about 1.6 million
+            78-byte packets per second, three orders above what the AFD and ZeroBubble
+            workloads send (one REQUEST and one DONE per transfer).
     """
 
     FIELD_PREFIX: ClassVar[str] = "config."
@@ -261,6 +266,7 @@ class SchedulerConfig(ConfigModel):
     share_lease_ns: int = Field(20_000_000, ge=1_000, le=(2**32 - 1) * 1000)
     waiting_share: float = Field(1 / 32, ge=0.001, le=0.5)
     background_share: float = Field(0.0, ge=0, le=0.9)
+    control_share: float = Field(0.01, ge=0.0001, le=0.5)
     traffic_classes: list[TrafficClassSpec] = Field(default_factory=list)
 
     @field_validator("traffic_classes")
@@ -515,6 +521,7 @@ class Scheduler:
         self._shadow: dict[str, dict[TableEntryKey, TableEntry]] = {sw: {} for sw in self._targets}
         self._shadow_meters: dict[str, dict[int, MeterConfig]] = {sw: {} for sw in self._targets}
         self._shadow_agg_meters: dict[str, dict[int, MeterConfig]] = {sw: {} for sw in self._targets}
+        self._shadow_ctl_meters: dict[str, dict[int, MeterConfig]] = {sw: {} for sw in self._targets}
         self._shadow_clones: dict[str, dict[int, CloneSession]] = {sw: {} for sw in self._targets}
         self._shadow_profiles: dict[str, dict[tuple[str, str, int], ProfileEntity]] = {sw: {} for sw in self._targets}
         # dep_grant entries in the shadow, by key (the part of it _plan_all_grants walks)
@@ -580,7 +587,17 @@ class Scheduler:
             self._plan_meter(sw, self.config.meter_for(n.DEFAULT_METER_SLOT, self.config.default_rate_bps), plan)
         for meter in self.traffic_class_meters():
             self._plan_meter(sw, meter, plan)
+        for meter in self.control_meters(sw):
+            self._plan_meter(sw, meter, plan)
         return plan
+
+    def control_meters(self, sw: str) -> list[MeterConfig]:
+        """``control_meter`` configs of ``sw``'s host ports: REQUEST and DONE a host may send,
+        ``control_share`` of its link rate (bytes/s, with the usual burst)."""
+        topo = self._topo
+        return [replace(self.config.meter_for(port, int(topo.host_link_bps(nb) * self.config.control_share)),
+                        meter=n.CONTROL_METER)
+                for port, nb in sorted(topo.ports(sw).items()) if topo.is_host(nb)]
 
     def reinstall(self, switch: str, now_ns: int, clock_offset_ns: int = 0,
                   target: Target | None = None) -> None:
@@ -616,8 +633,9 @@ class Scheduler:
         self._shadow[switch] = {_entry_key(e): e for e in observed.entries}
         self._shadow_grants[switch] = {k: e for k, e in self._shadow[switch].items()
                                        if e.table == n.DEP_GRANT and not e.is_default}
-        self._shadow_meters[switch] = {m.index: m for m in observed.meters if m.meter != n.AGGREGATE_METER}
+        self._shadow_meters[switch] = {m.index: m for m in observed.meters if m.meter == n.DEP_METER}
         self._shadow_agg_meters[switch] = {m.index: m for m in observed.meters if m.meter == n.AGGREGATE_METER}
+        self._shadow_ctl_meters[switch] = {m.index: m for m in observed.meters if m.meter == n.CONTROL_METER}
         self._shadow_clones[switch] = {c.session_id: c for c in observed.clone_sessions}
         self._shadow_profiles[switch] = {p.key(): p for p in observed.profiles}
         profile = self._plan_profile(switch)
@@ -653,7 +671,8 @@ class Scheduler:
         when it is taken."""
         slots = {n.DEFAULT_METER_SLOT} | {slot for tor, slot in self._dep_slots.values() if tor == switch}
         slots |= {state.slot for state in self._flows.values() if state.tor == switch}
-        return {n.DEP_METER: sorted(slots), n.AGGREGATE_METER: [m.index for m in self.traffic_class_meters()]}
+        return {n.DEP_METER: sorted(slots), n.AGGREGATE_METER: [m.index for m in self.traffic_class_meters()],
+                n.CONTROL_METER: [m.index for m in self.control_meters(switch)]}
 
     def _observed(self, sw: str, entity: object) -> bool:
         """True when the shadow holds a (set) version of ``entity``."""
@@ -1284,7 +1303,9 @@ class Scheduler:
             plan.append(Update(Op.INSERT if current is None else Op.MODIFY, session))
 
     def _meter_shadow(self, sw: str, cfg: MeterConfig) -> dict[int, MeterConfig]:
-        return self._shadow_agg_meters[sw] if cfg.meter == n.AGGREGATE_METER else self._shadow_meters[sw]
+        if cfg.meter == n.AGGREGATE_METER:
+            return self._shadow_agg_meters[sw]
+        return self._shadow_ctl_meters[sw] if cfg.meter == n.CONTROL_METER else self._shadow_meters[sw]
 
     def _plan_meter(self, sw: str, cfg: MeterConfig, plan: list[Update]) -> None:
         if self._meter_shadow(sw, cfg).get(cfg.index) != cfg:

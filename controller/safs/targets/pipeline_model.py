@@ -321,6 +321,8 @@ class PipelineModel:
         self._meter_cfg: dict[int, MeterConfig] = {}
         self._agg_meter_cfg: dict[int, MeterConfig] = {}
         self._agg_meters: dict[int, _Meter] = {}
+        self._ctl_meter_cfg: dict[int, MeterConfig] = {}  # control_meter by host ingress port
+        self._ctl_meters: dict[int, _Meter] = {}
         # traffic_class entries, highest priority first: (src, dst, proto, sport, dport, qp, qclass, meter)
         self._aggregates: list[_Aggregate] = []
         self._counters: dict[str, tuple[list[int], list[int]]] = {
@@ -448,7 +450,8 @@ class PipelineModel:
     def _write_meter(self, op: Op, cfg: MeterConfig) -> None:
         if op is not Op.MODIFY:
             raise _Reject("INVALID_ARGUMENT", f"meter config accepts only MODIFY, got {op.value}")
-        size = {n.DEP_METER: n.DEP_SLOTS, n.AGGREGATE_METER: n.AGGREGATE_METERS}.get(cfg.meter)
+        size = {n.DEP_METER: n.DEP_SLOTS, n.AGGREGATE_METER: n.AGGREGATE_METERS, n.CONTROL_METER: n.NUM_PORTS}.get(
+            cfg.meter)
         if size is None:
             raise _Reject("INVALID_ARGUMENT", f"unknown meter {cfg.meter!r}")
         if not 0 <= cfg.index < size:
@@ -461,6 +464,10 @@ class PipelineModel:
         if cfg.meter == n.AGGREGATE_METER:
             self._agg_meter_cfg[cfg.index] = cfg
             self._agg_meters[cfg.index] = _Meter(cfg, self._clock())
+            return
+        if cfg.meter == n.CONTROL_METER:
+            self._ctl_meter_cfg[cfg.index] = cfg
+            self._ctl_meters[cfg.index] = _Meter(cfg, self._clock())
             return
         self._meter_cfg[cfg.index] = cfg
         self._meters[cfg.index] = _Meter(cfg, self._clock())
@@ -721,9 +728,20 @@ class PipelineModel:
         return [self._clone_sessions[sid] for sid in sorted(self._clone_sessions)]
 
     def meter_config(self, index: int, meter: str = n.DEP_METER) -> MeterConfig | None:
-        """The config of ``meter[index]`` (``dep_meter`` or ``aggregate_meter``), or None when
-        never configured (always green)."""
-        return (self._agg_meter_cfg if meter == n.AGGREGATE_METER else self._meter_cfg).get(index)
+        """The config of ``meter[index]`` (``dep_meter``, ``aggregate_meter`` or
+        ``control_meter``), or None when never configured (always green)."""
+        return {n.AGGREGATE_METER: self._agg_meter_cfg, n.CONTROL_METER: self._ctl_meter_cfg}.get(
+            meter, self._meter_cfg).get(index)
+
+    def _control_check(self, pkt: Packet, in_port: int) -> Forged | None:
+        """source_guard.p4 for a REQUEST/DONE from a host port: too long, or RED at the port's
+        control_meter (an unconfigured meter is green)."""
+        if pkt.size > MAX_CONTROL_FRAME_BYTES:
+            return Forged.OVERSIZED_CONTROL
+        meter = self._ctl_meters.get(in_port)
+        if meter is not None and meter.color(pkt.size, self._clock()) == _RED:
+            return Forged.CONTROL_RATE
+        return None
 
     def read_state(self, meter_cells: Mapping[str, Sequence[int]] | None = None) -> SwitchState:
         """What :meth:`safs.targets.p4rt.target.P4RuntimeTarget.read_state` reads from a switch:
@@ -732,7 +750,8 @@ class PipelineModel:
         groups."""
         entries = [e for t in self._tables for e in self._tables[t].values()] + list(self._defaults.values())
         meters = []
-        for name, cfg in ((n.DEP_METER, self._meter_cfg), (n.AGGREGATE_METER, self._agg_meter_cfg)):
+        for name, cfg in ((n.DEP_METER, self._meter_cfg), (n.AGGREGATE_METER, self._agg_meter_cfg),
+                          (n.CONTROL_METER, self._ctl_meter_cfg)):
             cells = cfg.keys() if meter_cells is None else meter_cells.get(name, ())
             meters += [cfg[i] for i in cells if i in cfg]
         profiles: list[ActionProfileMember | ActionProfileGroup] = [*self.profile_members(), *self.profile_groups()]
@@ -839,8 +858,7 @@ class PipelineModel:
         if host_src is not None:  # source_guard.p4
             forged = (Forged.SPOOFED_SOURCE if pkt.src != host_src
                       else Forged.GRANT_FROM_HOST if safs_ok and t == _GRANT
-                      else Forged.OVERSIZED_CONTROL if (safs_ok and (t == _REQUEST or t == _DONE)
-                                                        and pkt.size > MAX_CONTROL_FRAME_BYTES)
+                      else self._control_check(pkt, in_port) if safs_ok and (t == _REQUEST or t == _DONE)
                       else None)
             if forged is not None:
                 self._forged[1][forged] += 1
