@@ -240,12 +240,15 @@ def test_paces_at_grant_renews_its_lease_in_band_and_takes_inband_push(agents: A
         assert 0.8 * granted <= rate1 <= 1.1 * granted, rate1
         assert 0.75 * pushed <= rate2 <= 1.1 * pushed, rate2
         assert sw.pushes >= 1 and any(ep == 2 for _, _, ep in sw.data), sw.pushes
-        # Grant reuse: one REQUEST; the lease is renewed in-band (RENEW on DATA, answered with a
-        # GRANT), so renewals grow with the lease, not with DATA packets.
+        # Grant reuse: REQUESTs only before the first GRANT (one, or on a loaded machine an
+        # urgency signal too while the GRANT is late), none once DATA flows; the lease is renewed
+        # in-band (RENEW on DATA, answered with a GRANT), so renewals grow with the lease, not
+        # with DATA packets.
         duration = t_end - t_start
         renewals_max = duration / (0.75 * lease_ns / 1e9) + 3
         sender = done["sender"]
-        assert sender["requests"] == len(sw.requests) == 1
+        assert sender["requests"] == len(sw.requests) and all(t < sw.data[0][0] for t in sw.requests), \
+            (sw.requests, sw.data[0][0])
         renew = [bool(f & FLAG_RENEW) for _, f, _ in sw.flags]
         renewals = sum(1 for before, now in zip([False, *renew], renew) if now and not before)  # RENEW until a GRANT
         assert int(duration / (lease_ns / 1e9)) <= renewals <= renewals_max, (renewals, duration)
@@ -278,8 +281,8 @@ def test_a_second_transfer_of_a_dependency_reuses_its_grant_without_a_request(ag
             a.send(fid, sw_ip, 100_000, "safs", dep_id=7)
             done = _by_role(wait_events([a, b], 2))
             assert done["receiver"]["bytes"] == 100_000, done
-        # the first transfer asked (on a busy machine it may ask again before the GRANT comes);
-        # the second used the held grant: no REQUEST after it started
+        # the first transfer asked (on a busy machine an urgency signal may follow while the
+        # GRANT is late); the second used the held grant: no REQUEST after it started
         assert sw.requests and all(t < second_start for t in sw.requests), (sw.requests, second_start)
         epochs = [ep for (_, _, ep), (fid, _, _) in zip(sw.data, sw.flags) if fid == 14]
         assert epochs and all(ep == 1 for ep in epochs)  # from its first DATA
