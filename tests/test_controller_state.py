@@ -378,3 +378,14 @@ def test_a_primary_steps_back_from_all_switches_when_another_takes_one_then_take
     finally:
         other.close()
         run.stop()
+
+
+def test_a_controller_primary_at_some_switches_only_refuses_to_start(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer]) -> None:
+    other = P4RuntimeTarget("tor1", servers["tor1"].address, 3, P4INFO, BMV2_JSON, election_id=(0, 9))
+    try:
+        app = ControllerApp(config(topo_file, servers, election_id=(0, 2)))
+        with pytest.raises(InvalidInput, match=r"--election-id: 2 is primary at tor0 but not at tor1"):
+            app.start()
+    finally:
+        other.close()

@@ -498,12 +498,14 @@ class ControllerApp:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        """Connect to every switch, push the pipeline, enable digests, set clock offsets,
-        install the static state (``Scheduler.setup``) and start the hint API.
+        """Connect to every switch. Primary at all of them: keep or push each pipeline, enable
+        digests, restore the state store, reconcile every switch (static state and grants) and
+        start the hint API. Primary at none: stand by as a backup (:meth:`run` takes over when
+        the primary is gone).
 
         Raises:
-            TargetConnectionError: a switch did not answer, another controller is primary
-                there (PERMISSION_DENIED), or it refused the pipeline.
+            TargetConnectionError: a switch did not answer, or it refused the pipeline.
+            InvalidInput: primary at some switches only (field ``--election-id``).
             TargetError: a switch refused a write (digest config, static state).
             InvalidInput: the hint address cannot be bound (field ``address``).
             Everything opened so far is closed before the error propagates.
@@ -530,11 +532,11 @@ class ControllerApp:
                          ", ".join(f"{name}: {eid}" for name, eid in others.items()))
                 return
             if len(primary) < len(self.links):
-                raise TargetConnectionError(
-                    "", "arbitration", "PERMISSION_DENIED",
-                    f"primary at {', '.join(primary)} but not at "
-                    f"{', '.join(sorted(set(self.links) - set(primary)))}: another controller is primary there; "
-                    "a controller runs all of its switches or none (no split brain)")
+                raise InvalidInput(
+                    "--election-id",
+                    f"{cfg.election_id[1]} is primary at {', '.join(primary)} but not at "
+                    f"{', '.join(sorted(set(self.links) - set(primary)))}, where another controller is: a "
+                    "controller runs all of its switches or none (no split brain); stop it or give a higher id")
             self._become_primary(first=True)
         except BaseException:
             self.stop()
