@@ -481,7 +481,7 @@ def test_prometheus_metrics_expose_controller_scheduler_and_port_counters(
         assert "safs_controller_digests_total 0.0" in text
         assert "safs_controller_reconciliations_total 2.0" in text  # one per switch at start
         assert "safs_state_records_total 1.0" in text and "safs_state_pending 0.0" in text
-        assert "safs_controller_primary 1.0" in text
+        assert "safs_controller_primary 1.0" in text and "safs_dependencies_active 1.0" in text
         assert 'safs_hint_calls_total{code="OK",method="AnnounceDependencies"} 1.0' in text
         assert 'safs_switch_writes_total{switch="tor1"}' in text
         assert 'safs_port_enqueued_packets_total{depth_bucket="0",port="1",switch="tor1"} 0.0' in text

@@ -78,6 +78,8 @@ class ControllerCollector(Collector):
         if sched is not None:
             for name, doc in SCHEDULER_COUNTERS:
                 yield CounterMetricFamily(f"safs_scheduler_{name}", doc, value=getattr(sched.stats, name))
+            yield GaugeMetricFamily("safs_dependencies_active", "dependencies known now", value=len(sched.dependencies))
+            yield GaugeMetricFamily("safs_flows_active", "per-transfer flow hints known now", value=len(sched.registry))
         up = GaugeMetricFamily("safs_switch_up", "1 while the switch's P4Runtime connection is up", labels=["switch"])
         tx_bytes = CounterMetricFamily("safs_port_tx_bytes", "bytes sent per egress port (port_tx_bytes)",
                                        labels=["switch", "port"])
