@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -552,24 +553,32 @@ class ControllerApp:
             TargetConnectionError, TargetError, InvalidInput: as :meth:`start`.
         """
         cfg = self.config
-        opened = {}
-        for name, link in self.links.items():
-            opened[name] = self._prepare(link.target) if not cfg.model else (self.clock() & TIME_MASK, False)
-        self.scheduler = Scheduler(self.topology, self.links, cfg.scheduler)
-        if self.store is not None:
-            stored = self.store.load()
-            self.scheduler.journal = self.store  # a dependency restore moves to a new slot is stored
-            try:
-                self.scheduler.restore([(d.dep, d.slot) for d in stored.dependencies],
-                                       [(f.hint, f.admitted) for f in stored.flows], self.clock())
-            except InvalidInput as err:
-                raise InvalidInput("--state", f"{self.store.path}: a stored hint is refused: {err}") from None
-            log.info("state %s: %d dependencies and %d flows restored", self.store.path,
-                     len(stored.dependencies), len(stored.flows))
-        t0 = time.monotonic()
+        names = list(self.links)
+        # One thread per switch for the round trips (cookie, digest config, read-back): a
+        # takeover or restart waits for the slowest switch, not for their sum.
+        with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="safs-adopt") as pool:
+            opened = dict(zip(names, pool.map(
+                lambda name: (self.clock() & TIME_MASK, False) if cfg.model else self._prepare(self.links[name].target),
+                names)))
+            self.scheduler = Scheduler(self.topology, self.links, cfg.scheduler)
+            if self.store is not None:
+                stored = self.store.load()
+                self.scheduler.journal = self.store  # a dependency restore moves to a new slot is stored
+                try:
+                    self.scheduler.restore([(d.dep, d.slot) for d in stored.dependencies],
+                                           [(f.hint, f.admitted) for f in stored.flows], self.clock())
+                except InvalidInput as err:
+                    raise InvalidInput("--state", f"{self.store.path}: a stored hint is refused: {err}") from None
+                log.info("state %s: %d dependencies and %d flows restored", self.store.path,
+                         len(stored.dependencies), len(stored.flows))
+            t0 = time.monotonic()
+            scheduler = self.scheduler
+            observed = dict(zip(names, pool.map(
+                lambda name: self.links[name].target.read_state(scheduler.meter_cells(name)), names)))
         with self.lock:
             for name, (estimate, kept) in opened.items():
-                self._adopt(name, estimate, kept, cfg.clock_offsets_ns.get(name) if first else None)
+                self._adopt(name, estimate, kept, cfg.clock_offsets_ns.get(name) if first else None,
+                            observed[name])
         log.info("reconciled routes, slack classes, defaults and %d grants on %s in %.1f ms",
                  len(self.scheduler.dependencies) + len(self.scheduler.allocator.grants()),
                  ", ".join(self.links), (time.monotonic() - t0) * 1e3)
@@ -583,16 +592,19 @@ class ControllerApp:
         self.role = "primary"
         log.info("hint API listening on %s", self.hint_address)
 
-    def _adopt(self, name: str, estimate: int, kept: bool, override: int | None = None) -> Repairs:
-        """Under the lock: read ``name`` back, set its clock offset (``override``, else the
-        switch's own when it kept the pipeline, else ``estimate``), and reconcile it.
+    def _adopt(self, name: str, estimate: int, kept: bool, override: int | None = None,
+               observed: SwitchState | None = None) -> Repairs:
+        """Under the lock: read ``name`` back (unless ``observed`` was read already), set its
+        clock offset (``override``, else the switch's own when it kept the pipeline, else
+        ``estimate``), and reconcile it.
 
         Raises:
             TargetConnectionError: the read failed. TargetError: writes refused.
         """
         assert self.scheduler is not None
         link = self.links[name]
-        observed = link.target.read_state(self.scheduler.meter_cells(name))
+        if observed is None:
+            observed = link.target.read_state(self.scheduler.meter_cells(name))
         held = _clock_offset_of(observed)
         offset = override if override is not None else held if kept and held is not None else estimate
         if override is not None:
