@@ -736,7 +736,7 @@ def test_reinstall_restores_dependency_grants_and_meters() -> None:
 def test_traffic_class_errors_name_the_class_keys_and_the_limit() -> None:
     with pytest.raises(InvalidInput) as exc:
         SchedulerConfig.from_mapping({"traffic_classes": [{"name": "x", "queue": 1, "colour": "red"}]})
-    assert exc.value.field.endswith("traffic_classes.colour") and "roce_qp_mask" in exc.value.message
+    assert exc.value.field.endswith("traffic_classes[0].colour") and "roce_qp_mask" in exc.value.message
     assert "admit_on_request" not in exc.value.message
     many = [{"name": f"c{i}", "queue": 1} for i in range(256)]
     with pytest.raises(InvalidInput, match="at most 255 entries") as exc:
@@ -754,7 +754,7 @@ def test_traffic_class_errors_name_the_class_keys_and_the_limit() -> None:
 def test_traffic_classes_that_could_never_match_are_refused(spec: dict, field: str, needle: str) -> None:
     with pytest.raises(InvalidInput) as exc:
         SchedulerConfig.from_mapping({"traffic_classes": [{"name": "x", "queue": 1, **spec}]})
-    assert exc.value.field.endswith(f"traffic_classes.{field}") and needle in exc.value.message
+    assert exc.value.field.endswith(f"traffic_classes[0].{field}") and needle in exc.value.message
     assert "could never match" in exc.value.message or field == "roce_qp_mask"
     ok = {"name": "x", "queue": 1, "protocol": 17, "dst_ports": [4791, 4791], "roce_qp": 5}
     assert SchedulerConfig.from_mapping({"traffic_classes": [ok]}).traffic_classes[0].roce_qp == 5

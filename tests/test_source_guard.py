@@ -14,7 +14,8 @@ from safs.core import p4names as n
 from safs.core.hints import DependencyHint
 from safs.core.packet import PROTO_TCP, PROTO_UDP, Packet
 from safs.core.protocol import (
-    MAX_CONTROL_FRAME_BYTES,
+    MAX_DONE_FRAME_BYTES,
+    MAX_REQUEST_FRAME_BYTES,
     QUEUE_CONTROL,
     QUEUE_OVER_RATE,
     SAFS_UDP_PORT,
@@ -70,14 +71,16 @@ def test_the_forged_corpus_is_dropped_or_demoted() -> None:
         "GRANT from a host": (safs("a", MsgType.GRANT, size=78), Forged.GRANT_FROM_HOST),
         "9000-byte DONE": (safs("a", MsgType.DONE, size=9078), Forged.OVERSIZED_CONTROL),
         "9000-byte REQUEST": (safs("a", MsgType.REQUEST, size=9078), Forged.OVERSIZED_CONTROL),
+        "200-byte REQUEST": (safs("a", MsgType.REQUEST, size=200), Forged.OVERSIZED_CONTROL),
+        "1100-byte DONE": (safs("a", MsgType.DONE, size=1100), Forged.OVERSIZED_CONTROL),
     }
     for name, (pkt, reason) in corpus.items():
         before = forged_count(tor0, reason)
         assert tor0.ingress(pkt, a_port) == [], name
         assert forged_count(tor0, reason) == before + 1, name
-    # honest control packets pass, in the control queue
-    for t in (MsgType.REQUEST, MsgType.DONE):
-        out = tor0.ingress(safs("a", t, size=78), a_port)
+    # honest control packets pass, in the control queue (a NACK DONE with its 128 offsets too)
+    for t, size in ((MsgType.REQUEST, 78), (MsgType.DONE, 78), (MsgType.DONE, 78 + 6 * 128)):
+        out = tor0.ingress(safs("a", t, size=size), a_port)
         assert [p.priority for _, p in out] == [QUEUE_CONTROL]
     # a flood of small REQUESTs (the clock stands still: no refill) is cut at the port's
     # control_meter burst; the rest is dropped and counted
@@ -117,7 +120,9 @@ def test_fuzzed_packets_from_a_host_port_never_leave_as_what_a_host_may_not_send
         assert p.src == IP["a"]
         if p.safs_type and p.safs_version == SAFS_VERSION:
             assert p.safs_type != MsgType.GRANT
-            if p.safs_type in (MsgType.REQUEST, MsgType.DONE):
-                assert p.size <= MAX_CONTROL_FRAME_BYTES
+            if p.safs_type == MsgType.REQUEST:
+                assert p.size <= MAX_REQUEST_FRAME_BYTES
+            if p.safs_type == MsgType.DONE:
+                assert p.size <= MAX_DONE_FRAME_BYTES
     if (IP[src] if isinstance(src, str) else src) != IP["a"]:
         assert out == []

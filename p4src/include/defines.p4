@@ -64,7 +64,8 @@ const bit<32> FORGED_GRANT_FROM_HOST   = 1;
 const bit<32> FORGED_OVERSIZED_CONTROL = 2;
 const bit<32> FORGED_CONTROL_RATE      = 3;
 const bit<2>  METER_RED = 2;  // v1model meter colours: 0 green, 1 yellow, 2 red
-const bit<32> MAX_CONTROL_FRAME = 128;  // bytes: a REQUEST or DONE is 78 (safs.core.protocol)
+const bit<32> MAX_REQUEST_FRAME = 128;   // bytes: a REQUEST is 78 (safs.core.protocol)
+const bit<32> MAX_DONE_FRAME = 1024;     // bytes: a NACK DONE lists up to 157 6-byte offsets
 
 const bit<32> PKT_INSTANCE_TYPE_INGRESS_CLONE = 1;
 

@@ -4,7 +4,8 @@
  *   - an IPv4 source other than the host's (spoofing: a forged REQUEST would reflect a GRANT
  *     at the victim, a forged DATA would use the victim's grant, keyed on its address);
  *   - a GRANT (only a receiver's ToR originates GRANTs);
- *   - a REQUEST or DONE frame longer than MAX_CONTROL_FRAME (data riding the control queue 7),
+ *   - a REQUEST longer than MAX_REQUEST_FRAME or a DONE longer than MAX_DONE_FRAME (data riding
+ *     the control queue 7; a DONE that is a NACK lists missing offsets),
  *     or beyond the port's control_meter rate (RED: a flood of small control packets).
  * Ports without an entry (fabric links) are not checked: the neighbour switch checked its hosts.
  * Mirrored by controller/safs/targets/pipeline_model.py; counter indices are
@@ -44,7 +45,8 @@ control SourceGuard(inout headers_t hdr, inout metadata_t meta,
                 forged.count(FORGED_GRANT_FROM_HOST);
                 meta.forged = 1;
             } else if (meta.safs_ok == 1 && (hdr.safs.msg_type == SAFS_REQUEST || hdr.safs.msg_type == SAFS_DONE)) {
-                if (standard_metadata.packet_length > MAX_CONTROL_FRAME) {
+                if ((hdr.safs.msg_type == SAFS_REQUEST && standard_metadata.packet_length > MAX_REQUEST_FRAME)
+                        || standard_metadata.packet_length > MAX_DONE_FRAME) {
                     forged.count(FORGED_OVERSIZED_CONTROL);
                     meta.forged = 1;
                 } else {

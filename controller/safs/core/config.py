@@ -177,7 +177,8 @@ def invalid_input(exc: ValidationError, model: type[BaseModel], prefix: str = ""
         exclude: keys of ``model`` the user may not set (not listed as valid keys).
         loc: key path prepended to the error's own location (a single field validated alone).
 
-    Returns the error (field: ``prefix`` + the key path, list indices left out; message: what is
+    Returns the error (field: ``prefix`` + the key path, ``[i]`` after a list of models, other
+    list indices left out; message: what is
     allowed and what was given). An :class:`InvalidInput` raised inside a validator (a nested
     config built by a validator) is returned as it is, with ``source`` added; a
     :class:`FieldError` names a field of the model that raised it; another ``ValueError``'s
@@ -228,13 +229,17 @@ def _unknown(model: type[BaseModel], exclude: Iterable[str]) -> str:
 
 def _walk(model: type[BaseModel], loc: tuple[str | int, ...]
           ) -> tuple[list[str], type[BaseModel], FieldInfo | None, int | None]:
-    """Key names along ``loc`` (indices dropped), the model owning the last key, the last
-    key's field and the first index into it."""
+    """Key names along ``loc`` (an index into a list of models kept as ``name[i]``, other
+    indices dropped), the model owning the last key, the last key's field and the first index
+    into it."""
     names: list[str] = []
     current: type[BaseModel] | None
     owner, current, info, index = model, model, None, None
     for part in loc:
         if isinstance(part, int):
+            if current is not None and names and index is None:  # an item of a list of models
+                names[-1] = f"{names[-1]}[{part}]"
+                continue
             index = part if index is None else index
             continue
         names.append(str(part))

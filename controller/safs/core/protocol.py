@@ -114,13 +114,16 @@ class Forged(enum.IntEnum):
 
     SPOOFED_SOURCE = 0  # IPv4 source is not the attached host's address
     GRANT_FROM_HOST = 1  # a GRANT: only a receiver's ToR originates GRANTs
-    OVERSIZED_CONTROL = 2  # a REQUEST or DONE frame longer than MAX_CONTROL_FRAME_BYTES
+    OVERSIZED_CONTROL = 2  # a REQUEST over MAX_REQUEST_FRAME_BYTES or DONE over MAX_DONE_FRAME_BYTES
     CONTROL_RATE = 3  # a REQUEST or DONE over the port's control_meter rate (RED)
 
 
-# Longest REQUEST or DONE frame a host may send (Ethernet + IPv4 + UDP + SAFS header is 78
-# bytes; room for IP options): larger ones would carry data in the control queue (7).
-MAX_CONTROL_FRAME_BYTES = 128
+# Longest REQUEST and DONE frames a host may send: larger ones would carry data in the control
+# queue (7). A REQUEST is Ethernet + IPv4 + UDP + SAFS header, 78 bytes (room for IP options); a
+# DONE that is a NACK lists up to nack_max_segments 6-byte offsets after it (78 + 6 * 157 <= 1024).
+MAX_REQUEST_FRAME_BYTES = 128
+MAX_DONE_FRAME_BYTES = 1024
+NACK_MAX_SEGMENTS_LIMIT = (MAX_DONE_FRAME_BYTES - 78) // 6  # 157
 
 
 def malformed_reason(udp_payload: bytes) -> Malformed | None:

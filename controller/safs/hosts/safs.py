@@ -96,6 +96,7 @@ from safs.core.protocol import (
     FLAG_LAST,
     FLAG_RENEW,
     HEADER_LEN,
+    NACK_MAX_SEGMENTS_LIMIT,
     SAFS_UDP_PORT,
     SAFS_VERSION,
     WIRE_OVERHEAD_BYTES,
@@ -180,7 +181,7 @@ class SafsConfig(ConfigModel):
     renew_fraction: float = Field(0.75, gt=0, lt=1)
     rto_ns: int = Field(500_000, gt=0)
     rto_max_ns: int = 64_000_000
-    nack_max_segments: int = Field(128, ge=1)
+    nack_max_segments: int = Field(128, ge=1, le=NACK_MAX_SEGMENTS_LIMIT)  # a NACK fits MAX_DONE_FRAME_BYTES
     reorder_segments: int = Field(3, ge=1)
     reorder_window_ns: int = Field(200_000, ge=0)
     grant_poll_ns: int = Field(0, ge=0)

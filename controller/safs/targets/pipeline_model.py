@@ -7,8 +7,8 @@ allocates nothing except a GRANT packet when it must send one.
 It mirrors p4src/ (v1model/safs.p4 and include/*.p4) control by control. Ingress::
 
     malformed SAFS (truncated / version / type) -> malformed[reason] counted, then as non-SAFS
-    host_port(ingress port) hit: IPv4 source not the host's, a GRANT, or a REQUEST/DONE frame
-        over MAX_CONTROL_FRAME_BYTES -> forged[reason] counted, dropped (source_guard.p4)
+    host_port(ingress port) hit: IPv4 source not the host's, a GRANT, a REQUEST/DONE frame over
+        MAX_REQUEST/DONE_FRAME_BYTES or RED at control_meter -> forged[reason], dropped (source_guard.p4)
     ipv4_lpm(dst) --miss--> drop
         |  set_ecmp_group(g): ecmp(g) -> the selector group's member for crc16(5-tuple)
         |  (safs.core.ecmp: member hash % size in member-id order)
@@ -79,7 +79,8 @@ from safs.core.protocol import (
     FLAG_BACKGROUND,
     FLAG_LAST,
     FLAG_RENEW,
-    MAX_CONTROL_FRAME_BYTES,
+    MAX_DONE_FRAME_BYTES,
+    MAX_REQUEST_FRAME_BYTES,
     NS_PER_S,
     QDEPTH_MAX,
     QUEUE_BEST_EFFORT,
@@ -736,7 +737,7 @@ class PipelineModel:
     def _control_check(self, pkt: Packet, in_port: int) -> Forged | None:
         """source_guard.p4 for a REQUEST/DONE from a host port: too long, or RED at the port's
         control_meter (an unconfigured meter is green)."""
-        if pkt.size > MAX_CONTROL_FRAME_BYTES:
+        if pkt.size > (MAX_REQUEST_FRAME_BYTES if pkt.safs_type == _REQUEST else MAX_DONE_FRAME_BYTES):
             return Forged.OVERSIZED_CONTROL
         meter = self._ctl_meters.get(in_port)
         if meter is not None and meter.color(pkt.size, self._clock()) == _RED:
