@@ -154,7 +154,7 @@ def test_plaintext_hint_api_only_on_loopback_unless_insecure(topo_file: Path, pk
         _cfg(topo_file, tls=TlsFiles(cert, key), identities_path=topo_file)
     with pytest.raises(InvalidInput, match="--tls-cert"):
         TlsFiles(cert, None)
-    with pytest.raises(InvalidInput, match="--tls-client-ca: no such file"):
+    with pytest.raises(InvalidInput, match="--tls-client-ca: not a file"):
         TlsFiles(cert, key, Path("/nonexistent.pem"))
 
 
@@ -249,3 +249,34 @@ def test_controller_app_over_tls_end_to_end(pki: dict, topo_file: Path, tmp_path
         app.stop()
         for f in fakes.values():
             f.stop()
+
+
+def test_unusable_tls_files_and_addresses_are_refused_before_any_switch_is_touched(
+        topo_file: Path, pki: dict, tmp_path: Path) -> None:
+    cert, key = pki["server"]
+    _, other_key = pki["app1"]
+    fake = FakeP4RuntimeServer()
+    fake.start()
+    try:
+        for tls, addr, field in ((TlsFiles(cert, other_key), "127.0.0.1:0", "--tls-cert"),  # key of another cert
+                                 (TlsFiles(cert, key), f"unix:{tmp_path}/no/such/dir/h.sock", "--hint-addr")):
+            cfg = config(topo_file, {"tor0": fake, "tor1": fake}, hint_addr=addr, tls=tls)
+            app = ControllerApp(cfg)
+            with pytest.raises(InvalidInput) as err:
+                app.start()
+            assert err.value.field == field
+        assert fake.pipeline_pushes == 0 and not fake.writes  # nothing reached the switch
+    finally:
+        fake.stop()
+
+
+def test_identities_files_with_no_application_shared_or_repeated_hosts_are_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "ids.yaml"
+    for text, needle in (("applications: {}\n", "names no application"),
+                         ("applications:\n  a: {hosts: [a, a]}\n", "applications.a.hosts: must be a non-empty list"),
+                         ("applications:\n  a: {hosts: [a]}\n  b: {hosts: [a]}\n", "belongs to both 'a' and 'b'"),
+                         ("applications:\n  a: {hosts: [a], max_deps: 3}\n", "valid: hosts, max_dependencies"),
+                         ("applications:\n  a: {hosts: [a], max_dependencies: 0}\n", "in 1..1048576")):
+        bad.write_text(text)
+        with pytest.raises(InvalidInput, match=needle):
+            load_identities(bad, two_tors().hosts())

@@ -370,6 +370,10 @@ def _cmd_controller(args: argparse.Namespace) -> int:
             app.start()
         except (TargetConnectionError, TargetError) as exc:  # name the switch as the user gave it
             if isinstance(exc, TargetConnectionError):
+                if "election id already in use" in exc.message.lower():
+                    raise InvalidInput("--election-id", f"{config.election_id[1]} is already used by another "
+                                       f"controller of {exc.switch or exc.address} (after a takeover the primary "
+                                       "runs with an id it chose: see its log); give another id") from None
                 spec = next((s for s in config.switches if s.grpc_addr == exc.address), None)
                 code, message = exc.code, f"{exc.operation} failed: {exc.message}"
             else:

@@ -520,6 +520,7 @@ class ControllerApp:
                 "it" if len(missing) == 1 else "them",
             )
         try:
+            hint_server.check_bind(cfg.hint_addr, cfg.tls)  # before any switch is touched
             if cfg.state_dir is not None:
                 self.store = StateStore(cfg.state_dir, self.topology.name)
             for spec in cfg.switches:
@@ -651,6 +652,10 @@ class ControllerApp:
                     cells = self.scheduler.meter_cells(name)
                 observed = link.target.read_state(cells)
                 with self.lock:
+                    # Differences seen in a read taken outside the lock may be writes that raced
+                    # it: only then read again under the lock, and repair what that read shows.
+                    if self.scheduler.diff(name, observed).total:
+                        observed = link.target.read_state(self.scheduler.meter_cells(name))
                     r = self._reconcile(name, observed)
             except (TargetConnectionError, TargetError) as err:
                 log.warning("%s: reconciliation failed (retried next period): %s", name, err)

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import ClassVar
 
 import grpc
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
-from safs.core.config import ConfigModel
+from safs.core.config import ConfigModel, FieldError
 from safs.core.errors import InvalidInput
 from safs.core.files import load_yaml
 
@@ -55,7 +55,7 @@ class TlsFiles:
         for what, path in (("cert", self.cert), ("key", self.key), ("client-ca" if self.option == "--tls" else "ca",
                                                                      self.ca)):
             if path is not None and not Path(path).is_file():
-                raise InvalidInput(f"{self.option}-{what}", f"no such file: {path}")
+                raise InvalidInput(f"{self.option}-{what}", f"not a file: {path}")
 
     def read(self) -> tuple[bytes | None, bytes | None, bytes | None]:
         """(cert, key, ca) contents (None where not given)."""
@@ -110,14 +110,34 @@ class Application(ConfigModel):
 
     FIELD_PREFIX: ClassVar[str] = "applications.<name>."
 
-    hosts: list[str] = Field(min_length=1)
-    max_dependencies: int = Field(4096, ge=0, le=1 << 20)
+    hosts: list[str]
+    max_dependencies: int = Field(4096, ge=1, le=1 << 20)
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, v: list[str]) -> list[str]:
+        if not v or len(set(v)) != len(v):
+            raise ValueError(f"must be a non-empty list of distinct host names, got {v!r}")
+        return v
 
 
 class Identities(ConfigModel):
     """``--tls-identities`` file: ``applications: {<certificate common name>: Application}``."""
 
     applications: dict[str, Application]
+
+    @model_validator(mode="after")
+    def _owners(self) -> Identities:
+        if not self.applications:
+            raise FieldError("applications", "names no application: every client would be refused")
+        owner: dict[str, str] = {}
+        for name, app in self.applications.items():
+            for host in app.hosts:
+                if host in owner:
+                    raise FieldError("applications", f"host {host!r} belongs to both {owner[host]!r} and {name!r}; "
+                                     "a host has one owner (quotas count over its hosts)")
+                owner[host] = name
+        return self
 
 
 def load_identities(path: Path | str, hosts: list[str]) -> Identities:
@@ -127,7 +147,7 @@ def load_identities(path: Path | str, hosts: list[str]) -> Identities:
         InvalidInput: bad YAML, an unknown key, a value out of range or an unknown host (field
             ``applications.<name>.<key>``, source the file).
     """
-    raw = load_yaml(path, "tls-identities")
+    raw = load_yaml(path, "--tls-identities")
     ids = Identities.from_mapping(raw if isinstance(raw, dict) else {}, prefix="", source=str(path))
     for name, app in ids.applications.items():
         for host in app.hosts:

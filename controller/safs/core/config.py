@@ -235,7 +235,12 @@ def _walk(model: type[BaseModel], loc: tuple[str | int, ...]
     names: list[str] = []
     current: type[BaseModel] | None
     owner, current, info, index = model, model, None, None
+    keyed = False  # the last field is a dict of models: the next part is one of its keys
     for part in loc:
+        if keyed:
+            names.append(str(part))
+            keyed = False
+            continue
         if isinstance(part, int):
             if current is not None and names and index is None:  # an item of a list of models
                 names[-1] = f"{names[-1]}[{part}]"
@@ -247,6 +252,7 @@ def _walk(model: type[BaseModel], loc: tuple[str | int, ...]
         if current is not None and part in current.model_fields:
             owner, info = current, current.model_fields[part]
             current = _nested_model(info.annotation)
+            keyed = current is not None and get_origin(_strip_optional(info.annotation)) is dict
         else:
             owner, info, current = current or owner, None, None
     return names, owner, info, index
@@ -256,6 +262,8 @@ def _nested_model(tp: Any) -> type[BaseModel] | None:
     tp = _strip_optional(tp)
     if get_origin(tp) is list and get_args(tp):  # list[Model]: its items are the model
         tp = get_args(tp)[0]
+    elif get_origin(tp) is dict and len(get_args(tp)) == 2:  # dict[str, Model]: its values are
+        tp = get_args(tp)[1]
     return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
 
 

@@ -664,6 +664,27 @@ class Scheduler:
         self._flush({switch: [Update(Op.DELETE, p) for p in extra_profile]})
         return repairs
 
+    def diff(self, switch: str, observed: SwitchState) -> Repairs:
+        """What :meth:`reconcile` would repair on ``switch`` given ``observed``, without writing
+        or changing anything.
+
+        Raises:
+            InvalidInput: no target named ``switch``.
+        """
+        if switch not in self._targets:
+            raise InvalidInput("switch", f"no target named {switch!r}")
+        shadows: tuple[dict[str, Any], ...] = (
+            self._shadow, self._shadow_grants, self._shadow_meters, self._shadow_agg_meters,
+            self._shadow_ctl_meters, self._shadow_clones, self._shadow_profiles)
+        saved = [shadow[switch] for shadow in shadows]
+        self._holding = True
+        try:
+            return self.reconcile(switch, observed)
+        finally:
+            self._holding = False
+            for shadow, kept in zip(shadows, saved):
+                shadow[switch] = kept
+
     def meter_cells(self, switch: str) -> dict[str, list[int]]:
         """The meter cells of ``switch`` this scheduler configures (meter name -> indices): the
         default slot 0, the slots of its dependencies and flows, the metered aggregates. A

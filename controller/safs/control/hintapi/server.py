@@ -267,8 +267,8 @@ class HintServicer(pb_grpc.HintServiceServicer):
                           f"client certificate {name!r} is not an application of --tls-identities")
         for i, sender in enumerate(senders):
             if sender not in app.hosts:
-                context.abort(grpc.StatusCode.PERMISSION_DENIED, f"application {name!r} may not announce for host "
-                              f"{sender!r} (item {i}); its hosts: {', '.join(app.hosts)}")
+                context.abort(grpc.StatusCode.PERMISSION_DENIED, f"application {name!r} may not announce, update "
+                              f"or end anything sent by host {sender!r} (item {i}); its hosts: {', '.join(app.hosts)}")
         return name
 
     def _authorize_flow(self, context: grpc.ServicerContext, flow_id: int) -> None:
@@ -291,8 +291,8 @@ class HintServicer(pb_grpc.HintServiceServicer):
             (d.sender, d.dep_id) for d in self._sched.dependencies}
         if live + len(new) > app.max_dependencies:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"application {name!r} holds {live} dependencies; {len(new)} more exceed its quota "
-                          f"max_dependencies={app.max_dependencies}")
+                          f"application {name!r} holds {live} dependencies; {len(new)} more would exceed its "
+                          f"quota max_dependencies={app.max_dependencies}")
 
     def _wait_durable(self, context: grpc.ServicerContext) -> None:
         """Return once this call's changes are committed (no store: at once); else abort
@@ -495,6 +495,37 @@ def start(scheduler: Scheduler, address: str, clock: Callable[[], int], *,
         raise InvalidInput("address", f"cannot bind {address!r}: {why}")
     server.start()
     return RunningHintServer(server, servicer, host, port)
+
+
+def check_bind(address: str, tls: TlsFiles | None = None) -> None:
+    """Check, before anything else starts, that the hint API could serve: the TLS files make
+    valid server credentials (certificate, matching key, client CA) and ``address`` can be bound.
+
+    Raises:
+        InvalidInput: field ``--tls-cert`` (unusable TLS files) or ``--hint-addr`` (cannot bind).
+    """
+    if tls is not None:
+        probe = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+        try:
+            ok = probe.add_secure_port("127.0.0.1:0", server_credentials(tls)) != 0
+        except (RuntimeError, ValueError):
+            ok = False
+        finally:
+            probe.stop(None)
+        if not ok:
+            raise InvalidInput("--tls-cert", f"{tls.cert}, {tls.key}" + (f", {tls.ca}" if tls.ca else "") +
+                               ": not a PEM certificate with its matching private key" +
+                               (" and a PEM CA certificate" if tls.ca else ""))
+    probe = grpc.server(futures.ThreadPoolExecutor(max_workers=1), options=[("grpc.so_reuseport", 0)])
+    try:
+        ok = probe.add_insecure_port(address) != 0
+    except RuntimeError:
+        ok = False
+    finally:
+        probe.stop(None)
+    if not ok:
+        raise InvalidInput("--hint-addr", f"cannot bind {address} (in use, not a local address, or a Unix socket "
+                           "in a directory that does not exist)")
 
 
 def serve(scheduler: Scheduler, address: str, clock: Callable[[], int], **kwargs: object) -> grpc.Server:
