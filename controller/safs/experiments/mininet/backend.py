@@ -54,7 +54,7 @@ from safs.experiments.metrics import FlowRecord, flow_metrics
 from safs.experiments.mininet import net as emunet
 from safs.experiments.mininet.agent_control import AgentClient, AgentError
 from safs.experiments.mininet.driver import RealtimeNetwork
-from safs.experiments.mininet.net import PROBE_FLOW_ID, EmuError, die_with_parent, stop_process
+from safs.experiments.mininet.net import PROBE_DEP_ID, PROBE_FLOW_ID, EmuError, die_with_parent, stop_process
 from safs.experiments.policies import get_policy, mininet_policies
 from safs.experiments.runs import build_run, miss_tolerance_ns
 
@@ -337,7 +337,7 @@ def calibrate_clocks(emu: Any, app: Any) -> dict[str, int]:
         _set_offset(app, sw, wrap(app.clock_offsets_ns[sw] + correction))
         corrections[sw] = correction
         probed.append(sw)
-        _forget_probe(app, flow_id)
+        _forget_probe(app, flow_id, sender)
     if not probed:
         raise EmuError("no switch has hosts: nothing to calibrate against")
     ref = probed[0]
@@ -358,14 +358,18 @@ def _set_offset(app: Any, switch: str, offset: int) -> None:
         app.clock_offsets_ns[switch] = offset
 
 
-def _forget_probe(app: Any, flow_id: int, timeout_s: float = 2.0) -> None:
-    """The probe's REQUEST makes the switch digest it and the controller admit a 1-byte flow:
-    complete it so it holds no grant or meter slot."""
+def _forget_probe(app: Any, flow_id: int, sender: str, timeout_s: float = 2.0) -> None:
+    """The probe's REQUEST makes the switch digest it and the controller admit a 1-byte flow
+    (per-transfer grants) or learn dependency ``PROBE_DEP_ID`` of ``sender`` (dependency
+    grants): complete or end it so it holds no grant or meter slot."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with app.lock:
             if flow_id in app.scheduler.registry:
                 app.scheduler.complete(flow_id, app.clock())
+                return
+            if (sender, PROBE_DEP_ID) in app.scheduler.dependencies:
+                app.scheduler.end_dependency(sender, PROBE_DEP_ID, app.clock())
                 return
         time.sleep(0.01)
 

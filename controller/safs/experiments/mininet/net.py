@@ -658,6 +658,7 @@ def remove_leftovers(topology: Topology) -> None:
 # ---------------------------------------------------------------------------- clock probe
 
 PROBE_FLOW_ID = 0xFFFFFF00  # far above the driver's flow ids (1, 2, ...)
+PROBE_DEP_ID = 0xFFFF  # a valid dependency id (1..65535) the workloads' ids (1, 2, ...) stay below
 
 
 def probe_switch_time(dst_ip: str, flow_id: int = PROBE_FLOW_ID, tries: int = 5,
@@ -677,7 +678,9 @@ def probe_switch_time(dst_ip: str, flow_id: int = PROBE_FLOW_ID, tries: int = 5,
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind(("0.0.0.0", SAFS_UDP_PORT))
         sock.settimeout(timeout_s)
-        request = pack_header(MsgType.REQUEST, flow_id, remaining_bytes=1, timestamp_ns=0)
+        # A valid dependency id: the receiver's ToR digests the REQUEST (no grant for it) and
+        # the controller learns the dependency; the backend ends it after the probe.
+        request = pack_header(MsgType.REQUEST, flow_id, remaining_bytes=1, timestamp_ns=0, dep_id=PROBE_DEP_ID)
         for _ in range(tries):
             sent = fabric_clock()
             sock.sendto(request, (dst_ip, SAFS_UDP_PORT))
