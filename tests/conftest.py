@@ -6,8 +6,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+from pathlib import Path
 
 import pytest
+from two_tors import TOPO_YAML
+
+from safs.testing.fake_p4rt import FakeP4RuntimeServer
 
 
 def _missing(marker: str) -> str | None:
@@ -38,3 +42,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 reason = _missing(marker)
                 if reason:
                     item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# ---------------------------------------------------------------------------- shared fixtures
+# of the controller tests (test_controller_app, test_controller_state, test_tls)
+
+
+@pytest.fixture
+def topo_file(tmp_path: Path) -> Path:
+    """The two-ToR test topology (tests/two_tors.py) written to a file."""
+    path = tmp_path / "topo.yaml"
+    path.write_text(TOPO_YAML)
+    return path
+
+
+@pytest.fixture
+def servers():
+    """Two in-process fake P4Runtime switches, tor0 (device 0) and tor1 (device 3), started."""
+    fakes = {"tor0": FakeP4RuntimeServer(), "tor1": FakeP4RuntimeServer(device_id=3)}
+    for fake in fakes.values():
+        fake.start()
+    yield fakes
+    for fake in fakes.values():
+        fake.stop()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from synth_p4info import current_p4info
-from two_tors import MS, TOPO_YAML  # the shared two-ToR test topology
+from two_tors import MS  # the shared two-ToR test topology
 
 from safs.apps.cli import main
 from safs.control.controller import (
@@ -55,23 +55,6 @@ def wait_for(cond: Callable[[], object], timeout_s: float = 10.0, what: str = "c
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(0.01)
-
-
-@pytest.fixture
-def topo_file(tmp_path: Path) -> Path:
-    path = tmp_path / "topo.yaml"
-    path.write_text(TOPO_YAML)
-    return path
-
-
-@pytest.fixture
-def servers():
-    fakes = {"tor0": FakeP4RuntimeServer(), "tor1": FakeP4RuntimeServer(device_id=3)}
-    for fake in fakes.values():
-        fake.start()
-    yield fakes
-    for fake in fakes.values():
-        fake.stop()
 
 
 def grants(server: FakeP4RuntimeServer) -> dict[int, dict[str, int]]:

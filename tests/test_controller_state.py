@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from test_controller_app import BMV2_JSON, P4INFO, Running, config, share_grants, wait_for
-from two_tors import TOPO_YAML
 
 from safs.apps.cli import main
 from safs.control.controller import ControllerApp, ControllerConfig, SwitchSpec, _reconcile_period
@@ -35,23 +34,6 @@ from safs.targets.pipeline_model import PipelineModel
 from safs.testing.fake_p4rt import FakeP4RuntimeServer
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def topo_file(tmp_path: Path) -> Path:
-    path = tmp_path / "topo.yaml"
-    path.write_text(TOPO_YAML)
-    return path
-
-
-@pytest.fixture
-def servers():
-    fakes = {"tor0": FakeP4RuntimeServer(), "tor1": FakeP4RuntimeServer(device_id=3)}
-    for fake in fakes.values():
-        fake.start()
-    yield fakes
-    for fake in fakes.values():
-        fake.stop()
 
 
 # ---------------------------------------------------------------------------- the store

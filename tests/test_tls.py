@@ -15,7 +15,7 @@ import pytest
 from test_controller_app import BMV2_JSON, P4INFO, config
 from test_p4rt_target import free_port
 from tls_certs import Ca
-from two_tors import TOPO_YAML, two_tors
+from two_tors import two_tors
 
 from safs.control.controller import ControllerApp, ControllerConfig, SwitchSpec
 from safs.control.hintapi import server as hint_server
@@ -135,13 +135,6 @@ def test_identities_file_errors_name_the_field(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- controller options
-
-
-@pytest.fixture
-def topo_file(tmp_path: Path) -> Path:
-    path = tmp_path / "topo.yaml"
-    path.write_text(TOPO_YAML)
-    return path
 
 
 def test_plaintext_hint_api_only_on_loopback_unless_insecure(topo_file: Path, pki: dict) -> None:
