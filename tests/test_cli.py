@@ -198,7 +198,7 @@ def test_mininet_target_names_what_is_missing_before_any_output(
 
 
 def test_tables_use_one_number_format() -> None:
-    from safs.apps.cli import _fmt
+    from safs.apps.run_command import _fmt
     from safs.apps.eval_command import _fmt as eval_fmt
     from safs.core.numfmt import percent
 

@@ -377,7 +377,7 @@ def test_safs_controller_derives_line_rate_and_ecn_k_from_the_topology(
 ) -> None:
     """`safs controller` gets the topology's line rate and DCTCP K, as the simulator (and so the
     Mininet backend) derives them; the --scheduler-config file's other keys still apply."""
-    import safs.apps.cli as cli_module
+    import safs.apps.controller_command as cli_module
     from safs.core.errors import SafsError
     from safs.experiments.sim.config import SimConfig
 

@@ -12,50 +12,27 @@ with status 2; no traceback.
 from __future__ import annotations
 
 import argparse
-import json
-import logging
-import math
-import signal
-import statistics
+import importlib
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from safs import __version__
 from safs.apps.cliargs import OneLineParser
-from safs.apps.eval_command import add_parser as add_eval_parser
-from safs.apps.eval_command import run as run_eval
-from safs.apps.fake_switch_command import add_parser as add_fake_switch_parser
-from safs.apps.fake_switch_command import run as run_fake_switch
-from safs.control.controller import ControllerApp, config_from_args
-from safs.control.metrics import parse_metrics_addr, serve_metrics
-from safs.core.errors import InvalidInput, SafsError, TargetConnectionError, TargetError
-from safs.core.files import BMV2_JSON_PATH, P4INFO_PATH, scenario_path
-from safs.core.numfmt import sig
-from safs.core.topology import load_topology
-from safs.experiments.parallel import check_jobs, check_ray
-from safs.experiments.runner import (
-    BACKENDS,
-    RESULT_FILES,
-    archive_previous,
-    check,
-    check_backend_available,
-    check_out_dir,
-    missing_dirs,
-    prepare_out_dir,
-    remove_empty,
-    run_scenario,
-    write_results,
-)
-from safs.experiments.runs import cli_overrides, expand
-from safs.experiments.scenario import load_scenario
-from safs.targets.p4rt.p4info import P4InfoIndex
+from safs.core.errors import SafsError
+from safs.experiments.backends import BACKENDS
+
+# Each subcommand's module, imported only when that subcommand runs: `safs controller` does not
+# pay for the simulator, SciPy and Matplotlib that `safs eval` imports (about 2 s of a restart).
+COMMANDS = {
+    "run": "safs.apps.run_command",
+    "eval": "safs.apps.eval_command",
+    "fake-switch": "safs.apps.fake_switch_command",
+    "controller": "safs.apps.controller_command",
+}
 
 
 def _unique(values: list[Any], text: str) -> list[Any]:
@@ -81,6 +58,50 @@ def _name_list(text: str) -> list[str]:
     if not all(names):
         raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
     return _unique(names, text)
+
+
+def _add_eval_parser(sub: Any) -> None:
+    """Register the ``eval`` subcommand on ``sub`` (argparse subparsers)."""
+    ev = sub.add_parser("eval", help="run the paper's experiments: results, CIs over seeds, plots (docs/evaluation.md)")
+    ev.add_argument("names", nargs="*", metavar="NAME", help="experiment(s), 'baseline-checks' or 'all' (see --list)")
+    ev.add_argument("--list", action="store_true", help="list the experiments and exit")
+    ev.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/eval"),
+        help="output directory (default results/eval); earlier files of an experiment "
+        "(and plots/) are moved aside as NAME.<YYYYMMDDTHHMMSS>.EXT, timing.json is merged per experiment",
+    )
+    ev.add_argument("--seeds", type=_int_list, help="override the seeds, e.g. 1,2,3")
+    ev.add_argument("--policies", type=_name_list, help="override the policies, e.g. safs,dctcp")
+    ev.add_argument("--jobs", type=int, default=None, help="local worker processes (default: one per CPU)")
+    ev.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="run on an existing Ray cluster instead: auto, local, ray://HOST:PORT or HOST:PORT (not with --jobs)",
+    )
+    ev.add_argument("--quick", action="store_true", help="smoke-size runs (fewer steps, seeds and levels)")
+    ev.add_argument("--quiet", action="store_true", help="no progress bar")
+    ev.add_argument(
+        "--replot",
+        action="store_true",
+        help="no runs: redo summaries and plots from OUT/NAME/results.json and samples.jsonl",
+    )
+
+
+def _add_fake_switch_parser(sub: Any) -> None:
+    """Register the ``fake-switch`` subcommand on ``sub`` (argparse subparsers)."""
+    fake = sub.add_parser(
+        "fake-switch",
+        help="serve in-process fake P4Runtime switches for a topology on loopback, to try the controller "
+        "without BMv2 (docs/controller.md)",
+    )
+    fake.add_argument("--topology", required=True, metavar="FILE", help="topology YAML")
+    fake.add_argument("--base-port", type=int, default=50100, metavar="PORT",
+                      help="the first switch's TCP port on 127.0.0.1, the next ones follow (default 50100)")
+    fake.add_argument("--duration-s", type=float, default=None, metavar="S",
+                      help="stop after S seconds (default: until SIGINT/SIGTERM)")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -112,8 +133,8 @@ def _build_parser() -> argparse.ArgumentParser:
         default=None,
         help="run on an existing Ray cluster instead: auto, local, ray://HOST:PORT or HOST:PORT (not with --jobs)",
     )
-    add_eval_parser(sub, _int_list, _name_list)
-    add_fake_switch_parser(sub)
+    _add_eval_parser(sub)
+    _add_fake_switch_parser(sub)
     ctl = sub.add_parser(
         "controller", help="run the SAFS controller: switches over P4Runtime, hint API (docs/controller.md)"
     )
@@ -208,196 +229,6 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
-    return sig(value, digits)
-
-
-def _mean(rows: list[dict[str, Any]], key: str) -> float:
-    vals = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and not math.isnan(r[key])]
-    return statistics.fmean(vals) if vals else float("nan")
-
-
-def summary_table(name: str, records: list[dict[str, Any]], swept: Sequence[str] = ()) -> Table:
-    """One row per (policy, swept parameters): means over seeds and repetitions; misses summed.
-    ``swept``: the scenario's ``workload.sweep`` parameters, one column each."""
-    has_tpot = any("tpot_p99_ms" in r for r in records)
-    has_iter = any("iteration_time_ms" in r for r in records)
-    has_coll = any("collective_time_ms" in r for r in records)
-    has_load = any(r["load"] for r in records)
-
-    runs = len({(r["seed"], r["repetition"]) for r in records})
-    target = records[0]["target"] if records else "?"
-    profiles = sorted({str(r["control_profile"]) for r in records if "control_profile" in r})
-    has_control = any("control_updates_per_s" in r for r in records)
-    profile_note = "".join(f"; control profile {p}{' (ablation)' if p.startswith('ideal') else ''}" for p in profiles)
-    table = Table(title=f"{name} (target {target}{profile_note}; {runs} run(s) per row, means; misses summed)")
-    for col in ("policy", *swept, "bg"):
-        table.add_column(col)
-    if has_load:
-        table.add_column("load")
-    if has_tpot:
-        table.add_column("TPOT ms p50/p99", justify="right")
-    if has_iter:
-        table.add_column("iter ms (/ideal)", justify="right")
-    if has_coll:
-        table.add_column("coll ms (/bound)", justify="right")
-    for col in ("misses", "late ms p99/max", "pipe FCT ms mean/p99", "bg FCT ms mean/p99", "ctrl/data B"):
-        table.add_column(col, justify="right")
-    if has_control:
-        for col in ("upd/s avg/peak", "write p99 ms"):
-            table.add_column(col, justify="right")
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in records:
-        key = (tuple(r[k] for k in swept), r["background_flows"], r["load"], r["policy"])
-        groups.setdefault(key, []).append(r)
-    for (values, bulk, load, policy), rows in groups.items():
-        cells = [policy, *(str(v) for v in values), str(bulk)] + ([_fmt(load)] if has_load else [])
-        if has_tpot:
-            cells.append(f"{_fmt(_mean(rows, 'tpot_p50_ms'))}/{_fmt(_mean(rows, 'tpot_p99_ms'))}")
-        if has_iter:
-            cells.append(f"{_fmt(_mean(rows, 'iteration_time_ms'))} ({_fmt(_mean(rows, 'iteration_time_ratio'))})")
-        if has_coll:
-            cells.append(f"{_fmt(_mean(rows, 'collective_time_ms'))} ({_fmt(_mean(rows, 'collective_ratio'))})")
-        misses = sum(int(r["pipeline_deadline_misses"]) for r in rows)
-        flows = sum(int(r["pipeline_flows"]) for r in rows)
-        cells += [
-            f"{misses}/{flows}",
-            f"{_fmt(_mean(rows, 'pipeline_late_p99_ms'))}/{_fmt(_mean(rows, 'pipeline_late_max_ms'))}",
-            f"{_fmt(_mean(rows, 'pipeline_fct_mean_ms'))}/{_fmt(_mean(rows, 'pipeline_fct_p99_ms'))}",
-            f"{_fmt(_mean(rows, 'background_fct_mean_ms'))}/{_fmt(_mean(rows, 'background_fct_p99_ms'))}",
-            _fmt(_mean(rows, "control_bytes_per_data_byte"), 2),
-        ]
-        if has_control:
-            cells += [f"{_fmt(_mean(rows, 'control_updates_per_s'))}/{_fmt(_mean(rows, 'control_updates_per_s_peak'))}",
-                      _fmt(_mean(rows, "control_write_delay_p99_ms"))]
-        table.add_row(*cells)
-    return table
-
-
-def _cmd_run(args: argparse.Namespace, console: Console) -> int:
-    overrides = cli_overrides(args.seeds, args.policies)
-    # Everything is checked before the first run and before the output directory is created,
-    # so a typo in the last file or a bad option costs nothing and leaves nothing behind.
-    check_out_dir(args.out)
-    if args.target == "mininet" and (args.jobs is not None or args.ray is not None):
-        raise InvalidInput(
-            "--target mininet",
-            f"runs one run at a time in real time; drop {'--jobs' if args.jobs is not None else '--ray'}",
-        )
-    check_ray(args.ray, args.jobs)
-    if args.ray is None:
-        check_jobs(args.jobs)
-    check_backend_available(args.target)
-    scenarios = [load_scenario(scenario_path(p), overrides) for p in args.scenarios]
-    for scenario in scenarios:
-        check(scenario, args.target)
-    created = missing_dirs(args.out)
-    prepare_out_dir(args.out)
-    try:
-        return _run_all(args, console, scenarios)
-    except BaseException:
-        remove_empty(created)  # e.g. Ray unreachable: no empty --out left behind
-        raise
-
-
-def _run_all(args: argparse.Namespace, console: Console, scenarios: list[Any]) -> int:
-    for old, new in archive_previous(args.out, RESULT_FILES):
-        console.print(f"earlier {old.name} moved to {new}", highlight=False)
-    all_records: list[dict[str, Any]] = []
-    total = sum(len(list(expand(s))) for s in scenarios)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=args.quiet,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("simulating", total=total)
-        for scenario in scenarios:
-            progress.update(task, description=f"{scenario.name}")
-            records = run_scenario(
-                scenario,
-                args.target,
-                progress=lambda spec: progress.advance(task),
-                jobs=args.jobs,
-                ray_address=args.ray,
-            )
-            all_records.extend(records)
-            write_results(all_records, args.out)  # after each scenario: nothing finished is lost
-            progress.console.print(summary_table(scenario.name, records, list(scenario.workload.sweep)))
-    n = len(all_records)
-    console.print(
-        f"wrote {n} record{'s' if n != 1 else ''} to {args.out / 'results.json'} (and results.csv); "
-        "columns: docs/results.md"
-    )
-    return 0
-
-
-def _cmd_controller(args: argparse.Namespace) -> int:
-    """``safs controller``: validate everything, start, run until SIGINT/SIGTERM or --duration-s,
-    stop cleanly. User errors raise SafsError (one line, exit 2)."""
-    load_topology(Path(args.topology))  # a bad --topology first, before the --switch checks
-    for option, attr, path in (("--p4info", "p4info", P4INFO_PATH), ("--bmv2-json", "bmv2_json", BMV2_JSON_PATH)):
-        if getattr(args, attr) is None:
-            if not path.is_file():
-                raise InvalidInput(
-                    option, f"default {path} does not exist (build it: docs/controller.md, or pass {option} FILE)"
-                )
-            setattr(args, attr, str(path))
-    try:
-        P4InfoIndex.from_file(args.p4info)
-    except InvalidInput as exc:
-        raise InvalidInput("--p4info", exc.message) from None
-    try:
-        json.loads(Path(args.bmv2_json).read_text())
-    except OSError as exc:
-        raise InvalidInput("--bmv2-json", f"cannot read {args.bmv2_json}: {exc.strerror}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidInput("--bmv2-json", f"{args.bmv2_json} is not a BMv2 JSON file: {exc}") from None
-    config = config_from_args(args)
-    metrics_addr = parse_metrics_addr(args.metrics_addr) if args.metrics_addr is not None else None
-    app = ControllerApp(config)  # checks the switch names against the topology
-    logging.basicConfig(
-        level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    stop = threading.Event()
-    metrics_server = None
-    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        try:
-            app.start()
-        except (TargetConnectionError, TargetError) as exc:  # name the switch as the user gave it
-            if isinstance(exc, TargetConnectionError):
-                if "election id already in use" in exc.message.lower():
-                    raise InvalidInput("--election-id", f"{config.election_id[1]} is already used by another "
-                                       f"controller of {exc.switch or exc.address} (after a takeover the primary "
-                                       "runs with an id it chose: see its log); give another id") from None
-                spec = next((s for s in config.switches if s.grpc_addr == exc.address), None)
-                code, message = exc.code, f"{exc.operation} failed: {exc.message}"
-            else:
-                spec = next((s for s in config.switches if f"{s.name}:" in str(exc)), None)
-                code, message = exc.failures[0].code, exc.failures[0].message
-            if spec is None:
-                raise
-            raise InvalidInput(
-                f"--switch {spec.name}={spec.grpc_addr}", f"switch unusable ({code}): {message}"
-            ) from None
-        if metrics_addr is not None:
-            metrics_server = serve_metrics(app, *metrics_addr)
-            logging.getLogger("safs.control.metrics").info(
-                "Prometheus metrics at http://%s:%d/metrics", *metrics_server.server_address[:2])
-        app.run(stop)
-    finally:
-        if metrics_server is not None:
-            metrics_server.shutdown()
-        app.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``safs`` console script; returns the exit status."""
     args = _build_parser().parse_args(argv)
@@ -405,21 +236,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not console.is_terminal:  # files and pipes: wide enough that no column is cut
         console = Console(width=160)
     try:
-        if args.command == "run":
-            return _cmd_run(args, console)
-        if args.command == "controller":
-            return _cmd_controller(args)
-        if args.command == "eval":
-            return run_eval(args, console)
-        if args.command == "fake-switch":
-            return run_fake_switch(args)
+        return int(importlib.import_module(COMMANDS[args.command]).run(args, console))
     except SafsError as exc:
         print(f"safs: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("safs: interrupted", file=sys.stderr)
         return 130
-    return 1
 
 
 if __name__ == "__main__":

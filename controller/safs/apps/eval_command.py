@@ -43,36 +43,6 @@ EXPERIMENT_FILES = ("results.json", "results.csv", "samples.jsonl", "summary.jso
 CHECK_FILES = ("checks.json", "checks.csv")
 
 
-def add_parser(sub: Any, int_list: Any, name_list: Any) -> None:
-    """Register the ``eval`` subcommand on ``sub`` (argparse subparsers)."""
-    ev = sub.add_parser("eval", help="run the paper's experiments: results, CIs over seeds, plots (docs/evaluation.md)")
-    ev.add_argument("names", nargs="*", metavar="NAME", help="experiment(s), 'baseline-checks' or 'all' (see --list)")
-    ev.add_argument("--list", action="store_true", help="list the experiments and exit")
-    ev.add_argument(
-        "--out",
-        type=Path,
-        default=Path("results/eval"),
-        help="output directory (default results/eval); earlier files of an experiment "
-        "(and plots/) are moved aside as NAME.<YYYYMMDDTHHMMSS>.EXT, timing.json is merged per experiment",
-    )
-    ev.add_argument("--seeds", type=int_list, help="override the seeds, e.g. 1,2,3")
-    ev.add_argument("--policies", type=name_list, help="override the policies, e.g. safs,dctcp")
-    ev.add_argument("--jobs", type=int, default=None, help="local worker processes (default: one per CPU)")
-    ev.add_argument(
-        "--ray",
-        metavar="ADDRESS",
-        default=None,
-        help="run on an existing Ray cluster instead: auto, local, ray://HOST:PORT or HOST:PORT (not with --jobs)",
-    )
-    ev.add_argument("--quick", action="store_true", help="smoke-size runs (fewer steps, seeds and levels)")
-    ev.add_argument("--quiet", action="store_true", help="no progress bar")
-    ev.add_argument(
-        "--replot",
-        action="store_true",
-        help="no runs: redo summaries and plots from OUT/NAME/results.json and samples.jsonl",
-    )
-
-
 def _fmt(mean: float, half: float) -> str:
     if mean is None or math.isnan(mean):
         return "-"

@@ -20,20 +20,6 @@ from safs.core.topology import Topology, load_topology
 from safs.testing.fake_p4rt import FakeP4RuntimeServer
 
 
-def add_parser(sub: Any) -> None:
-    """Register the ``fake-switch`` subcommand on ``sub`` (argparse subparsers)."""
-    fake = sub.add_parser(
-        "fake-switch",
-        help="serve in-process fake P4Runtime switches for a topology on loopback, to try the controller "
-        "without BMv2 (docs/controller.md)",
-    )
-    fake.add_argument("--topology", required=True, metavar="FILE", help="topology YAML")
-    fake.add_argument("--base-port", type=int, default=50100, metavar="PORT",
-                      help="the first switch's TCP port on 127.0.0.1, the next ones follow (default 50100)")
-    fake.add_argument("--duration-s", type=float, default=None, metavar="S",
-                      help="stop after S seconds (default: until SIGINT/SIGTERM)")
-
-
 def start_fake_switches(topo: Topology, base_port: int) -> list[tuple[str, FakeP4RuntimeServer]]:
     """One started fake P4Runtime server per switch of ``topo``, on 127.0.0.1 from ``base_port``
     on, in the topology's switch order: ``(switch name, server)``; ``server.address`` is where
@@ -56,7 +42,7 @@ def start_fake_switches(topo: Topology, base_port: int) -> list[tuple[str, FakeP
     return started
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, console: Any = None) -> int:
     """Serve until stopped; returns 0.
 
     Raises:

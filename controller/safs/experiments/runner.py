@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from safs.core.errors import InvalidInput
+from safs.experiments.backends import BACKENDS
 from safs.experiments.metrics import flow_metrics
 from safs.experiments.mininet.backend import check_policies, run_mininet
 from safs.experiments.parallel import map_ordered
@@ -36,7 +37,6 @@ from safs.experiments.sim.config import SimResult
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("sim", "mininet")  # mininet: docs/mininet.md
 RESULT_FILES = ("results.json", "results.csv", "samples.jsonl")  # moved aside, not overwritten
 
 

@@ -1,0 +1,83 @@
+"""``safs controller``: the SAFS controller over P4Runtime (or in-process pipeline models) with
+the hint API and, optionally, Prometheus metrics (docs/controller.md, docs/operations.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import threading
+from pathlib import Path
+
+from rich.console import Console
+
+from safs.control.controller import ControllerApp, config_from_args
+from safs.control.metrics import parse_metrics_addr, serve_metrics
+from safs.core.errors import InvalidInput, TargetConnectionError, TargetError
+from safs.core.files import BMV2_JSON_PATH, P4INFO_PATH
+from safs.core.topology import load_topology
+from safs.targets.p4rt.p4info import P4InfoIndex
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    """``safs controller``: validate everything, start, run until SIGINT/SIGTERM or --duration-s,
+    stop cleanly. User errors raise SafsError (one line, exit 2)."""
+    load_topology(Path(args.topology))  # a bad --topology first, before the --switch checks
+    for option, attr, path in (("--p4info", "p4info", P4INFO_PATH), ("--bmv2-json", "bmv2_json", BMV2_JSON_PATH)):
+        if getattr(args, attr) is None:
+            if not path.is_file():
+                raise InvalidInput(
+                    option, f"default {path} does not exist (build it: docs/controller.md, or pass {option} FILE)"
+                )
+            setattr(args, attr, str(path))
+    try:
+        P4InfoIndex.from_file(args.p4info)
+    except InvalidInput as exc:
+        raise InvalidInput("--p4info", exc.message) from None
+    try:
+        json.loads(Path(args.bmv2_json).read_text())
+    except OSError as exc:
+        raise InvalidInput("--bmv2-json", f"cannot read {args.bmv2_json}: {exc.strerror}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput("--bmv2-json", f"{args.bmv2_json} is not a BMv2 JSON file: {exc}") from None
+    config = config_from_args(args)
+    metrics_addr = parse_metrics_addr(args.metrics_addr) if args.metrics_addr is not None else None
+    app = ControllerApp(config)  # checks the switch names against the topology
+    logging.basicConfig(
+        level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    stop = threading.Event()
+    metrics_server = None
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            app.start()
+        except (TargetConnectionError, TargetError) as exc:  # name the switch as the user gave it
+            if isinstance(exc, TargetConnectionError):
+                if "election id already in use" in exc.message.lower():
+                    raise InvalidInput("--election-id", f"{config.election_id[1]} is already used by another "
+                                       f"controller of {exc.switch or exc.address} (after a takeover the primary "
+                                       "runs with an id it chose: see its log); give another id") from None
+                spec = next((s for s in config.switches if s.grpc_addr == exc.address), None)
+                code, message = exc.code, f"{exc.operation} failed: {exc.message}"
+            else:
+                spec = next((s for s in config.switches if f"{s.name}:" in str(exc)), None)
+                code, message = exc.failures[0].code, exc.failures[0].message
+            if spec is None:
+                raise
+            raise InvalidInput(
+                f"--switch {spec.name}={spec.grpc_addr}", f"switch unusable ({code}): {message}"
+            ) from None
+        if metrics_addr is not None:
+            metrics_server = serve_metrics(app, *metrics_addr)
+            logging.getLogger("safs.control.metrics").info(
+                "Prometheus metrics at http://%s:%d/metrics", *metrics_server.server_address[:2])
+        app.run(stop)
+    finally:
+        if metrics_server is not None:
+            metrics_server.shutdown()
+        app.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
