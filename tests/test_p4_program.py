@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from safs.core import p4names
+from safs.targets.p4rt.p4info import P4InfoIndex
 
 ROOT = Path(__file__).resolve().parents[1]
 P4SRC = ROOT / "p4src"
@@ -65,3 +66,14 @@ def test_committed_p4info_has_every_name_the_pipeline_model_uses() -> None:
     missing = {k: v for k, v in _contract_names().items() if v not in names}
     assert not missing, f"not in the committed P4Info (recompile p4src/): {missing}"
     assert p4names.REQUEST_DIGEST in names
+
+
+def test_committed_p4info_has_the_packet_io_headers_p4names_names() -> None:
+    """PacketOut/PacketIn (the start-up self-check's probe): the controller headers, their
+    fields in order and the CPU port, as safs.core.p4names names them."""
+    index = P4InfoIndex.from_file(ARTIFACTS / "safs.p4info.txtpb")
+    assert [(f.name, f.bitwidth) for f in index.packet_metadata[p4names.PACKET_OUT]] == \
+        [(p4names.M_EGRESS_PORT, 9), (p4names.M_QUEUE, 3), (p4names.M_PAD, 4)]
+    assert [(f.name, f.bitwidth) for f in index.packet_metadata[p4names.PACKET_IN]] == \
+        [(p4names.M_INGRESS_PORT, 9), (p4names.M_QUEUE, 3), (p4names.M_PAD, 4)]
+    assert f"const port_t CPU_PORT = {p4names.CPU_PORT};" in _p4_text()

@@ -69,6 +69,10 @@ const bit<32> MAX_DONE_FRAME = 1024;     // bytes: a NACK DONE lists up to 157 6
 
 const bit<32> PKT_INSTANCE_TYPE_INGRESS_CLONE = 1;
 
+// Packet I/O with the controller (P4Runtime PacketOut / PacketIn): BMv2's CPU port, given to
+// simple_switch_grpc as `-- --cpu-port 255` (safs.core.p4names.CPU_PORT).
+const port_t CPU_PORT = 255;
+
 // Table and extern sizes (safs/core/p4names.py mirrors the slot count and the load limit).
 #define IPV4_LPM_SIZE     1024
 #define ECMP_GROUPS       1024   // ecmp entries: distinct next-hop sets per switch

@@ -61,7 +61,27 @@ header safs_t {
     dep_id_t    dep_id;          // the sender's dependency id (the grant key with the source address)
 }
 
+// Packet I/O with the controller through CPU_PORT (docs/protocol.md "Start-up probe"). A
+// PacketOut's metadata become packet_out before the frame; ingress sends the frame out of
+// egress_port at priority queue (a probe: egress_port = CPU_PORT, so it comes back as a PacketIn
+// through that queue). egress prepends packet_in to whatever leaves through CPU_PORT.
+@controller_header("packet_out")
+header packet_out_t {
+    port_t   egress_port;
+    qclass_t queue;
+    bit<4>   pad;
+}
+
+@controller_header("packet_in")
+header packet_in_t {
+    port_t   ingress_port;   // CPU_PORT for a PacketOut looped back
+    qclass_t queue;          // the priority queue the packet left through
+    bit<4>   pad;
+}
+
 struct headers_t {
+    packet_out_t packet_out;
+    packet_in_t  packet_in;
     ethernet_t ethernet;
     ipv4_t     ipv4;
     udp_t      udp;

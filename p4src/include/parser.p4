@@ -1,5 +1,6 @@
 /*
  * Parser, checksum controls and deparser.
+ * From CPU_PORT (a PacketOut): packet_out, then the frame as from any port.
  * Ethernet -> IPv4 -> UDP -> SAFS (only UDP to port 23285 whose UDP length covers the 36-byte
  * SAFS header; a shorter one is marked truncated and stays plain UDP: docs/protocol.md).
  * UDP to 4791 (RoCEv2) -> BTH; TCP: only its ports are read (lookahead, nothing extracted).
@@ -13,6 +14,16 @@
 parser SafsParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
                   inout standard_metadata_t standard_metadata) {
     state start {
+        transition select(standard_metadata.ingress_port) {
+            CPU_PORT: parse_packet_out;
+            default: parse_ethernet;
+        }
+    }
+    state parse_packet_out {
+        packet.extract(hdr.packet_out);
+        transition parse_ethernet;
+    }
+    state parse_ethernet {
         packet.extract(hdr.ethernet);
         transition select(hdr.ethernet.ether_type) {
             ETHERTYPE_IPV4: parse_ipv4;
@@ -80,6 +91,7 @@ control SafsComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
 
 control SafsDeparser(packet_out packet, in headers_t hdr) {
     apply {
+        packet.emit(hdr.packet_in);
         packet.emit(hdr.ethernet);
         packet.emit(hdr.ipv4);
         packet.emit(hdr.udp);

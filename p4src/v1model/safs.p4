@@ -3,7 +3,8 @@
  * Compile from the repository root:
  *   p4c-bm2-ss --arch v1model -I p4src --p4runtime-files p4src/build/safs.p4info.txtpb \
  *       -o p4src/build/safs.json p4src/v1model/safs.p4
- * Run BMv2 with 8 priority queues: simple_switch_grpc ... -- --priority-queues 8
+ * Run BMv2 with 8 priority queues and the CPU port:
+ *   simple_switch_grpc ... -- --priority-queues 8 --cpu-port 255
  */
 #include <core.p4>
 #include <v1model.p4>
@@ -17,7 +18,8 @@
 #include "include/telemetry.p4"
 #include "include/source_guard.p4"
 
-// Ingress: validate SAFS, drop what a host port must not send, forward, classify by slack,
+// Ingress: a PacketOut goes out of the port and queue it names, nothing else applied; every
+// other packet: validate SAFS, drop what a host port must not send, forward, classify by slack,
 // enforce grants (receiver ToR only).
 control SafsIngress(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t standard_metadata) {
@@ -30,6 +32,12 @@ control SafsIngress(inout headers_t hdr, inout metadata_t meta,
     GrantEnforcer() grant_enforcer;
 
     apply {
+        if (hdr.packet_out.isValid()) {
+            standard_metadata.egress_spec = hdr.packet_out.egress_port;
+            standard_metadata.priority = hdr.packet_out.queue;
+            hdr.packet_out.setInvalid();
+            return;
+        }
         meta.safs_ok = 0;
         if (hdr.safs.isValid()) {
             if (hdr.safs.version != SAFS_VERSION) {
@@ -57,6 +65,13 @@ control SafsEgress(inout headers_t hdr, inout metadata_t meta,
     Telemetry() telemetry;
     GrantFromClone() grant_from_clone;
     apply {
+        if (standard_metadata.egress_port == CPU_PORT) {  // to the controller: a PacketIn
+            hdr.packet_in.setValid();
+            hdr.packet_in.ingress_port = standard_metadata.ingress_port;
+            hdr.packet_in.queue = standard_metadata.priority;  // BMv2 keeps the queue it used
+            hdr.packet_in.pad = 0;
+            return;
+        }
         grant_from_clone.apply(hdr, meta, standard_metadata);
         telemetry.apply(hdr, meta, standard_metadata);
     }

@@ -113,3 +113,15 @@ GRANT_ROUTE = "SafsIngress.grant_route"  # key src_addr (lpm, 32) -> set_grant_r
 ACT_SET_GRANT_ROUTE = "SafsIngress.set_grant_route"
 F_SRC_ADDR = "src_addr"
 # set_egress and set_grant_route both take (port: 9 bits, dst_mac: 48 bits): the next hop's MAC.
+
+# Packet I/O with the controller (P4Runtime controller_packet_metadata; headers.p4): a
+# PacketOut's packet_out header sends the frame out of egress_port at priority queue; whatever
+# leaves through CPU_PORT comes to the controller as a PacketIn with packet_in. The start-up
+# self-check (safs.control.selfcheck) sends one probe per queue to CPU_PORT itself.
+CPU_PORT = 255  # CPU_PORT in defines.p4; BMv2: simple_switch_grpc ... -- --cpu-port 255
+PACKET_OUT = "packet_out"  # metadata egress_port (9), queue (3), pad (4)
+PACKET_IN = "packet_in"  # metadata ingress_port (9), queue (3), pad (4)
+M_EGRESS_PORT = "egress_port"
+M_INGRESS_PORT = "ingress_port"
+M_QUEUE = "queue"
+M_PAD = "pad"
