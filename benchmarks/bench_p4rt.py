@@ -56,6 +56,7 @@ from safs.core import p4names as n
 from safs.core.hints import FlowHint
 from safs.core.scheduler import SchedulerConfig
 from safs.core.target import Op, TableEntry, Update
+from safs.targets.bmv2 import target_options
 from safs.targets.p4rt.codec import encode_update
 from safs.targets.p4rt.target import P4RuntimeTarget
 
@@ -97,7 +98,7 @@ def bmv2_switch(binary: str, log_path: Path) -> Iterator[str]:
     with open(log_path, "w") as log_file:
         proc = subprocess.Popen(
             [binary, "--no-p4", "--device-id", "0", "--log-level", "error", "--thrift-port", str(free_port()),
-             "--", "--grpc-server-addr", address, "--priority-queues", "8"],
+             "--", "--grpc-server-addr", address, *target_options()],
             stdout=log_file, stderr=subprocess.STDOUT)
         try:
             channel = grpc.insecure_channel(address)

@@ -11,7 +11,7 @@ through ``safs.targets.p4rt.P4RuntimeTarget``), fits them, prints one table and,
 
 Setup (as ptf_tests/run.py does): two veth pairs ``<prefix>S<i>`` (BMv2 port i) <->
 ``<prefix>P<i>`` (this benchmark's side), IPv6 off; ``simple_switch_grpc --no-p4 -i 1@.. -i
-2@.. -- --priority-queues 8`` on free gRPC and Thrift ports, polled until its gRPC port answers
+2@.. -- --priority-queues 8 --cpu-port 255`` on free gRPC and Thrift ports, polled until its gRPC port answers
 (no fixed sleep), stopped by its PID; the veths are deleted on exit, also on errors and SIGTERM.
 Without root the digest phase is skipped and BMv2 runs without interfaces.
 
@@ -103,6 +103,7 @@ from safs.core.protocol import SAFS_UDP_PORT, SAFS_VERSION, MsgType, lease_ns_to
 from safs.core.scapy_layer import SAFS, pkt_add_safs
 from safs.core.scheduler import SchedulerConfig
 from safs.core.target import Lpm, Op, TableEntry, Update
+from safs.targets.bmv2 import target_options
 from safs.targets.p4rt.codec import encode_update
 from safs.targets.p4rt.p4info import P4InfoIndex
 from safs.targets.p4rt.target import DigestSettings, P4RuntimeTarget
@@ -239,7 +240,7 @@ def bmv2_switch(binary: str, interfaces: Sequence[str], log_path: Path) -> Itera
            "--thrift-port", str(free_port())]
     for port, iface in enumerate(interfaces, start=1):
         cmd += ["-i", f"{port}@{iface}"]
-    cmd += ["--", "--grpc-server-addr", address, "--priority-queues", "8"]
+    cmd += ["--", "--grpc-server-addr", address, *target_options()]
     with open(log_path, "w") as log_file:
         proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
         try:

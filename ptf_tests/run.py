@@ -5,8 +5,9 @@ Steps (every one undone in ``finally``, even on failure):
 
 1. create ``--ports`` veth pairs ``<prefix>S<i>`` (switch side, BMv2 port i) <-> ``<prefix>P<i>``
    (PTF side, PTF port i), i = 1..N, up, IPv6 off (no stray router solicitations);
-2. start ``simple_switch_grpc --no-p4 -i i@safsS<i> ... -- --priority-queues 8
-   --grpc-server-addr 127.0.0.1:<free port>`` with a free Thrift port too;
+2. start ``simple_switch_grpc --no-p4 -i i@safsS<i> ... -- --grpc-server-addr
+   127.0.0.1:<free port> --priority-queues 8 --cpu-port 255``
+   (:func:`safs.targets.bmv2.target_options`) with a free Thrift port too;
 3. poll the gRPC port until a P4Runtime ``Capabilities`` call answers (no fixed sleeps);
 4. run ``ptf --test-dir ptf_tests --interface i@safsP<i> ...`` with this Python (the tests push
    the pipeline themselves, see ptf_tests/base_test.py);
@@ -36,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from safs.targets.bmv2 import target_options
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_DIR = REPO / "ptf_tests"
@@ -183,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                "--log-console", "-L", "info"]
         for i, (sw, _) in enumerate(pairs, start=1):
             cmd += ["-i", f"{i}@{sw}"]
-        cmd += ["--", "--grpc-server-addr", grpc_addr, "--priority-queues", "8"]
+        cmd += ["--", "--grpc-server-addr", grpc_addr, *target_options()]
         with open(log_dir / "switch.log", "wb") as swlog:
             switch = subprocess.Popen(cmd, stdout=swlog, stderr=subprocess.STDOUT)
         wait_for_grpc(grpc_addr, switch, SWITCH_START_TIMEOUT_S)

@@ -56,6 +56,31 @@ def test_bottleneck_bad_input():
         emunet.bottleneck_commands("x", 10_000_000, 65536, 1500, 65000)
 
 
+def test_offload_switch_off_failure_is_one_line_naming_the_interface():
+    """The switch-side veths' checksum offload must go off (else TCP and UDP through BMv2 fail
+    their checksums): a failing ethtool is an EmuError naming the interface and its error."""
+    seen = []
+
+    def failing(args):
+        seen.append(args)
+        raise emunet.EmuError(f"{' '.join(args)}: Cannot get device udp-fragmentation-offload settings:\n"
+                              "Operation not supported")
+
+    with pytest.raises(emunet.EmuError) as err:
+        emunet._offloads_off(failing, "s1-eth2")
+    assert seen[0][:3] == ["ethtool", "--offload", "s1-eth2"] and "rx" in seen[0] and "tx" in seen[0]
+    message = str(err.value)
+    assert message.startswith("s1-eth2: cannot turn checksum offload off: ethtool --offload s1-eth2")
+    assert "Operation not supported" in message and "\n" not in message
+
+    def no_ethtool(args):
+        raise FileNotFoundError(2, "No such file or directory", "ethtool")
+
+    with pytest.raises(emunet.EmuError, match="s1-eth2: cannot turn checksum offload off: .*ethtool"):
+        emunet._offloads_off(no_ethtool, "s1-eth2")
+    emunet._offloads_off(lambda args: None, "s1-eth2")  # success: nothing raised
+
+
 def test_qdisc_drops_sums_leaves_not_root():
     text = textwrap.dedent("""\
         qdisc htb 1: root refcnt 2 r2q 10 default 0x10

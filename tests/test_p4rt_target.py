@@ -49,6 +49,7 @@ from safs.core.target import (
 from safs.core.timebase import TIME_MASK
 from safs.core.topology import load_topology
 from safs.targets import pipeline_model as pm
+from safs.targets.bmv2 import target_options
 from safs.targets.p4rt.client import parse_write_error
 from safs.targets.p4rt.codec import encode_update
 from safs.targets.p4rt.p4info import P4InfoIndex, bytes_to_int, canonical_bytes, padded_bytes
@@ -114,16 +115,18 @@ def free_port() -> int:
 
 
 class Bmv2:
-    """simple_switch_grpc started with --no-p4, no interfaces, 8 priority queues; stopped by PID."""
+    """simple_switch_grpc started with --no-p4, no interfaces and ``options`` after ``--``
+    (default :func:`safs.targets.bmv2.target_options`: 8 priority queues, CPU port 255);
+    stopped by PID."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, options: list[str] | None = None) -> None:
         self.address = f"127.0.0.1:{free_port()}"
         self.log = open(log_dir / "bmv2.log", "w")
         self.proc = subprocess.Popen(
             # Own Thrift port too: BMv2's default 9090 may be taken by another switch.
             [shutil.which("simple_switch_grpc"), "--no-p4", "--device-id", "0", "--log-level", "error",
              "--thrift-port", str(free_port()),
-             "--", "--grpc-server-addr", self.address, "--priority-queues", "8"],
+             "--", "--grpc-server-addr", self.address, *(target_options() if options is None else options)],
             stdout=self.log, stderr=subprocess.STDOUT)
         channel = grpc.insecure_channel(self.address)
         try:  # poll until the gRPC port answers (no fixed sleep)

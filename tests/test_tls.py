@@ -24,6 +24,7 @@ from safs.control.tls import TlsFiles, load_identities
 from safs.core.errors import InvalidInput, TargetConnectionError
 from safs.core.hints import DependencyHint
 from safs.core.scheduler import Scheduler, SchedulerConfig
+from safs.targets.bmv2 import target_options
 from safs.targets.p4rt.target import P4RuntimeTarget
 from safs.targets.pipeline_model import PipelineModel
 from safs.testing.fake_p4rt import FakeP4RuntimeServer
@@ -190,7 +191,7 @@ def test_p4runtime_channel_over_mutual_tls_to_bmv2(pki: dict, tmp_path: Path) ->
     log = (tmp_path / "bmv2.log").open("w")
     proc = subprocess.Popen(
         [shutil.which("simple_switch_grpc"), "--no-p4", "--device-id", "0", "--thrift-port", str(free_port()),
-         "--", "--grpc-server-addr", f"127.0.0.1:{port}", "--priority-queues", "8", "--grpc-server-ssl",
+         "--", "--grpc-server-addr", f"127.0.0.1:{port}", *target_options(), "--grpc-server-ssl",
          "--grpc-server-cacert", str(pki["ca"].pem), "--grpc-server-cert", str(cert), "--grpc-server-key", str(key),
          "--grpc-server-with-client-auth"], stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -3,10 +3,11 @@
 Built from a ``topologies/`` file (:class:`safs.core.topology.Topology`), docs/mininet.md:
 
 - every topology switch is a :class:`Bmv2Switch`: a Mininet ``Switch`` subclass that runs
-  ``simple_switch_grpc --no-p4 ... -- --grpc-server-addr 127.0.0.1:<port> --priority-queues 8``
-  in the root namespace when the network starts (as p4lang/tutorials ``utils/p4runtime_switch.py``
-  and ONOS ``bmv2.py`` do), polls its gRPC port until P4Runtime answers, keeps its log in
-  ``<run dir>/<switch>.log`` and is stopped by PID. The controller pushes the committed SAFS
+  ``simple_switch_grpc --no-p4 ... -- --grpc-server-addr 127.0.0.1:<port> --priority-queues 8
+  --cpu-port 255`` (:func:`safs.targets.bmv2.target_options`) in the root namespace when the
+  network starts (as p4lang/tutorials ``utils/p4runtime_switch.py`` and ONOS ``bmv2.py`` do),
+  polls its gRPC port until P4Runtime answers, keeps its log in ``<run dir>/<switch>.log``
+  and is stopped by PID. The controller pushes the committed SAFS
   pipeline (``p4src/build/safs.json``, ``safs.p4info.txtpb``) over P4Runtime.
 - every topology host is a Mininet ``Host`` (its own network namespace) with the topology's IP,
   the MAC :func:`safs.core.scheduler.node_mac` gives it (the routes the controller installs rewrite the
@@ -71,11 +72,11 @@ from safs.core.protocol import SAFS_UDP_PORT, MsgType, pack_header, unpack_heade
 from safs.core.scheduler import node_mac
 from safs.core.timebase import fabric_clock
 from safs.core.topology import Topology
+from safs.targets.bmv2 import target_options
 
 log = logging.getLogger(__name__)
 
 BMV2 = "simple_switch_grpc"
-PRIORITY_QUEUES = 8
 SWITCH_START_TIMEOUT_S = 30.0
 QCLASS_OFFSET = 20 + 8 + 2  # SAFS qclass byte from the IPv4 header start (no options); safs.core.protocol
 SAFS_CLASSES = (7, 6, 5, 4, 3, 2)  # control, then slack classes most urgent first (safs.core.protocol)
@@ -315,7 +316,7 @@ def switch_class():
             for port, intf in sorted(self.intfs.items()):
                 if intf.name != "lo" and port > 0:
                     args += ["-i", f"{port}@{intf.name}"]
-            return args + ["--", "--grpc-server-addr", self.grpc_addr, "--priority-queues", str(PRIORITY_QUEUES)]
+            return args + ["--", "--grpc-server-addr", self.grpc_addr, *target_options()]
 
         def start(self, controllers: Any) -> None:  # Mininet calls this from net.start()
 
@@ -382,10 +383,22 @@ def wait_for_p4runtime(addr: str, proc: subprocess.Popen, timeout_s: float, log_
 
 
 def _offloads_off(run: Callable[[list[str]], Any], intf: str) -> None:
-    # As p4lang/tutorials' P4Host does: BMv2 reads frames with libpcap and writes them back out,
-    # so checksums must be complete and no segment may be larger than the MTU.
-    run(["ethtool", "--offload", intf, "rx", "off", "tx", "off", "sg", "off", "tso", "off", "gso", "off",
-         "gro", "off"])
+    """Turn checksum and segmentation offloads off on ``intf`` with ``run`` (a command runner
+    that raises :class:`EmuError` on failure, as :func:`run_cmd`).
+
+    As p4lang/tutorials' P4Host does: BMv2 reads frames with libpcap and writes them back out,
+    so checksums must be complete and no segment may be larger than the MTU.
+
+    Raises:
+        EmuError: one line naming ``intf`` and the command's error (with offloads on, TCP and
+            UDP through BMv2 fail their checksums and a run would measure only losses).
+    """
+    try:
+        run(["ethtool", "--offload", intf, "rx", "off", "tx", "off", "sg", "off", "tso", "off", "gso", "off",
+             "gro", "off"])
+    except (EmuError, OSError) as err:  # OSError: no ethtool
+        detail = " ".join(str(err).split())  # one line
+        raise EmuError(f"{intf}: cannot turn checksum offload off: {detail}") from None
 
 
 # ---------------------------------------------------------------------------- the network
