@@ -18,7 +18,7 @@ import pytest
 from test_controller_app import BMV2_JSON, P4INFO, Running, config, share_grants, wait_for
 
 from safs.apps.cli import main
-from safs.control.controller import ControllerApp, ControllerConfig, SwitchSpec, _reconcile_period
+from safs.control.controller import ControllerApp, ControllerConfig, SwitchSpec, _period
 from safs.control.failpoints import ENV as FAILPOINT_ENV
 from safs.control.hintapi.client import HintClient, HintServiceError
 from safs.control.state import StateStore
@@ -83,6 +83,8 @@ def test_store_refuses_another_topologys_state_and_an_unusable_directory(tmp_pat
     (["--reconcile-s", "0.0001"], "--reconcile-s: must be 0 (off) or 0.1..86400 seconds"),
     (["--reconcile-s", "nan"], "--reconcile-s: must be 0 (off)"),
     (["--reconcile-s", "abc"], "--reconcile-s: must be 0 (off)"),
+    (["--telemetry-s", "0.01"], "--telemetry-s: must be 0 (off) or 0.1..86400 seconds"),
+    (["--telemetry-s", "-1"], "--telemetry-s: must be 0 (off)"),
     (["--model", "--switch", "tor0=127.0.0.1:9559"], "--model: runs every topology switch in-process"),
 ])
 def test_bad_state_and_reconcile_options_are_one_line(topo_file: Path, argv: list[str], message: str,
@@ -96,8 +98,8 @@ def test_bad_state_and_reconcile_options_are_one_line(topo_file: Path, argv: lis
 
 
 def test_a_zero_reconcile_period_is_off(topo_file: Path) -> None:
-    assert _reconcile_period("0") == _reconcile_period("0e0") == _reconcile_period("+0.00") == 0.0
-    assert _reconcile_period("10") == 10.0
+    assert _period("--reconcile-s", "0") == _period("--reconcile-s", "0e0") == _period("--reconcile-s", "+0.00") == 0.0
+    assert _period("--telemetry-s", "10") == 10.0
 
 
 # ---------------------------------------------------------------------------- restart in-process

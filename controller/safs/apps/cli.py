@@ -215,6 +215,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "reconnection; default 10)",
     )
     ctl.add_argument(
+        "--telemetry-s",
+        default="1",
+        metavar="S",
+        help="read the receiver ports' counters and adapt their background shares every S seconds, "
+        "with scheduler background_share_max set (0: never; default 1; docs/operations.md)",
+    )
+    ctl.add_argument(
         "--clock-offset",
         action="append",
         metavar="NAME=NS",

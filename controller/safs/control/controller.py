@@ -41,6 +41,7 @@ from safs.core.files import load_yaml
 from safs.core.packet import ETH_HEADER_BYTES
 from safs.core.scheduler import Repairs, Scheduler, SchedulerConfig, scheduler_config_for
 from safs.core.target import CounterValue, RequestDigest, SwitchState, Update
+from safs.core.telemetry import BackgroundShareAdapter
 from safs.core.timebase import TIME_MASK, fabric_clock
 from safs.core.topology import Topology, load_topology
 from safs.targets.p4rt.target import P4RuntimeTarget
@@ -172,6 +173,9 @@ class ControllerConfig:
             or None: nothing survives a restart.
         reconcile_period_s: read every switch back and repair what differs this often,
             seconds (> 0), or 0: only at start and after a reconnection.
+        telemetry_period_s: read the receiver ports' counters and adapt their background
+            shares this often (:class:`safs.core.telemetry.BackgroundShareAdapter`, only with
+            ``scheduler.background_share_max`` set), seconds, or 0: never. Default 1 s.
         tls: TLS of the hint API (:class:`safs.control.tls.TlsFiles`; ``ca`` = the client CA:
             mutual TLS), or None: plaintext, allowed on loopback and Unix-socket addresses
             only, unless ``insecure``.
@@ -202,6 +206,7 @@ class ControllerConfig:
     summary_period_s: float = 1.0
     state_dir: Path | None = None
     reconcile_period_s: float = 10.0
+    telemetry_period_s: float = 1.0
     model: bool = False
     tls: TlsFiles | None = None
     identities_path: Path | None = None
@@ -241,9 +246,10 @@ class ControllerConfig:
             )
         if not self.summary_period_s > 0:
             raise InvalidInput("summary_period_s", f"must be > 0 seconds, got {self.summary_period_s!r}")
-        if self.reconcile_period_s != 0 and not RECONCILE_MIN_S <= self.reconcile_period_s <= RECONCILE_MAX_S:
-            raise InvalidInput("--reconcile-s", f"must be 0 (off) or {RECONCILE_MIN_S:g}..{RECONCILE_MAX_S:g} "
-                               f"seconds, got {self.reconcile_period_s!r}")
+        for option, period in (("--reconcile-s", self.reconcile_period_s), ("--telemetry-s", self.telemetry_period_s)):
+            if period != 0 and not RECONCILE_MIN_S <= period <= RECONCILE_MAX_S:
+                raise InvalidInput(option, f"must be 0 (off) or {RECONCILE_MIN_S:g}..{RECONCILE_MAX_S:g} "
+                                   f"seconds, got {period!r}")
         if self.identities_path is not None and (self.tls is None or self.tls.ca is None):
             raise InvalidInput("--tls-identities", "needs mutual TLS: give --tls-cert, --tls-key and --tls-client-ca")
         local = self.hint_addr.startswith("unix:") or host in ("127.0.0.1", "localhost", "[::1]")
@@ -476,6 +482,7 @@ class ControllerApp:
         self.links: dict[str, SwitchLink] = {}
         self.clock_offsets_ns: dict[str, int] = {}
         self.scheduler: Scheduler | None = None
+        self.adapter: BackgroundShareAdapter | None = None  # with scheduler.background_share_max
         self.store: StateStore | None = None
         self.identities: Identities | None = (
             load_identities(config.identities_path, self.topology.hosts()) if config.identities_path else None)
@@ -562,6 +569,8 @@ class ControllerApp:
                 lambda name: (self.clock() & TIME_MASK, False) if cfg.model else self._prepare(self.links[name].target),
                 names)))
             self.scheduler = Scheduler(self.topology, self.links, cfg.scheduler)
+            self.adapter = (BackgroundShareAdapter(self.scheduler)
+                            if cfg.scheduler.background_share_max is not None else None)
             if self.store is not None:
                 stored = self.store.load()
                 self.scheduler.journal = self.store  # a dependency restore moves to a new slot is stored
@@ -778,6 +787,7 @@ class ControllerApp:
         next_tick = begin
         next_summary = begin + cfg.summary_period_s
         next_reconcile = begin + cfg.reconcile_period_s
+        next_telemetry = begin + cfg.telemetry_period_s
         last = _Snapshot.of(self)
         while not stop_event.is_set():
             now_s = time.monotonic()
@@ -800,6 +810,9 @@ class ControllerApp:
             if cfg.reconcile_period_s and now_s >= next_reconcile:
                 self.reconcile_all()
                 next_reconcile = time.monotonic() + cfg.reconcile_period_s
+            if self.adapter is not None and cfg.telemetry_period_s and now_s >= next_telemetry:
+                self.adapt_background()
+                next_telemetry = time.monotonic() + cfg.telemetry_period_s
             if now_s >= next_summary:
                 last = self._summary(last)
                 next_summary = now_s + cfg.summary_period_s
@@ -858,6 +871,7 @@ class ControllerApp:
             self.hint_server = None
         with self.lock:
             self.scheduler = None
+            self.adapter = None
         self.role = "backup"
         self.stats.step_downs += 1
 
@@ -905,6 +919,20 @@ class ControllerApp:
                     self._next_tick_warning = now_s + self.config.summary_period_s
                     log.warning("tick: %s (retried every tick): %s", what, err)
             self.stats.ticks += 1
+
+    def adapt_background(self) -> dict[tuple[str, int], float]:
+        """One telemetry period: read the receiver ports' counters and move their background
+        shares (:meth:`BackgroundShareAdapter.step_all`) under the lock; returns the ports
+        that changed. Failures are logged (WARNING) and counted in ``stats.tick_failures``;
+        the next period retries."""
+        assert self.adapter is not None
+        with self.lock:
+            try:
+                return self.adapter.step_all(self.clock())
+            except (TargetError, TargetConnectionError) as err:
+                self.stats.tick_failures += 1
+                log.warning("telemetry: background shares not adapted (retried next period): %s", err)
+                return {}
 
     def reconnect_due(self, now_s: float | None = None) -> list[str]:
         """Try to reconnect every down switch whose backoff elapsed: close the old connection,
@@ -1038,7 +1066,8 @@ def config_from_args(args: Any) -> ControllerConfig:
         scheduler=scheduler,
         clock_offsets_ns=offsets,
         state_dir=_state_dir(args.state),
-        reconcile_period_s=_reconcile_period(args.reconcile_s),
+        reconcile_period_s=_period("--reconcile-s", args.reconcile_s),
+        telemetry_period_s=_period("--telemetry-s", args.telemetry_s),
         model=args.model,
         election_id=(0, _election_id(args.election_id)),
         tls=_tls(args.tls_cert, args.tls_key, args.tls_client_ca, "--tls"),
@@ -1070,8 +1099,8 @@ def _election_id(text: str) -> int:
 
 
 
-def _reconcile_period(text: str) -> float:
-    """``--reconcile-s``: 0 (off) or RECONCILE_MIN_S..RECONCILE_MAX_S seconds."""
+def _period(option: str, text: str) -> float:
+    """``--reconcile-s``, ``--telemetry-s``: 0 (off) or RECONCILE_MIN_S..RECONCILE_MAX_S seconds."""
     try:
         value = float(text)
     except ValueError:
@@ -1079,7 +1108,7 @@ def _reconcile_period(text: str) -> float:
     if value == 0:
         return 0.0
     if not RECONCILE_MIN_S <= value <= RECONCILE_MAX_S:  # also NaN
-        raise InvalidInput("--reconcile-s", f"must be 0 (off) or {RECONCILE_MIN_S:g}..{RECONCILE_MAX_S:g} seconds, "
+        raise InvalidInput(option, f"must be 0 (off) or {RECONCILE_MIN_S:g}..{RECONCILE_MAX_S:g} seconds, "
                            f"got {text!r}")
     return value
 

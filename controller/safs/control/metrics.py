@@ -80,6 +80,12 @@ class ControllerCollector(Collector):
                 yield CounterMetricFamily(f"safs_scheduler_{name}", doc, value=getattr(sched.stats, name))
             yield GaugeMetricFamily("safs_dependencies_active", "dependencies known now", value=len(sched.dependencies))
             yield GaugeMetricFamily("safs_flows_active", "per-transfer flow hints known now", value=len(sched.registry))
+            share = GaugeMetricFamily("safs_port_background_share", "part of a receiver port kept from the "
+                                      "dependencies' shares for traffic without a grant (adapted with --telemetry-s)",
+                                      labels=["switch", "port"])
+            for sw, port, _host in sched.receiver_ports():
+                share.add_metric([sw, str(port)], sched.background_share(sw, port))
+            yield share
         up = GaugeMetricFamily("safs_switch_up", "1 while the switch's P4Runtime connection is up", labels=["switch"])
         tx_bytes = CounterMetricFamily("safs_port_tx_bytes", "bytes sent per egress port (port_tx_bytes)",
                                        labels=["switch", "port"])

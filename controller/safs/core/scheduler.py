@@ -239,7 +239,15 @@ class SchedulerConfig(ConfigModel):
             program's ``traffic_class`` and ``aggregate_meter`` sizes). Default none: all
             non-SAFS traffic in queue 0.
         background_share: fraction of each receiver port kept from the dependencies' shares for
-            traffic without a grant (class 0), in [0, 0.9]. Default 0.
+            traffic without a grant (class 0), in [0, 0.9]. Default 0. With
+            ``background_share_max`` it is the floor of the adaptive share.
+        background_share_max: ceiling of a receiver port's background share adapted from
+            telemetry (:class:`safs.core.telemetry.BackgroundShareAdapter`: raised while the port
+            carries background and marks ECN, lowered while the background uses less), in
+            [background_share, 0.9]. Default None: no adaptation, every port keeps
+            ``background_share``.
+        background_share_step: how much one telemetry period moves a port's adaptive share,
+            in [0.005, 0.5]. Default 0.05.
         control_share: rate of REQUEST and DONE packets a host may send into its ToR, as a
             fraction of its link rate, in [0.0001, 0.5] (``control_meter``; above it they are
             dropped and counted, ``forged[3]``). Default 1%: at 100 Gbit/s about 1.6 million
@@ -266,6 +274,8 @@ class SchedulerConfig(ConfigModel):
     share_lease_ns: int = Field(20_000_000, ge=1_000, le=(2**32 - 1) * 1000)
     waiting_share: float = Field(1 / 32, ge=0.001, le=0.5)
     background_share: float = Field(0.0, ge=0, le=0.9)
+    background_share_max: float | None = Field(None, ge=0, le=0.9)
+    background_share_step: float = Field(0.05, ge=0.005, le=0.5)
     control_share: float = Field(0.01, ge=0.0001, le=0.5)
     traffic_classes: list[TrafficClassSpec] = Field(default_factory=list)
 
@@ -282,6 +292,13 @@ class SchedulerConfig(ConfigModel):
             raise ValueError(f"names must be unique (logs and metrics tell classes apart by name), "
                              f"{', '.join(map(repr, twice))} given more than once")
         return v
+
+    @model_validator(mode="after")
+    def _background_bounds(self) -> SchedulerConfig:
+        if self.background_share_max is not None and self.background_share_max < self.background_share:
+            raise FieldError("background_share_max", f"must be >= background_share ({self.background_share:g}), "
+                             f"got {self.background_share_max:g}")
+        return self
 
     def meter_for(self, slot: int, rate_bps: int) -> MeterConfig:
         """Meter config of ``flow_meter[slot]`` for a grant of ``rate_bps`` (module docstring)."""
@@ -530,6 +547,8 @@ class Scheduler:
         self._host_ip = {h: topology.host_ip(h) for h in hosts}
         self._host_tor = {h: topology.tor_of(h) for h in hosts}
         self._usable_bps: dict[str, int] = {}  # receiver -> usable rate of its link (dependency meters)
+        # (ToR, port) -> background share adapted from telemetry (absent: config.background_share)
+        self._port_background: dict[tuple[str, int], float] = {}
         # dependencies whose grant entry changed and is not written yet -> their ToR
         self._dirty_deps: dict[tuple[str, int], str] = {}
         self._holding = False  # restore(): plan nothing, write nothing
@@ -738,7 +757,7 @@ class Scheduler:
         if cfg.rate_grants and cfg.grant_mode == "share":
             for port, nb in topo.ports(sw).items():
                 if topo.is_host(nb):
-                    out += self._share_entries(port, topo.host_link_bps(nb))
+                    out += self._share_entries(port, topo.host_link_bps(nb), self.background_share(sw, port))
             out.append(TableEntry(n.SHARE_LEASE, {}, n.ACT_SET_SHARE_LEASE,
                                   {"lease_us": lease_ns_to_us(cfg.share_lease_ns)}, is_default=True))
         out.append(TableEntry(n.DEFAULT_GRANT, {}, n.ACT_SET_DEFAULT_GRANT, {
@@ -809,19 +828,75 @@ class Scheduler:
                 return r.qclass
         return QUEUE_SLACK_LEAST_URGENT
 
-    def _share_entries(self, port: int, link_bps: int) -> list[TableEntry]:
+    def _share_entries(self, port: int, link_bps: int, background: float) -> list[TableEntry]:
         """``port_share`` of one receiver port: for every load 1..MAX_LOAD the rate of one
         dependency in each mode (grant_enforcer.p4): alone in the most urgent class, usable /
         load; sharing it while others wait, (usable - reserve) / load; waiting, reserve / load.
-        usable is the link's usable rate less the background share, reserve its waiting share;
+        usable is the link's usable rate less the ``background`` share, reserve its waiting share;
         rounded down, so the grants of a port never add up to more than its usable rate."""
         usable = self.allocator.config.usable_bps(link_bps)
-        usable -= int(usable * self.config.background_share)
+        usable -= int(usable * background)
         reserve = int(usable * self.config.waiting_share)
         per_mode = {n.SHARE_ALONE: usable, n.SHARE_TOP: usable - reserve, n.SHARE_WAITING: reserve}
         return [TableEntry(n.PORT_SHARE, {n.F_EGRESS_PORT: port, n.F_LOAD: load, n.F_MODE: mode}, n.ACT_SET_SHARE,
                            {"rate_kbps": rate_bps_to_kbps(rate // load)})
                 for mode, rate in per_mode.items() for load in range(1, n.MAX_LOAD + 1)]
+
+    # ------------------------------------------------------------------ background share
+
+    def receiver_ports(self) -> list[tuple[str, int, str]]:
+        """``(switch, port, host)`` of every port facing a host, on switches with a target."""
+        topo = self._topo
+        return [(sw, port, nb) for sw in self._targets for port, nb in sorted(topo.ports(sw).items())
+                if topo.is_host(nb)]
+
+    def background_share(self, sw: str, port: int) -> float:
+        """The part of receiver port ``port`` of ``sw`` kept from the dependencies' shares for
+        traffic without a grant, in [0, 0.9] (``config.background_share`` unless adapted)."""
+        return self._port_background.get((sw, port), self.config.background_share)
+
+    def set_background_share(self, sw: str, port: int, share: float) -> int:
+        """Keep ``share`` of receiver port ``port`` of ``sw`` for traffic without a grant: its
+        ``port_share`` entries (3 x MAX_LOAD) are rewritten when the share changes; returns how
+        many updates were written.
+
+        Raises:
+            InvalidInput: ``port`` is not a host-facing port of a switch with a target
+                (field ``port``), ``share`` outside [0, 0.9] (field ``share``).
+            TargetError: the switch refused the writes (the share is kept; reconcile repairs).
+        """
+        topo = self._topo
+        if sw not in self._targets or not topo.is_host(topo.ports(sw).get(port, "")):
+            raise InvalidInput("port", f"{sw!r} port {port!r} does not face a host")
+        if not 0 <= share <= 0.9:
+            raise InvalidInput("share", f"expected 0..0.9, got {share!r}")
+        self._port_background[(sw, port)] = share
+        if not (self.config.rate_grants and self.config.grant_mode == "share"):
+            return 0
+        plan: list[Update] = []
+        for entry in self._share_entries(port, topo.host_link_bps(topo.neighbor_at(sw, port)), share):
+            self._plan_entry(sw, entry, plan)
+        self._flush({sw: plan})
+        return len(plan)
+
+    def granted_slots(self, sw: str) -> dict[int, list[int]]:
+        """Meter slots of the dependencies granted at ``sw``, by the port of their receiver
+        (the ``dep_bytes`` cells that count their bytes there)."""
+        topo = self._topo
+        ports = {nb: port for port, nb in topo.ports(sw).items()}
+        out: dict[int, list[int]] = {}
+        for key, (tor, slot) in self._dep_slots.items():
+            if tor == sw:
+                out.setdefault(ports[self.dependencies.get(key).receiver], []).append(slot)
+        return out
+
+    def host_link_bps(self, host: str) -> int:
+        """Rate of ``host``'s link, bit/s (the topology's)."""
+        return self._topo.host_link_bps(host)
+
+    def target(self, sw: str) -> Target:
+        """The target of switch ``sw`` (reads; writes go through the scheduler)."""
+        return self._targets[sw]
 
     def _clone_sessions(self, sw: str) -> list[CloneSession]:
         """One clone session per port of ``sw`` when it has a host-facing port (where

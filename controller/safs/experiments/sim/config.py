@@ -43,6 +43,11 @@ class SimConfig(ConfigModel):
             ``{switch_update_ns: 250000}``); the record's ``control_profile`` then names them
             (``tofino+switch_update_ns=250000``). For sweeps and for targets without a profile.
         tick_ns: period of ``Scheduler.tick`` (default: the scheduler config's ``tick_ns``).
+        telemetry_ns: period of the telemetry read that adapts receiver ports' background shares
+            (:class:`safs.core.telemetry.BackgroundShareAdapter`; only with
+            ``scheduler.background_share_max`` set). Default 1 s, as in ``safs controller``
+            (``--telemetry-s``); runs shorter than that need a shorter period (a scaled time,
+            say so beside the results). Reads and writes pay the control profile's costs.
         digest_poll_ns: period of digest polls, default 10 µs (on the AFD benchmark a 50 µs
             poll made decode steps about 2x slower: digests are the fast path for new flows).
         renew_fraction: SAFS lease renewal point, in (0, 1), default 3/4 of the lease.
@@ -86,6 +91,7 @@ class SimConfig(ConfigModel):
     control_costs: dict[str, int] = Field(default_factory=dict)
     activation_lead_ns: int = Field(5_000, ge=0)
     tick_ns: int | None = Field(None, ge=1)
+    telemetry_ns: int = Field(1_000_000_000, ge=100_000, le=3_600_000_000_000)
     digest_poll_ns: int = Field(10_000, ge=1)
     renew_fraction: float = Field(0.75, gt=0, lt=1)
     safs_rto_ns: int = Field(500_000, ge=1)

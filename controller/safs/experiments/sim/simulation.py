@@ -30,6 +30,7 @@ from safs.core import p4names
 from safs.core.errors import InvalidInput, SafsError
 from safs.core.hints import LABEL_MAX_LEN, DependencyHint, FlowClass, FlowHint
 from safs.core.scheduler import Scheduler
+from safs.core.telemetry import BackgroundShareAdapter
 from safs.core.topology import Topology
 from safs.experiments.metrics import FlowRecord
 from safs.experiments.policies import Policy, get_policy
@@ -93,6 +94,8 @@ class Simulation(EngineWorkloadHost):
         self.scheduler.setup(0, {name: sw.start_ns for name, sw in self.network.switches.items()})
         self.plane.setup_done = True
         self.tick_ns = config.tick_ns or sched_cfg.tick_ns
+        self.adapter = (BackgroundShareAdapter(self.scheduler)
+                        if pol.hinted and sched_cfg.background_share_max is not None else None)
         self.flows: dict[int, _Flow] = {}
         self.order: list[_Flow] = []
         self.senders: dict[int, Any] = {}
@@ -206,6 +209,14 @@ class Simulation(EngineWorkloadHost):
             self.scheduler_rejects += 1
         self.engine.after(self.tick_ns, self._tick, None)
 
+    def _telemetry(self, _: Any) -> None:
+        assert self.adapter is not None
+        try:
+            self.adapter.step_all(self.engine.now)
+        except SafsError:
+            self.scheduler_rejects += 1
+        self.engine.after(self.config.telemetry_ns, self._telemetry, None)
+
     def run(self, workload: Any) -> SimResult:
         """Start ``workload`` and run until it is done or ``config.max_time_ns``."""
         self.workload = workload
@@ -220,6 +231,8 @@ class Simulation(EngineWorkloadHost):
         if self._sched_on:
             self.engine.after(self.config.digest_poll_ns, self._poll, None)
             self.engine.after(self.tick_ns, self._tick, None)
+        if self.adapter is not None:
+            self.engine.after(self.config.telemetry_ns, self._telemetry, None)
         workload.start(self)
         self._check_done()
         if not self.workload_done:
