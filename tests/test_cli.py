@@ -198,8 +198,8 @@ def test_mininet_target_names_what_is_missing_before_any_output(
 
 
 def test_tables_use_one_number_format() -> None:
-    from safs.apps.run_command import _fmt
     from safs.apps.eval_command import _fmt as eval_fmt
+    from safs.apps.run_command import _fmt
     from safs.core.numfmt import percent
 
     assert [_fmt(x) for x in (5432.1, 12698.0, 12807.0, 29.46, 0.1234)] == ["5430", "12700", "12800", "29.5", "0.123"]
