@@ -264,3 +264,36 @@ def unpack_header(buf: bytes | bytearray | memoryview) -> tuple[int, int, int, i
      dep_id) = HEADER_STRUCT.unpack_from(buf)
     return (b0 & 0x0F, flags, qclass, color, flow_id, (rem_hi << 32) | rem_lo, (ts_hi << 32) | ts_lo,
             rate, epoch, lease, qdepth, dep_id)
+
+
+# Start-up probe (docs/protocol.md "Start-up probe"): the frame of a PacketOut the controller
+# sends to the switch's CPU port at one priority queue; the program sends it back as a PacketIn.
+# Ethernet (destination and source zero, EtherType 0x88B5: IEEE 802 local experimental 1),
+# then "SAFS", the controller's nonce (8 bytes) and the queue probed (1 byte): 27 bytes.
+PROBE_ETHERTYPE = 0x88B5
+PROBE_MAGIC = b"SAFS"
+PROBE_STRUCT = struct.Struct("!6s6sH4sQB")
+
+
+def pack_probe(nonce: int, queue: int) -> bytes:
+    """The 27-byte probe frame for ``nonce`` (0..2^64-1) and ``queue`` (0..NUM_QUEUES-1).
+
+    Raises:
+        InvalidInput: a value out of range (field ``nonce`` or ``queue``).
+    """
+    if not 0 <= nonce < 1 << 64:
+        raise InvalidInput("nonce", f"must be in 0..2^64-1, got {nonce}")
+    if not 0 <= queue < NUM_QUEUES:
+        raise InvalidInput("queue", f"must be in 0..{NUM_QUEUES - 1}, got {queue}")
+    return PROBE_STRUCT.pack(bytes(6), bytes(6), PROBE_ETHERTYPE, PROBE_MAGIC, nonce, queue)
+
+
+def unpack_probe(frame: bytes) -> tuple[int, int] | None:
+    """``(nonce, queue)`` of a probe frame, or None when ``frame`` is not one (too short,
+    another EtherType or magic)."""
+    if len(frame) < PROBE_STRUCT.size:
+        return None
+    _, _, ethertype, magic, nonce, queue = PROBE_STRUCT.unpack_from(frame)
+    if ethertype != PROBE_ETHERTYPE or magic != PROBE_MAGIC:
+        return None
+    return nonce, queue

@@ -82,6 +82,7 @@ from safs.core.protocol import (
     MAX_DONE_FRAME_BYTES,
     MAX_REQUEST_FRAME_BYTES,
     NS_PER_S,
+    NUM_QUEUES,
     QDEPTH_MAX,
     QUEUE_BEST_EFFORT,
     QUEUE_CONTROL,
@@ -803,6 +804,13 @@ class PipelineModel:
         """Return and clear the queued REQUEST digests (oldest first)."""
         out, self._digests = self._digests, []
         return out
+
+    def probe_queues(self, queues: Sequence[int], timeout_s: float = 0.0) -> set[int]:
+        """The start-up probe of :meth:`P4RuntimeTarget.probe_queues`, true to this model: it
+        has :data:`~safs.core.protocol.NUM_QUEUES` (8) priority queues and no packet I/O, so
+        every queue in 0..7 of ``queues`` answers at once (``timeout_s`` is not used). Raises
+        nothing."""
+        return {q for q in queues if 0 <= q < NUM_QUEUES}
 
     def now(self) -> int:
         """Fabric time as the switch sees it: (clock() + clock_offset) mod 2^48, in ns."""

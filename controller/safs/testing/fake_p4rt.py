@@ -44,7 +44,15 @@ messages are PI's):
   member or group (NOT_FOUND otherwise), a direct action there is INVALID_ARGUMENT, and so is a
   member or group on a direct table. Reads answer them as stored.
 
-Not imitated: packet I/O, direct counters/meters, idle timeouts, roles,
+* Packet I/O, as the SAFS program on BMv2 (the one place the fake knows SAFS: the field names
+  of ``safs.core.p4names``): a PacketOut from the primary whose ``packet_out`` header sends it
+  to the CPU port (``cpu_port``, default 255) at a queue the switch has (``priority_queues``,
+  default 8) comes back on the primary's stream as a PacketIn with the same payload and
+  ``packet_in`` ingress_port = the CPU port, queue = that queue. Every other PacketOut is
+  dropped (counted in ``packet_outs_dropped``), as BMv2 drops a priority beyond its queues
+  ("Priority out of range") and cannot loop anything back without ``--cpu-port``.
+
+Not imitated: other packet I/O (no data ports), direct counters/meters, idle timeouts, roles,
 the initial default actions of the BMv2 JSON (a never-written default entry reads as nothing),
 digest timeouts and duplicate suppression.
 """
@@ -61,6 +69,7 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from safs.core import p4names as n
 from safs.core.errors import InvalidInput
 from safs.targets.p4rt.p4info import P4InfoIndex, TableInfo, bytes_to_int, canonical_bytes, fits
 
@@ -93,16 +102,25 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             (True, BMv2's PI does that) or none until a client arbitrates with an id at least
             the highest ever seen (False, the P4Runtime specification: backups are told
             NOT_FOUND with that id).
+        priority_queues: priority queues per port (BMv2 ``--priority-queues``), 1..8: a
+            PacketOut to a higher queue is dropped (the module docstring, "Packet I/O").
+        cpu_port: the CPU port (BMv2 ``--cpu-port``), or None: started without one, no
+            PacketOut comes back.
 
     Attributes (for tests, read under no lock after the RPC returned):
         writes: every WriteRequest received, in order.
         acks: ``(digest_id, list_id)`` of every DigestListAck received.
         pipeline_pushes: number of committed SetForwardingPipelineConfig calls.
+        packet_outs_dropped: PacketOuts not looped back.
     """
 
-    def __init__(self, device_id: int = 0, p4info=None, auto_promote: bool = True) -> None:
+    def __init__(self, device_id: int = 0, p4info=None, auto_promote: bool = True, priority_queues: int = 8,
+                 cpu_port: int | None = n.CPU_PORT) -> None:
         self.device_id = device_id
         self.auto_promote = auto_promote
+        self.priority_queues = priority_queues
+        self.cpu_port = cpu_port
+        self.packet_outs_dropped = 0
         self._highest: tuple[int, int] | None = None  # the highest election id ever seen
         self._lock = threading.RLock()
         self._acked = threading.Condition(self._lock)
@@ -361,6 +379,8 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
                         with self._acked:
                             self.acks.append((req.digest_ack.digest_id, req.digest_ack.list_id))
                             self._acked.notify_all()
+                    elif kind == "packet":
+                        self._on_packet_out(stream, req.packet)
             except grpc.RpcError:
                 pass
             except ValueError:  # the stream was cancelled under us
@@ -382,6 +402,25 @@ class FakeP4RuntimeServer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 if stream in self._streams:
                     self._streams.remove(stream)
                     self._elect()
+
+    def _on_packet_out(self, stream: _Stream, packet: p4runtime_pb2.PacketOut) -> None:
+        """Loop ``packet`` back as a PacketIn as the SAFS program does, or drop it (module
+        docstring, "Packet I/O")."""
+        with self._lock:
+            out_fields = {f.name: f.id for f in self.index.packet_metadata.get(n.PACKET_OUT, ())} if self.index else {}
+            values = {m.metadata_id: bytes_to_int(m.value) for m in packet.metadata}
+            port = values.get(out_fields.get(n.M_EGRESS_PORT, -1))
+            queue_ = values.get(out_fields.get(n.M_QUEUE, -1), 0)
+            if (self.index is None or stream.election is None or stream.election != self._primary
+                    or self.cpu_port is None or port != self.cpu_port or queue_ >= self.priority_queues):
+                self.packet_outs_dropped += 1
+                return
+            msg = p4runtime_pb2.StreamMessageResponse()
+            msg.packet.payload = packet.payload
+            looped = {n.M_INGRESS_PORT: self.cpu_port, n.M_QUEUE: queue_}
+            for f in self.index.packet_metadata.get(n.PACKET_IN, ()):
+                msg.packet.metadata.add(metadata_id=f.id, value=canonical_bytes(looped.get(f.name, 0)))
+            stream.out.put(msg)
 
     def _on_arbitration(self, stream: _Stream, arb: p4runtime_pb2.MasterArbitrationUpdate) -> None:
         with self._lock:

@@ -12,6 +12,7 @@ here (the PTF tests keep their own encoder on purpose, docs/p4runtime.md).
        push_pipeline         reader thread and its queue per message kind, set_fwd_pipe_config,
        is_primary            tear_down), with handshake() replaced
        digest_lists / ack
+       packet_out / packet_ins
        close
 
 What p4runtime-shell 0.0.6 does that a controller cannot live with, and where each is worked
@@ -149,7 +150,8 @@ def _shut_down(shell: P4RuntimeClient, wait_s: float, address: str) -> None:
 
 class SwitchClient:
     """One P4Runtime session with one switch: connection, arbitration, writes, reads, pipeline
-    push and the digest stream. Entries are not encoded here: callers pass ``p4.v1`` protobufs.
+    push, the digest stream and packet I/O (PacketOut, PacketIn). Entries are not encoded
+    here: callers pass ``p4.v1`` protobufs.
 
     Args:
         grpc_addr: ``host:port`` of the switch's P4Runtime server.
@@ -396,10 +398,24 @@ class SwitchClient:
             TargetConnectionError: ``"stream"``, UNAVAILABLE: the stream is closed (the switch
                 ended it, restarted or is gone; or the client is closed) and nothing is queued.
         """
+        return [msg.digest for msg in self._received("digest", timeout_s)]
+
+    def packet_ins(self, timeout_s: float = 0.0) -> list[p4runtime_pb2.PacketIn]:
+        """PacketIns received on the stream since the last call, oldest first; waits up to
+        ``timeout_s`` seconds for the first when none is queued (0: do not wait).
+
+        Raises:
+            TargetConnectionError: ``"stream"``, UNAVAILABLE: the stream is closed and nothing
+                is queued.
+        """
+        return [msg.packet for msg in self._received("packet", timeout_s)]
+
+    def _received(self, kind: str, timeout_s: float) -> list[p4runtime_pb2.StreamMessageResponse]:
+        """Drain p4runtime-shell's queue of stream messages of ``kind`` ("digest", "packet")."""
         shell = self._require("stream")
         open_ = shell.stream_recv_thread.is_alive()  # before draining: if ended, all is queued
-        q = shell.stream_in_q["digest"]
-        out: list[p4runtime_pb2.DigestList] = []
+        q = shell.stream_in_q[kind]
+        out: list[p4runtime_pb2.StreamMessageResponse] = []
         wait = timeout_s > 0 and open_
         while True:
             try:
@@ -410,10 +426,25 @@ class SwitchClient:
             if msg is None:  # p4runtime-shell's mark of a stream that ended with an error
                 open_ = False
             else:
-                out.append(msg.digest)
+                out.append(msg)
         if not out and not open_:
             raise self._stream_closed(shell)
         return out
+
+    def packet_out(self, payload: bytes, metadata: Sequence[tuple[int, bytes]]) -> None:
+        """Send a PacketOut on the stream: the frame ``payload`` with ``metadata``, (P4Info
+        metadata id, byte string) pairs of the program's ``packet_out`` header. A switch takes
+        PacketOuts from the primary only (PI drops a backup's).
+
+        Raises:
+            TargetConnectionError: ``"stream"``: the client is closed.
+        """
+        shell = self._require("stream")
+        req = p4runtime_pb2.StreamMessageRequest()
+        req.packet.payload = payload
+        for metadata_id, value in metadata:
+            req.packet.metadata.add(metadata_id=metadata_id, value=value)
+        shell.stream_out_q.put(req)
 
     def _stream_closed(self, shell: _ShellClient) -> TargetConnectionError:
         stream = shell.stream

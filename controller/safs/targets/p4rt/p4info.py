@@ -213,6 +213,10 @@ class P4InfoIndex:
         self.registers = self._arrays(p4info.registers)
         self.counters_by_id = {c.id: c for c in self.counters.values()}
         self.meters_by_id = {m.id: m for m in self.meters.values()}
+        # controller_packet_metadata: header name ("packet_out", "packet_in") -> its fields in order
+        self.packet_metadata: dict[str, tuple[ParamInfo, ...]] = {
+            h.preamble.name: tuple(ParamInfo(m.id, m.name, m.bitwidth) for m in h.metadata)
+            for h in p4info.controller_packet_metadata}
         self.digests: dict[str, DigestInfo] = {}
         self.digests_by_id: dict[int, DigestInfo] = {}
         for d in p4info.digests:
@@ -316,3 +320,15 @@ class P4InfoIndex:
             return self.digests[name]
         except KeyError:
             raise InvalidInput("digest", f"must be one of {sorted(self.digests)}, got {name!r}") from None
+
+    def packet_field(self, header: str, name: str) -> ParamInfo:
+        """Field ``name`` of the controller packet header ``header`` (``packet_out`` or
+        ``packet_in``): its metadata id and bit width.
+
+        Raises:
+            InvalidInput: the program has no such header or field (field ``p4info``).
+        """
+        for f in self.packet_metadata.get(header, ()):
+            if f.name == name:
+                return f
+        raise InvalidInput("p4info", f"no {header} header with a field {name!r} (the program has no packet I/O?)")

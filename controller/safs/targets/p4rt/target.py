@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import secrets
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,6 +47,7 @@ from p4.v1 import p4runtime_pb2
 
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetConnectionError, TargetError, UpdateFailure
+from safs.core.protocol import pack_probe, unpack_probe
 from safs.core.target import (
     ActionProfileGroup,
     ActionProfileMember,
@@ -70,7 +73,7 @@ from safs.targets.p4rt.codec import (
     digest_members,
     encode_update,
 )
-from safs.targets.p4rt.p4info import P4InfoIndex
+from safs.targets.p4rt.p4info import P4InfoIndex, bytes_to_int, canonical_bytes
 
 log = logging.getLogger(__name__)
 
@@ -584,3 +587,45 @@ class P4RuntimeTarget:
                         log.warning("%s: undecodable digest dropped: %s", self.name, err)
             client.ack_digest_list(lst)
         return out
+
+    # ------------------------------------------------------------------ packet I/O
+
+    def probe_queues(self, queues: Sequence[int], timeout_s: float) -> set[int]:
+        """The start-up probe (docs/operations.md, "Start-up self-check"): one PacketOut per
+        queue in ``queues``, sent to the CPU port (:data:`safs.core.p4names.CPU_PORT`) at that
+        priority queue with a probe frame (:func:`safs.core.protocol.pack_probe`, a fresh
+        nonce); the program loops each back as a PacketIn through that queue. Returns the
+        queues whose probe came back, with the queue in its ``packet_in`` metadata, within
+        ``timeout_s`` seconds in all (the probes travel in parallel). Other PacketIns are
+        dropped. Send it as the primary (a switch drops a backup's PacketOuts).
+
+        Raises:
+            InvalidInput: the P4Info has no ``packet_out`` / ``packet_in`` header with the
+                fields the probe needs (field ``p4info``), or a queue outside 0..7 (``queue``).
+            TargetConnectionError: ``"stream"``: the stream is closed.
+        """
+        client = self._require_client("stream")
+        port_f = self.index.packet_field(n.PACKET_OUT, n.M_EGRESS_PORT)
+        queue_f = self.index.packet_field(n.PACKET_OUT, n.M_QUEUE)
+        in_queue_f = self.index.packet_field(n.PACKET_IN, n.M_QUEUE)
+        nonce = secrets.randbits(64)
+        frames = [(q, pack_probe(nonce, q)) for q in queues]  # InvalidInput before anything is sent
+        for q, frame in frames:
+            values = {port_f.id: n.CPU_PORT, queue_f.id: q}  # every other field (padding): 0
+            client.packet_out(frame, [(f.id, canonical_bytes(values.get(f.id, 0)))
+                                      for f in self.index.packet_metadata[n.PACKET_OUT]])
+        wanted, answered = set(queues), set[int]()
+        deadline = time.monotonic() + timeout_s
+        while answered != wanted:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for packet in client.packet_ins(left):
+                probe = unpack_probe(packet.payload)
+                if probe is None or probe[0] != nonce:
+                    log.debug("%s: PacketIn that is not this probe dropped", self.name)
+                    continue
+                via = {m.metadata_id: bytes_to_int(m.value) for m in packet.metadata}.get(in_queue_f.id)
+                if via == probe[1]:
+                    answered.add(probe[1])
+        return answered
