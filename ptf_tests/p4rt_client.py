@@ -54,6 +54,8 @@ class P4InfoIndex:
         self.counters = {c.preamble.name: c for c in p4info.counters}
         self.meters = {m.preamble.name: m for m in p4info.meters}
         self.digests = {d.preamble.name: d for d in p4info.digests}
+        # controller headers ("packet_out", "packet_in") -> their metadata fields by name
+        self.packet = {h.preamble.name: {m.name: m for m in h.metadata} for h in p4info.controller_packet_metadata}
 
     def table_id(self, name: str) -> int:
         """Id of table ``name``. Raises KeyError naming it when unknown."""
@@ -116,6 +118,7 @@ class P4RtClient:
             raise TargetConnectionError(addr, "arbitration", "PERMISSION_DENIED",
                                         f"election id {election_id} is not primary", switch="ptf")
         self._digests: list[p4runtime_pb2.DigestList] = []
+        self._packets: list[p4runtime_pb2.PacketIn] = []
         self.index: P4InfoIndex | None = None
 
     @property
@@ -232,6 +235,36 @@ class P4RtClient:
     def ack_digest(self, digest_list: p4runtime_pb2.DigestList) -> None:
         """Ack one DigestList on the stream."""
         self.session.ack_digest_list(digest_list)
+
+    # ----------------------------------------------------------------- packet I/O
+
+    def packet_out(self, payload: bytes, **fields: int) -> None:
+        """Send a PacketOut of ``payload`` with every ``packet_out`` metadata field (``fields``
+        by name; a field not given is 0)."""
+        out = self.index.packet["packet_out"]
+        unknown = set(fields) - set(out)
+        if unknown:
+            raise KeyError(f"packet_out has no field {sorted(unknown)}; fields: {sorted(out)}")
+        self.session.packet_out(payload, [(m.id, encode(fields.get(name, 0), m.bitwidth))
+                                          for name, m in out.items()])
+
+    def next_packet_in(self, timeout_s: float) -> tuple[dict[str, int], bytes]:
+        """The oldest PacketIn not yet returned, as (``packet_in`` metadata by name, payload),
+        waiting up to ``timeout_s``.
+
+        Raises:
+            TimeoutError: none arrived in time.
+            TargetConnectionError: the stream closed.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not self._packets:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no PacketIn within {timeout_s} s")
+            self._packets += self.session.packet_ins(timeout_s=left)
+        packet = self._packets.pop(0)
+        names = {m.id: name for name, m in self.index.packet["packet_in"].items()}
+        return {names[m.metadata_id]: decode(m.value) for m in packet.metadata}, packet.payload
 
 
 def update(op: str, **entity) -> p4runtime_pb2.Update:
