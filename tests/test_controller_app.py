@@ -361,6 +361,48 @@ def test_cli_runs_for_a_duration_against_fake_switches(
     assert all(len(f.table_entries(n.IPV4_LPM)) > 0 for f in servers.values())
 
 
+def test_cli_refuses_a_switch_whose_queues_do_not_all_forward(
+    topo_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The start-up self-check (docs/operations.md): tor1 with one priority queue (BMv2 started
+    without --priority-queues 8) is refused in one line naming it as given, exit 2."""
+    servers = {"tor0": FakeP4RuntimeServer(), "tor1": FakeP4RuntimeServer(device_id=3, priority_queues=1)}
+    for fake in servers.values():
+        fake.start()
+    try:
+        argv = ["controller", "--topology", str(topo_file), "--p4info", str(P4INFO), "--bmv2-json", str(BMV2_JSON),
+                "--switch", f"tor0={servers['tor0'].address}", "--switch", f"tor1={servers['tor1'].address}:3",
+                "--hint-addr", "127.0.0.1:0", "--duration-s", "5"]
+        assert main(argv) == 2
+    finally:
+        for fake in servers.values():
+            fake.stop()
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("safs: error:")]
+    assert errors == [f"safs: error: --switch tor1={servers['tor1'].address}: self-check failed: queues 1..7 do "
+                      "not forward (answered: 0): started without -- --priority-queues 8?"]
+    assert "Traceback" not in err
+
+
+def test_start_refuses_a_switch_that_answers_no_probe_before_serving(topo_file: Path) -> None:
+    """tor0 loops nothing back (BMv2 without --cpu-port 255): start() refuses it naming the
+    CPU port, serves nothing and closes what it opened."""
+    servers = {"tor0": FakeP4RuntimeServer(cpu_port=None), "tor1": FakeP4RuntimeServer(device_id=3)}
+    for fake in servers.values():
+        fake.start()
+    try:
+        app = ControllerApp(config(topo_file, servers))
+        with pytest.raises(InvalidInput) as err:
+            app.start()
+        assert err.value.field == f"--switch tor0={servers['tor0'].address}"
+        assert "--cpu-port 255" in err.value.message
+        assert app.hint_server is None and app.scheduler is None
+        assert servers["tor0"].packet_outs_dropped == 8 and servers["tor1"].packet_outs_dropped == 0
+    finally:
+        for fake in servers.values():
+            fake.stop()
+
+
 # ---------------------------------------------------------------------------- derived settings
 
 

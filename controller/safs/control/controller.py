@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from safs.control import selfcheck
 from safs.control.hintapi import server as hint_server
 from safs.control.state import StateStore
 from safs.control.tls import Identities, TlsFiles, load_identities
@@ -516,6 +517,8 @@ class ControllerApp:
             InvalidInput: primary at some switches only (field ``--election-id``).
             TargetError: a switch refused a write (digest config, static state).
             InvalidInput: the hint address cannot be bound (field ``address``).
+            InvalidInput: a switch failed the start-up self-check (field ``--switch NAME=ADDR``;
+                :func:`safs.control.selfcheck.check_switch`).
             Everything opened so far is closed before the error propagates.
         """
         cfg = self.config
@@ -568,6 +571,9 @@ class ControllerApp:
             opened = dict(zip(names, pool.map(
                 lambda name: (self.clock() & TIME_MASK, False) if cfg.model else self._prepare(self.links[name].target),
                 names)))
+            if first:  # every queue of every switch forwards, before anything is served
+                list(pool.map(lambda name: selfcheck.check_switch(
+                    name, self.links[name].spec.grpc_addr, self.links[name].target), names))
             self.scheduler = Scheduler(self.topology, self.links, cfg.scheduler)
             self.adapter = (BackgroundShareAdapter(self.scheduler)
                             if cfg.scheduler.background_share_max is not None else None)

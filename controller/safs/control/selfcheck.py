@@ -80,5 +80,5 @@ def check_switch(name: str, address: str, target: Probeable, timeout_s: float = 
         raise InvalidInput(field, f"self-check failed: no probe came back from the CPU port within {timeout_s:g} s "
                            "(queues 0..7 probed): started without -- --cpu-port 255, or not running the SAFS "
                            "program?")
-    raise InvalidInput(field, f"self-check failed: queues {_ranges(missing)} do not forward (queues "
-                       f"{_ranges(sorted(answered))} do): started without -- --priority-queues 8?")
+    raise InvalidInput(field, f"self-check failed: queues {_ranges(missing)} do not forward (answered: "
+                       f"{_ranges(sorted(answered))}): started without -- --priority-queues 8?")
