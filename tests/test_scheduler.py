@@ -801,3 +801,20 @@ def test_an_oversubscribed_core_is_named_in_a_warning(caplog) -> None:
     sched = Scheduler(topo, {sw: PipelineModel(sw, Clock()) for sw in topo.switches()}, SHARE)
     assert ("leaf0", "spine0", 500_000_000_000, 200_000_000_000) in sched.oversubscribed_links
     assert "leaf0->spine0 500/200 Gbit/s" in caplog.text
+
+
+def test_restore_keeps_stored_slots_and_gives_taken_or_bad_ones_new_slots() -> None:
+    """Scheduler.restore: each dependency gets its stored meter slot back when it is free; a
+    slot stored twice, out of range or None gets the lowest free one; the free slots left are
+    exactly the others (the next announce takes the lowest)."""
+    topo, clock, targets, sched = make(SHARE)
+    deps = [(DependencyHint(1, "a", "d"), 7), (DependencyHint(2, "b", "d"), 3),
+            (DependencyHint(3, "c", "d"), 7), (DependencyHint(4, "a", "d"), None),
+            (DependencyHint(5, "b", "d"), 10**6)]
+    sched.restore(deps, [], 0)
+    slots = {key: slot for key, (tor, slot) in sched._dep_slots.items()}
+    assert slots[("a", 1)] == 7 and slots[("b", 2)] == 3
+    assert sorted([slots[("c", 3)], slots[("a", 4)], slots[("b", 5)]]) == [1, 2, 4]
+    assert sched.free_slots("tor1") == sched.config.meter_slots - 1 - 5
+    sched.announce_dependency(DependencyHint(6, "c", "d"), 0)
+    assert sched._dep_slots[("c", 6)] == ("tor1", 5)

@@ -920,20 +920,27 @@ class Scheduler:
         share = self.config.rate_grants and self.config.grant_mode == "share"
         self._holding = True
         try:
+            # Kept slots first, each free heap rebuilt once (a list scan per dependency made a
+            # takeover with thousands of dependencies spend seconds here); then new slots.
+            free: dict[str, set[int]] = {}
+            moved: list[tuple[str, int]] = []
             for dep, slot in dependencies:
                 self.dependencies.announce(dep)
                 key = (dep.sender, dep.dep_id)
                 if not share:
                     continue
                 tor = self._topo.tor_of(dep.receiver)
-                free = self._free_slots[tor]
-                if slot in free:
-                    free.remove(slot)
-                    heapq.heapify(free)
+                tor_free = free.setdefault(tor, set(self._free_slots[tor]))
+                if slot in tor_free:
+                    tor_free.remove(slot)
                     self._dep_slots[key] = (tor, slot)
                 else:
-                    self._require_slot(tor, "dependency.receiver")
-                    self._admit_dependency(key)  # a new slot, journaled
+                    moved.append(key)
+            for tor, tor_free in free.items():
+                self._free_slots[tor] = sorted(tor_free)  # a sorted list is a heap
+            for key in moved:
+                self._require_slot(self._host_tor[self.dependencies.get(key).receiver], "dependency.receiver")
+                self._admit_dependency(key)  # a new slot, journaled
             for hint, admitted in flows:
                 self.registry.announce(hint, now_ns)
                 if admitted and self.config.rate_grants:
