@@ -519,3 +519,25 @@ def test_bad_metrics_address_is_refused_naming_the_option(addr: str) -> None:
     with pytest.raises(InvalidInput) as exc:
         parse_metrics_addr(addr)
     assert exc.value.field == "--metrics-addr" and "HOST:PORT" in exc.value.message
+
+
+def test_a_switch_restarted_without_its_queues_stays_down_until_fixed(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer]) -> None:
+    """A reconnection to a switch that lost its pipeline runs the start-up self-check again:
+    restarted with one priority queue it is not re-installed (logged, retried); once it has
+    its eight queues again the next attempt re-installs it."""
+    run = Running(config(topo_file, servers, reconnect_min_s=0.05, reconnect_max_s=0.2))
+    try:
+        app, tor1 = run.app, servers["tor1"]
+        tor1.priority_queues = 1
+        tor1.restart()
+        # each attempt pushes the pipeline and waits 2 s for the probes
+        wait_for(lambda: app.stats.reconnect_failures >= 1 and tor1.pipeline_pushes >= 2, timeout_s=60,
+                 what="the self-check refusing the reconnection")
+        assert app.stats.reconnects == 0 and app.links["tor1"].is_down
+        assert not tor1.table_entries(n.IPV4_LPM)  # nothing written to the refused switch
+        tor1.priority_queues = 8
+        wait_for(lambda: app.stats.reconnects == 1, timeout_s=60, what="re-install once the queues are back")
+        assert tor1.table_entries(n.IPV4_LPM) and not app.links["tor1"].is_down
+    finally:
+        run.stop()

@@ -703,12 +703,15 @@ class ControllerApp:
         return target
 
     def _open(self, spec: SwitchSpec) -> tuple[P4RuntimeTarget, int, bool]:
-        """:meth:`_connect` and :meth:`_prepare` (a reconnection).
+        """:meth:`_connect` and :meth:`_prepare` (a reconnection); a switch that lost its
+        pipeline (restarted) gets the start-up self-check again before anything is written.
 
         Raises:
             TargetConnectionError: connect, arbitration (also PERMISSION_DENIED: another
                 controller is primary) or pipeline push failed.
             TargetError: the digest configuration was refused.
+            InvalidInput: the restarted switch fails the self-check (for example restarted
+                without ``-- --priority-queues 8``): the reconnection is retried later.
         """
         target = self._connect(spec)
         try:
@@ -716,7 +719,10 @@ class ControllerApp:
                 raise TargetConnectionError(spec.grpc_addr, "arbitration", "PERMISSION_DENIED",
                                             "another controller with a higher election id is primary",
                                             switch=spec.name)
-            return (target, *self._prepare(target))
+            estimate, kept = self._prepare(target)
+            if not kept:
+                selfcheck.check_switch(spec.name, spec.grpc_addr, target)
+            return target, estimate, kept
         except BaseException:
             target.close()
             raise
