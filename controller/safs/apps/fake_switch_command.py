@@ -13,7 +13,8 @@ import argparse
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+
+from rich.console import Console
 
 from safs.core.errors import InvalidInput
 from safs.core.topology import Topology, load_topology
@@ -42,8 +43,8 @@ def start_fake_switches(topo: Topology, base_port: int) -> list[tuple[str, FakeP
     return started
 
 
-def run(args: argparse.Namespace, console: Any = None) -> int:
-    """Serve until stopped; returns 0.
+def run(args: argparse.Namespace, console: Console) -> int:
+    """Serve until stopped (prints to stdout, not ``console``); returns 0.
 
     Raises:
         InvalidInput: a bad topology, ``--base-port`` out of 1..65535 for all switches, a port
