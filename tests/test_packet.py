@@ -164,3 +164,15 @@ def test_pcap_round_trip(tmp_path):
         assert parse_safs(bytes(got[UDP].payload)) == parse_safs(bytes(sent[UDP].payload))
     assert [MsgType(p[SAFS].type) for p in back] == [MsgType.REQUEST, MsgType.GRANT,
                                                      MsgType.DATA, MsgType.DONE]
+
+
+@pytest.mark.parametrize("field, value, bits", [
+    ("remaining_bytes", 2**48 + 7, 48), ("timestamp_ns", -1, 48), ("version", 16, 4), ("type", 17, 4),
+])
+def test_scapy_layer_refuses_values_its_bit_fields_cannot_hold(field: str, value: int, bits: int) -> None:
+    """A 48- or 4-bit field out of range is an error naming the field, not its low bits on the
+    wire (2**48 + 7 remaining bytes would otherwise go out as 7)."""
+    with pytest.raises(ValueError, match=rf"'{field}'.*expected 0\.\.{2**bits - 1} \({bits} bits\), got {value}"):
+        bytes(SAFS(**{field: value}))
+    top = 2**bits - 1
+    assert getattr(SAFS(bytes(SAFS(**{field: top}))), field) == top  # the largest value round-trips

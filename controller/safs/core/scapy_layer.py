@@ -44,20 +44,42 @@ _TYPE_NAMES = {t.value: t.name for t in MsgType}
 _COLOR_NAMES = {c.value: c.name.lower() for c in Color}
 
 
+class _RangeChecked:
+    """A bit field that refuses a value it cannot hold, as scapy's byte-aligned fields do (a
+    plain ``BitField`` keeps the low bits: ``remaining_bytes=2**48 + 7`` would go out as 7)."""
+
+    name: str
+    size: int
+
+    def addfield(self, pkt: Packet, s: Any, val: Any) -> Any:
+        value = self.i2m(pkt, val)  # type: ignore[attr-defined]
+        if not 0 <= value < 1 << self.size:
+            raise ValueError(f"expected 0..{(1 << self.size) - 1} ({self.size} bits), got {value}")
+        return super().addfield(pkt, s, val)  # type: ignore[misc]
+
+
+class _BitField(_RangeChecked, BitField):
+    pass
+
+
+class _BitEnumField(_RangeChecked, BitEnumField):
+    pass
+
+
 class SAFS(Packet):
     """The 36-byte SAFS header (docs/protocol.md). Unknown versions and types still dissect
     (for debugging); :func:`parse_safs` is the strict check."""
 
     name = "SAFS"
     fields_desc = [
-        BitField("version", SAFS_VERSION, 4),
-        BitEnumField("type", MsgType.DATA.value, 4, _TYPE_NAMES),
+        _BitField("version", SAFS_VERSION, 4),
+        _BitEnumField("type", MsgType.DATA.value, 4, _TYPE_NAMES),
         ByteField("flags", 0),
         ByteField("qclass", 0),
         ByteEnumField("color", Color.GREEN.value, _COLOR_NAMES),
         IntField("flow_id", 1),
-        BitField("remaining_bytes", 0, 48),
-        BitField("timestamp_ns", 0, 48),
+        _BitField("remaining_bytes", 0, 48),
+        _BitField("timestamp_ns", 0, 48),
         IntField("rate_kbps", 0),
         IntField("epoch", 0),
         IntField("lease_us", 0),
