@@ -509,6 +509,10 @@ def test_prometheus_metrics_expose_controller_scheduler_and_port_counters(
         assert "safs_controller_primary 1.0" in text and "safs_dependencies_active 1.0" in text
         assert 'safs_hint_calls_total{code="OK",method="AnnounceDependencies"} 1.0' in text
         assert 'safs_switch_writes_total{switch="tor1"}' in text
+        writes = run.app.links["tor1"].writes
+        assert f'safs_switch_write_latency_seconds_count{{switch="tor1"}} {float(writes)}' in text
+        assert f'safs_switch_write_latency_seconds_bucket{{le="+Inf",switch="tor1"}} {float(writes)}' in text
+        assert 'safs_switch_write_latency_seconds_bucket{le="5.0",switch="tor1"}' in text
         assert 'safs_port_enqueued_packets_total{depth_bucket="0",port="1",switch="tor1"} 0.0' in text
     finally:
         run.stop()

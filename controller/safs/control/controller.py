@@ -54,6 +54,9 @@ _U64 = (1 << 64) - 1
 NS_PER_MS = 1_000_000
 DIGEST_POLL_S = 0.001  # longest wait of the run loop between digest polls (a tick may be longer)
 ROLE_CHECK_S = 0.02  # how often the run loop looks at the switches' arbitration (backup takeover)
+# Upper bounds of the write-latency histogram, seconds: BMv2 answers a write in about 1 ms,
+# a large reconciliation batch takes seconds (docs/controller.md, "Metrics").
+WRITE_LATENCY_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 RECONCILE_MIN_S = 0.1  # --reconcile-s: a read-back of one switch takes tens to hundreds of ms
 RECONCILE_MAX_S = 86_400.0
 
@@ -287,6 +290,8 @@ class SwitchLink:
         self.writes = 0  # write calls sent to the switch (metrics)
         self.write_updates = 0  # updates in them
         self.write_seconds = 0.0  # time spent in them
+        # writes that took at most WRITE_LATENCY_BUCKETS_S[i] seconds (the metrics' histogram)
+        self.write_latency_counts = [0] * len(WRITE_LATENCY_BUCKETS_S)
 
     @property
     def is_down(self) -> bool:
@@ -336,9 +341,13 @@ class SwitchLink:
             self._check(err)
             raise
         finally:
+            took = time.perf_counter() - t0
             self.writes += 1
             self.write_updates += len(updates)
-            self.write_seconds += time.perf_counter() - t0
+            self.write_seconds += took
+            for i, bound in enumerate(WRITE_LATENCY_BUCKETS_S):
+                if took <= bound:
+                    self.write_latency_counts[i] += 1
 
     def set_clock_offset(self, offset_ns: int) -> None:
         """``P4RuntimeTarget.set_clock_offset`` (UNAVAILABLE while down).

@@ -13,7 +13,9 @@ Read at scrape time (a prometheus-client custom collector), so nothing is kept t
   switch: ``port_tx_bytes`` (bytes and packets sent per egress port) and ``ecn_marked``
   (packets marked CE per egress port), labelled ``switch`` and ``port`` (the topology's ports
   of that switch); ``safs_switch_up`` is 0 while a switch is down (its counters then hold the
-  last value read).
+  last value read);
+* per switch: P4Runtime write calls, their updates and a histogram of their latency
+  (``safs_switch_write_latency_seconds``); each receiver port's background share.
 
 Scrapes take the controller's lock for the switch reads (as a tick does), so scrape every few
 seconds, not faster than the tick.
@@ -22,17 +24,16 @@ seconds, not faster than the tick.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
+from safs.control.controller import WRITE_LATENCY_BUCKETS_S, ControllerApp
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetConnectionError
-
-if TYPE_CHECKING:  # annotations only
-    from safs.control.controller import ControllerApp
 
 CONTROLLER_COUNTERS = (
     ("digests", "REQUEST digests received from switches"),
@@ -98,14 +99,15 @@ class ControllerCollector(Collector):
                                      labels=["switch", "port", "depth_bucket"])
         writes = CounterMetricFamily("safs_switch_writes", "P4Runtime write calls", labels=["switch"])
         updates = CounterMetricFamily("safs_switch_write_updates", "updates in those calls", labels=["switch"])
-        write_s = CounterMetricFamily("safs_switch_write_seconds", "time spent in write calls (seconds)",
-                                      labels=["switch"])
+        latency = HistogramMetricFamily("safs_switch_write_latency_seconds", "P4Runtime write call latency",
+                                        labels=["switch"])
         with app.lock:
             for sw, link in app.links.items():
                 up.add_metric([sw], 0.0 if link.is_down else 1.0)
                 writes.add_metric([sw], link.writes)
                 updates.add_metric([sw], link.write_updates)
-                write_s.add_metric([sw], link.write_seconds)
+                buckets = [(floatToGoString(b), c) for b, c in zip(WRITE_LATENCY_BUCKETS_S, link.write_latency_counts)]
+                latency.add_metric([sw], [*buckets, ("+Inf", link.writes)], sum_value=link.write_seconds)
                 ports = sorted(app.topology.ports(sw))
                 cells = [p * n.QDEPTH_BUCKETS + b for p in ports for b in range(n.QDEPTH_BUCKETS)]
                 try:
@@ -143,7 +145,7 @@ class ControllerCollector(Collector):
         yield qdepth
         yield writes
         yield updates
-        yield write_s
+        yield latency
 
 
 def parse_metrics_addr(text: str) -> tuple[str, int]:
