@@ -373,3 +373,34 @@ def test_a_controller_primary_at_some_switches_only_refuses_to_start(
             app.start()
     finally:
         other.close()
+
+
+def test_a_takeover_that_cannot_serve_stops_the_backup_instead_of_rearbitrating(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer]) -> None:
+    """The backup's --hint-addr is taken while it stands by: at the takeover it raises one
+    InvalidInput naming --hint-addr (the command exits with it) after one arbitration, instead
+    of taking over again every role check with a higher election id."""
+    import socket
+
+    primary = ControllerApp(config(topo_file, servers, election_id=(0, 5)))
+    primary.start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    backup = ControllerApp(config(topo_file, servers, election_id=(0, 1), hint_addr=f"127.0.0.1:{port}"))
+    backup.start()
+    try:
+        assert backup.role == "backup"
+        with socket.socket() as squatter:  # someone takes the backup's port while it stands by
+            squatter.bind(("127.0.0.1", port))
+            squatter.listen()
+            primary.stop()
+            deadline = time.monotonic() + 30
+            with pytest.raises(InvalidInput) as err:
+                while time.monotonic() < deadline:
+                    backup.check_role()
+                    time.sleep(0.02)
+            assert err.value.field == "--hint-addr" and "Address already in use" in err.value.message
+            assert backup.election_id == (0, 6)  # one takeover attempt, above the primary's 5
+    finally:
+        backup.stop()

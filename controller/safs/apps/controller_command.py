@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from safs.control.bind import check_listen
 from safs.control.controller import ControllerApp, config_from_args
 from safs.control.metrics import parse_metrics_addr, serve_metrics
 from safs.core.errors import InvalidInput, TargetConnectionError, TargetError
@@ -43,6 +44,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise InvalidInput("--bmv2-json", f"{args.bmv2_json} is not a BMv2 JSON file: {exc}") from None
     config = config_from_args(args)
     metrics_addr = parse_metrics_addr(args.metrics_addr) if args.metrics_addr is not None else None
+    if metrics_addr is not None:  # before any switch is touched, as the hint API's address
+        check_listen("--metrics-addr", "{}:{}".format(*metrics_addr))
     app = ControllerApp(config)  # checks the switch names against the topology
     logging.basicConfig(
         level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

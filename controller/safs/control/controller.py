@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from safs.control import selfcheck
+from safs.control.bind import check_listen
 from safs.control.hintapi import server as hint_server
 from safs.control.state import StateStore
 from safs.control.tls import Identities, TlsFiles, load_identities
@@ -607,10 +608,14 @@ class ControllerApp:
         log.info("reconciled routes, slack classes, defaults and %d grants on %s in %.1f ms",
                  len(self.scheduler.dependencies) + len(self.scheduler.allocator.grants()),
                  ", ".join(self.links), (time.monotonic() - t0) * 1e3)
-        self.hint_server = hint_server.start(
-            self.scheduler, cfg.hint_addr, self.clock, lock=self.lock, activation_lead_ns=cfg.activation_lead_ns,
-            store=self.store, tls=cfg.tls, identities=self.identities,
-        )
+        check_listen("--hint-addr", cfg.hint_addr)  # again: it may have been taken since the start
+        try:
+            self.hint_server = hint_server.start(
+                self.scheduler, cfg.hint_addr, self.clock, lock=self.lock, activation_lead_ns=cfg.activation_lead_ns,
+                store=self.store, tls=cfg.tls, identities=self.identities,
+            )
+        except InvalidInput as err:  # taken between the check and the bind
+            raise InvalidInput("--hint-addr", err.message) from None
         if cfg.tls is None:
             log.warning("the hint API is plaintext and unauthenticated (local tests only): give --tls-cert, "
                         "--tls-key and --tls-client-ca")
@@ -797,7 +802,7 @@ class ControllerApp:
         (docs/operations.md, "Primary and backup").
 
         Raises:
-            InvalidInput: not started.
+            InvalidInput: not started; a takeover that cannot finish (:meth:`check_role`).
         """
         if self.role == "starting":
             raise InvalidInput("run", "call start() first")
@@ -849,7 +854,13 @@ class ControllerApp:
         """A backup takes over when the primary is gone from any switch (the switch promoted
         this controller, as BMv2's PI does, or reports no primary, as the P4Runtime
         specification says); a primary steps back from all switches when another controller
-        is primary at any of them. Failures are logged; the next check retries."""
+        is primary at any of them. Switch failures are logged; the next check retries.
+
+        Raises:
+            InvalidInput: a takeover cannot finish for a reason retrying would not mend (the
+                hint API's address cannot be bound, a stored hint the topology refuses): the
+                controller stops instead of re-arbitrating again and again.
+        """
         try:
             if self.role == "backup":
                 targets = [link.target for link in self.links.values()]
@@ -861,7 +872,7 @@ class ControllerApp:
                         and link.target.primary_election not in (None, self.election_id)}
                 if lost:
                     self._step_down(lost)
-        except (TargetConnectionError, TargetError, InvalidInput) as err:
+        except (TargetConnectionError, TargetError) as err:
             log.warning("role check (%s): %s", self.role, err)
 
     def _take_over(self) -> None:

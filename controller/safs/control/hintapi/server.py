@@ -42,6 +42,7 @@ from typing import NoReturn
 
 import grpc
 
+from safs.control.bind import check_listen
 from safs.control.failpoints import failpoint
 from safs.control.hintapi import hints_pb2 as pb
 from safs.control.hintapi import hints_pb2_grpc as pb_grpc
@@ -483,7 +484,8 @@ def start(scheduler: Scheduler, address: str, clock: Callable[[], int], *,
     servicer.counter = CallCounter()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                     thread_name_prefix="safs-hint-rpc"),
-                         interceptors=[servicer.counter])
+                         interceptors=[servicer.counter],
+                         options=[("grpc.so_reuseport", 0)])  # a port in use is an error, not shared
     pb_grpc.add_HintServiceServicer_to_server(servicer, server)
     try:
         port = server.add_secure_port(address, server_credentials(tls)) if tls else server.add_insecure_port(address)
@@ -516,16 +518,7 @@ def check_bind(address: str, tls: TlsFiles | None = None) -> None:
             raise InvalidInput("--tls-cert", f"{tls.cert}, {tls.key}" + (f", {tls.ca}" if tls.ca else "") +
                                ": not a PEM certificate with its matching private key" +
                                (" and a PEM CA certificate" if tls.ca else ""))
-    probe = grpc.server(futures.ThreadPoolExecutor(max_workers=1), options=[("grpc.so_reuseport", 0)])
-    try:
-        ok = probe.add_insecure_port(address) != 0
-    except RuntimeError:
-        ok = False
-    finally:
-        probe.stop(None)
-    if not ok:
-        raise InvalidInput("--hint-addr", f"cannot bind {address} (in use, not a local address, or a Unix socket "
-                           "in a directory that does not exist)")
+    check_listen("--hint-addr", address)
 
 
 def serve(scheduler: Scheduler, address: str, clock: Callable[[], int], **kwargs: object) -> grpc.Server:
