@@ -404,3 +404,22 @@ def test_a_takeover_that_cannot_serve_stops_the_backup_instead_of_rearbitrating(
             assert backup.election_id == (0, 6)  # one takeover attempt, above the primary's 5
     finally:
         backup.stop()
+
+
+def test_two_primaries_cannot_share_a_state_directory(topo_file: Path, tmp_path: Path) -> None:
+    """Two --model controllers (both primary: no arbitration) on one --state: the second is
+    refused naming --state and the first one's PID; once the first stops, it can start."""
+    specs = tuple(SwitchSpec(sw, "in-process:0") for sw in ("tor0", "tor1"))
+    cfg = ControllerConfig(topology_path=topo_file, switches=specs, p4info_path=P4INFO, bmv2_json_path=BMV2_JSON,
+                           hint_addr="127.0.0.1:0", model=True, state_dir=tmp_path / "st")
+    first = ControllerApp(cfg)
+    first.start()
+    second = ControllerApp(cfg)
+    try:
+        in_use = rf"--state: .* is in use by another primary controller \(PID {os.getpid()}"
+        with pytest.raises(InvalidInput, match=in_use):
+            second.start()
+    finally:
+        first.stop()
+    second.start()  # the lock went with the first one
+    second.stop()

@@ -588,6 +588,7 @@ class ControllerApp:
             self.adapter = (BackgroundShareAdapter(self.scheduler)
                             if cfg.scheduler.background_share_max is not None else None)
             if self.store is not None:
+                self.store.lock_primary()  # one primary per state directory
                 stored = self.store.load()
                 self.scheduler.journal = self.store  # a dependency restore moves to a new slot is stored
                 try:
@@ -904,6 +905,8 @@ class ControllerApp:
         with self.lock:
             self.scheduler = None
             self.adapter = None
+        if self.store is not None:
+            self.store.unlock_primary()
         self.role = "backup"
         self.stats.step_downs += 1
 

@@ -18,8 +18,10 @@ let tests kill the process around the commit.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -33,6 +35,7 @@ from safs.core.hints import DependencyHint, FlowClass, FlowHint
 log = logging.getLogger(__name__)
 
 STATE_FILE = "safs-state.sqlite3"
+LOCK_FILE = "safs-state.lock"  # held by the primary (StateStore.lock_primary)
 SCHEMA_VERSION = "1"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -134,6 +137,31 @@ class StateStore:
         self._closed = False
         self._thread = threading.Thread(target=self._commit_loop, name="safs-state-commit", daemon=True)
         self._thread.start()
+        self._lock_fd: int | None = None
+
+    def lock_primary(self) -> None:
+        """Hold ``DIR/safs-state.lock`` (an exclusive ``flock``) while this controller is
+        primary: two primaries writing one store would overwrite each other's acknowledged
+        dependencies. A backup shares the directory and takes the lock when it takes over (the
+        kernel releases a killed primary's lock). Idempotent.
+
+        Raises:
+            InvalidInput: field ``--state``: another live controller holds it (named by PID).
+        """
+        if self._lock_fd is not None:
+            return
+        lock = self.path.parent / LOCK_FILE
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise InvalidInput("--state", f"{self.path.parent} is in use by another primary controller (PID "
+                               f"{holder}, {lock}): give each primary its own directory") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
 
     # ------------------------------------------------------------------ reading
 
@@ -208,6 +236,13 @@ class StateStore:
             self._cond.notify_all()
         self._thread.join()
         self._db.close()
+        self.unlock_primary()
+
+    def unlock_primary(self) -> None:
+        """Let the lock of :meth:`lock_primary` go (stepping back to backup). Idempotent."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
 
     # ------------------------------------------------------------------ the writer
 
