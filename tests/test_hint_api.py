@@ -438,8 +438,21 @@ def test_announce_dependencies_installs_share_grants_once(env_dep: Env) -> None:
     assert env.sched.dependencies.get(("c", 3)).flow_class is FlowClass.BACKGROUND
 
 
+def test_the_client_refuses_a_dependency_id_outside_1_to_65535_before_sending(env_dep: Env) -> None:
+    env = env_dep
+    for bad in (0, 1 << 16):
+        with pytest.raises(InvalidInput, match=rf"must be an integer in 1\.\.65535, got {bad}") as info:
+            env.client.announce_dependencies([dep(7, sender="b"), dep(bad)])
+        assert info.value.field == "dependencies[1].dep_id"
+    assert len(env.sched.dependencies) == 0  # nothing was sent
+    with grpc.insecure_channel(env.running.target) as channel:  # the server checks it too
+        request = pb.AnnounceDependenciesRequest(dependencies=[pb.Dependency(dep_id=0, sender="a", receiver="d")])
+        with pytest.raises(grpc.RpcError) as err:
+            pb_grpc.HintServiceStub(channel).AnnounceDependencies(request, timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "1..65535" in err.value.details()
+
+
 @pytest.mark.parametrize("bad,field", [
-    (dep(0), "dependencies[1].dep_id"),
     (dep(5, receiver="zz"), "dependencies[1].receiver"),
     (dep(5, sender="zz"), "dependencies[1].sender"),
     (dep(5, receiver="a"), "dependencies[1].receiver"),  # receiver == sender
@@ -502,14 +515,18 @@ def test_end_dependency_deletes_its_grant_and_unknown_is_not_found(env_dep: Env)
     env.client.end_dependency("a", 1)
     assert env.share_grants() == {(ip("b"), 2): 2} and env.sched.free_slots("tor1") == free + 1
     assert ("a", 1) not in env.sched.dependencies
-    for sender, dep_id in (("a", 1), ("zz", 3)):
+    for sender, dep_id, field in (("a", 1, "dep_id"), ("zz", 3, "sender")):  # unknown; not a host
         with pytest.raises(InvalidInput) as info:
             env.client.end_dependency(sender, dep_id)
-        assert info.value.field == "dep_id"
+        assert info.value.field == field
     with grpc.insecure_channel(env.running.target) as channel:
-        with pytest.raises(grpc.RpcError) as err:
-            pb_grpc.HintServiceStub(channel).EndDependency(pb.EndDependencyRequest(sender="a", dep_id=1), timeout=10)
-        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        stub = pb_grpc.HintServiceStub(channel)
+        for sender, dep_id, code in (("a", 1, grpc.StatusCode.NOT_FOUND),  # a dependency that is not there
+                                     ("a", 70_000, grpc.StatusCode.INVALID_ARGUMENT),  # none could be
+                                     ("zz", 1, grpc.StatusCode.INVALID_ARGUMENT)):
+            with pytest.raises(grpc.RpcError) as err:
+                stub.EndDependency(pb.EndDependencyRequest(sender=sender, dep_id=dep_id), timeout=10)
+            assert err.value.code() == code
     with pytest.raises(InvalidInput) as info:
         env.client.end_dependency("a", 1 << 16)
     assert info.value.field == "dep_id"
@@ -522,7 +539,7 @@ def test_end_dependencies_ends_in_order_and_stops_at_an_unknown_one(env_dep: Env
     env.client.announce_dependencies([dep(1), dep(2, sender="b"), dep(3, sender="c")])
     with pytest.raises(InvalidInput) as info:
         env.client.end_dependencies([("a", 1), ("zz", 9), ("b", 2)])
-    assert info.value.field == "dependencies[1].dep_id"
+    assert info.value.field == "dependencies[1].sender"  # not a host
     assert env.share_grants() == {(ip("b"), 2): 2, (ip("c"), 3): 3}  # a's ended, b's kept
     env.client.end_dependencies([("b", 2), ("c", 3)])
     assert env.share_grants() == {} and len(env.sched.dependencies) == 0

@@ -335,6 +335,14 @@ class DependencyRegistry:
     def __iter__(self) -> Iterator[DependencyHint]:
         return iter(list(self._deps.values()))
 
+    def check_key(self, key: tuple[str, int]) -> None:
+        """Raise InvalidInput naming ``sender`` (not a host) or ``dep_id`` (outside 1..65535)
+        when ``(sender, dep_id)`` cannot name any dependency (as opposed to an unknown one)."""
+        sender, dep_id = key
+        if not isinstance(sender, str) or sender not in self._hosts:
+            raise InvalidInput("sender", f"unknown host {sender!r}")
+        _check_int("dep_id", dep_id, DEP_ID_MIN, DEP_ID_MAX, f"{DEP_ID_MIN}..{DEP_ID_MAX}")
+
     def get(self, key: tuple[str, int]) -> DependencyHint:
         """The dependency ``(sender, dep_id)``. Raises InvalidInput("dep_id") when unknown."""
         dep = self._deps.get(key)

@@ -69,10 +69,15 @@ class AnnounceResult:
     activation_scheduled: bool
 
 
-def _uint(field: str, value: object, hi: int) -> int:
-    if type(value) is not int or not 0 <= value <= hi:
-        raise InvalidInput(field, f"must be an integer in 0..{hi}, got {value!r}")
+def _uint(field: str, value: object, hi: int, lo: int = 0) -> int:
+    if type(value) is not int or not lo <= value <= hi:
+        raise InvalidInput(field, f"must be an integer in {lo}..{hi}, got {value!r}")
     return value
+
+
+def _dep_id(field: str, value: object) -> int:
+    """A dependency id: 1..65535 (0 is no dependency, docs/protocol.md), as the server checks."""
+    return _uint(field, value, 0xFFFF, lo=1)
 
 
 def _text(field: str, value: object) -> str:
@@ -175,7 +180,7 @@ class HintClient:
             HintServiceError: the call failed otherwise (unreachable, a switch refused writes).
         """
         request = pb.AnnounceDependenciesRequest(dependencies=[
-            pb.Dependency(dep_id=_uint(f"dependencies[{i}].dep_id", d.dep_id, 0xFFFF),
+            pb.Dependency(dep_id=_dep_id(f"dependencies[{i}].dep_id", d.dep_id),
                           sender=_text(f"dependencies[{i}].sender", d.sender),
                           receiver=_text(f"dependencies[{i}].receiver", d.receiver),
                           label=_text(f"dependencies[{i}].label", d.label),
@@ -189,7 +194,7 @@ class HintClient:
             InvalidInput: unknown dependency (``dep_id``). HintServiceError: as above.
         """
         self._call(self._stub.EndDependency, pb.EndDependencyRequest(
-            sender=_text("sender", sender), dep_id=_uint("dep_id", dep_id, 0xFFFF)))
+            sender=_text("sender", sender), dep_id=_dep_id("dep_id", dep_id)))
 
     def end_dependencies(self, keys: Sequence[tuple[str, int]]) -> None:
         """End several dependencies, ``(sender, dep_id)`` each, in one call, in order.
@@ -200,7 +205,7 @@ class HintClient:
         """
         self._call(self._stub.EndDependencies, pb.EndDependenciesRequest(dependencies=[
             pb.EndDependencyRequest(sender=_text(f"dependencies[{i}].sender", s),
-                                    dep_id=_uint(f"dependencies[{i}].dep_id", d, 0xFFFF))
+                                    dep_id=_dep_id(f"dependencies[{i}].dep_id", d))
             for i, (s, d) in enumerate(keys)]))
 
     def grant(self, flow_id: int) -> Grant | None:

@@ -221,6 +221,10 @@ class HintServicer(pb_grpc.HintServiceServicer):
         self._authorize(context, [request.sender])
         with self.lock:
             try:
+                self._sched.dependencies.check_key((request.sender, request.dep_id))
+            except InvalidInput as err:  # names no dependency at all: INVALID_ARGUMENT, not NOT_FOUND
+                self._abort(context, err)
+            try:
                 self._sched.end_dependency(request.sender, request.dep_id, self._clock(), write=False)
             except InvalidInput as err:
                 if (request.sender, request.dep_id) not in self._sched.dependencies:
@@ -242,6 +246,11 @@ class HintServicer(pb_grpc.HintServiceServicer):
         with self.lock:
             now = self._clock()
             for i, d in enumerate(request.dependencies):
+                try:
+                    self._sched.dependencies.check_key((d.sender, d.dep_id))
+                except InvalidInput as err:
+                    refused = (grpc.StatusCode.INVALID_ARGUMENT, f"dependencies[{i}].{err.field}: {err.message}")
+                    break
                 try:
                     self._sched.end_dependency(d.sender, d.dep_id, now, write=False)
                 except InvalidInput as err:
