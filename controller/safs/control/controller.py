@@ -587,6 +587,10 @@ class ControllerApp:
             self.scheduler = Scheduler(self.topology, self.links, cfg.scheduler)
             self.adapter = (BackgroundShareAdapter(self.scheduler)
                             if cfg.scheduler.background_share_max is not None else None)
+            if self.adapter is not None:
+                log.info("adaptive background share on: every receiver port between %g and %g, step %g, every %s",
+                         self.adapter.floor, self.adapter.ceiling, self.adapter.step,
+                         f"{cfg.telemetry_period_s:g} s" if cfg.telemetry_period_s else "never (--telemetry-s 0)")
             if self.store is not None:
                 self.store.lock_primary()  # one primary per state directory
                 stored = self.store.load()
