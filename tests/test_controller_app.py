@@ -322,6 +322,8 @@ def test_clock_offset_and_config_errors(topo_file: Path, tmp_path: Path) -> None
             ["--switch", "tor9=127.0.0.1:9559"],
             "--switch: unknown switch 'tor9'; topology 'two-tors' has switches: tor0, tor1",
         ),
+        (["--switch", "tor0=127.0.0.1:9559", "--switch", "tor1=127.0.0.1:9559"],
+         "--switch: tor0 and tor1 both at 127.0.0.1:9559 device 0"),
         (["--switch", "tor0=127.0.0.1:9559", "--tick-ms", "zero"], "--tick-ms: must be a number"),
         (["--switch", "tor0=127.0.0.1:9559", "--clock-offset", "tor1=5"], "--clock-offset: 'tor1' is not a --switch"),
     ],

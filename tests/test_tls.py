@@ -249,19 +249,22 @@ def test_unusable_tls_files_and_addresses_are_refused_before_any_switch_is_touch
         topo_file: Path, pki: dict, tmp_path: Path) -> None:
     cert, key = pki["server"]
     _, other_key = pki["app1"]
-    fake = FakeP4RuntimeServer()
-    fake.start()
+    fakes = {"tor0": FakeP4RuntimeServer(), "tor1": FakeP4RuntimeServer()}
+    for fake in fakes.values():
+        fake.start()
     try:
         for tls, addr, field in ((TlsFiles(cert, other_key), "127.0.0.1:0", "--tls-cert"),  # key of another cert
                                  (TlsFiles(cert, key), f"unix:{tmp_path}/no/such/dir/h.sock", "--hint-addr")):
-            cfg = config(topo_file, {"tor0": fake, "tor1": fake}, hint_addr=addr, tls=tls)
+            cfg = config(topo_file, fakes, hint_addr=addr, tls=tls)
             app = ControllerApp(cfg)
             with pytest.raises(InvalidInput) as err:
                 app.start()
             assert err.value.field == field
-        assert fake.pipeline_pushes == 0 and not fake.writes  # nothing reached the switch
+        for fake in fakes.values():
+            assert fake.pipeline_pushes == 0 and not fake.writes  # nothing reached the switches
     finally:
-        fake.stop()
+        for fake in fakes.values():
+            fake.stop()
 
 
 def test_identities_files_with_no_application_shared_or_repeated_hosts_are_refused(tmp_path: Path) -> None:

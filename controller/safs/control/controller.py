@@ -225,6 +225,13 @@ class ControllerConfig:
         for name in names:
             if names.count(name) > 1:
                 raise InvalidInput("--switch", f"switch {name!r} given more than once")
+        if not self.model:
+            seen: dict[tuple[str, int], str] = {}
+            for spec in self.switches:
+                other = seen.setdefault((spec.grpc_addr, spec.device_id), spec.name)
+                if other != spec.name:
+                    raise InvalidInput("--switch", f"{other} and {spec.name} both at {spec.grpc_addr} device "
+                                       f"{spec.device_id}: each switch needs its own address or device id")
         for name in self.clock_offsets_ns:
             if name not in names:
                 raise InvalidInput("--clock-offset", f"{name!r} is not a --switch; switches: {', '.join(names)}")
@@ -532,6 +539,9 @@ class ControllerApp:
             Everything opened so far is closed before the error propagates.
         """
         cfg = self.config
+        if cfg.model and cfg.election_id != (0, 1):
+            log.warning("--election-id has no effect with --model: in-process switches do not arbitrate, "
+                        "every controller is primary (one per --state directory)")
         missing = [sw for sw in self.topology.switches() if sw not in {s.name for s in cfg.switches}]
         if missing:
             log.warning(
