@@ -123,3 +123,13 @@ def test_a_run_ending_before_its_workload_is_warned_about(tmp_path: Path, caplog
     caplog.clear()
     (record,) = run_scenario(load_scenario(_trace_scenario(tmp_path, 5, 0)))
     assert record["workload_done"] is True and not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_key_given_twice_is_refused_naming_its_line(tmp_path: Path) -> None:
+    """PyYAML keeps the last of two equal keys; a scenario (or topology, or --scheduler-config)
+    with one would silently run with the second value."""
+    path = tmp_path / "dup.yaml"
+    path.write_text("name: dup\nworkload:\n  kind: afd\n  kind: zerobubble\n")
+    with pytest.raises(InvalidInput, match=r"line 4, column 3: not valid YAML: key 'kind' given twice") as err:
+        load_scenario(path)
+    assert err.value.source == str(path)

@@ -71,16 +71,31 @@ def read_text(path: str | Path, what: str) -> str:
         raise InvalidInput(what, f"not UTF-8 text (byte {exc.start})", source=str(path)) from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping with the same key twice (PyYAML keeps the last one,
+    so ``background_share: 0.1`` then ``background_share: 0.3`` would silently mean 0.3)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice in one mapping", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: str | Path, what: str) -> Any:
     """Parse a YAML file.
 
     Raises:
-        InvalidInput: as :func:`read_text`, or not valid YAML (the message gives line, column
-            and the parser's problem on one line).
+        InvalidInput: as :func:`read_text`, or not valid YAML, or a key given twice in one
+            mapping (the message gives line, column and the problem on one line).
     """
     text = read_text(path, what)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else what
