@@ -113,7 +113,9 @@ def test_restored_dependencies_with_a_taken_slot_get_a_new_one_and_it_is_stored(
     store.put_dependency(DependencyHint(3, "h99", "d"), "tor1", 6)
     store.wait_durable()
     store.close()
-    with pytest.raises(InvalidInput, match=r"--state: .*a stored hint is refused: dependency.sender: unknown host"):
+    refused = (r"--state: .*a stored hint is refused: dependency.sender: dependency 3 of 'h99' -> 'd': unknown host"
+               r".*give another --state directory, or delete that row")
+    with pytest.raises(InvalidInput, match=refused):
         ControllerApp(config(topo_file, servers, state_dir=tmp_path / "st")).start()
     store = StateStore(tmp_path / "st", "two-tors")
     store.end_dependency("h99", 3)

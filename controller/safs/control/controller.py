@@ -609,7 +609,10 @@ class ControllerApp:
                     self.scheduler.restore([(d.dep, d.slot) for d in stored.dependencies],
                                            [(f.hint, f.admitted) for f in stored.flows], self.clock())
                 except InvalidInput as err:
-                    raise InvalidInput("--state", f"{self.store.path}: a stored hint is refused: {err}") from None
+                    raise InvalidInput("--state", f"{self.store.path}: a stored hint is refused: {err} (the "
+                                       "topology changed? give another --state directory, or delete that row of "
+                                       "its dependencies or flows table with sqlite3 while no controller "
+                                       "runs)") from None
                 log.info("state %s: %d dependencies and %d flows restored", self.store.path,
                          len(stored.dependencies), len(stored.flows))
             t0 = time.monotonic()

@@ -925,7 +925,11 @@ class Scheduler:
             free: dict[str, set[int]] = {}
             moved: list[tuple[str, int]] = []
             for dep, slot in dependencies:
-                self.dependencies.announce(dep)
+                try:
+                    self.dependencies.announce(dep)
+                except InvalidInput as err:  # say which one: a host may have left the topology
+                    raise InvalidInput(err.field, f"dependency {dep.dep_id} of {dep.sender!r} -> {dep.receiver!r}: "
+                                       f"{err.message}") from None
                 key = (dep.sender, dep.dep_id)
                 if not share:
                     continue
