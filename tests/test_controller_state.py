@@ -425,3 +425,27 @@ def test_two_primaries_cannot_share_a_state_directory(topo_file: Path, tmp_path:
         first.stop()
     second.start()  # the lock went with the first one
     second.stop()
+
+
+def test_a_new_state_directory_over_switches_holding_grants_is_refused_not_wiped(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer], tmp_path: Path) -> None:
+    """A mistyped --state (a directory that does not hold a store yet) while the switches keep
+    the pipeline and another controller's grants: refused in one line, the grants stay, and the
+    new directory is not left behind (the next start would take it for a real, empty store)."""
+    ip = load_topology(topo_file).host_ip
+    run = Running(config(topo_file, servers, state_dir=tmp_path / "right"))
+    try:
+        with HintClient(run.app.hint_address) as hints:
+            hints.announce_dependencies([DependencyHint(1, "a", "d")])
+    finally:
+        run.stop()
+    typo = tmp_path / "rihgt"
+    with pytest.raises(InvalidInput, match=r"--state: .*rihgt is a new state directory, but tor1 holds 1 grants"):
+        ControllerApp(config(topo_file, servers, state_dir=typo)).start()
+    assert not typo.exists()
+    assert share_grants(servers["tor1"]) == {(ip("a"), 1): 1}
+    run = Running(config(topo_file, servers, state_dir=tmp_path / "right"))  # the right one keeps it
+    try:
+        assert share_grants(servers["tor1"]) == {(ip("a"), 1): 1}
+    finally:
+        run.stop()

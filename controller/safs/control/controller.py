@@ -619,6 +619,15 @@ class ControllerApp:
             scheduler = self.scheduler
             observed = dict(zip(names, pool.map(
                 lambda name: self.links[name].target.read_state(scheduler.meter_cells(name)), names)))
+        if first and self.store is not None and self.store.created:
+            for name, (_, kept) in opened.items():
+                held = sum(1 for e in observed[name].entries if e.table == n.DEP_GRANT and not e.is_default)
+                if kept and held:
+                    self.store.discard()  # else the next start would find it and remove the grants
+                    raise InvalidInput("--state", f"{self.store.path.parent} is a new state directory, but {name} "
+                                       f"holds {held} grants of another controller: a mistyped --state? Give the "
+                                       "directory of the controller that wrote them (or start once without "
+                                       "--state to remove them as stale)")
         with self.lock:
             for name, (estimate, kept) in opened.items():
                 self._adopt(name, estimate, kept, cfg.clock_offsets_ns.get(name) if first else None,

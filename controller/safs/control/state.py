@@ -109,6 +109,10 @@ class StateStore:
         path = Path(directory)
         if path.exists() and not path.is_dir():
             raise InvalidInput("--state", f"{path} is not a directory")
+        # A store this process creates: the controller refuses to remove grants it finds on
+        # the switches with it (a mistyped --state would otherwise wipe them).
+        self.created = not (path / STATE_FILE).exists()
+        self._made_dir = not path.exists()
         try:
             path.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(path / STATE_FILE, check_same_thread=False, isolation_level=None)
@@ -237,6 +241,21 @@ class StateStore:
         self._thread.join()
         self._db.close()
         self.unlock_primary()
+
+    def discard(self) -> None:
+        """Close a store this process created (:attr:`created`) and remove its files, and its
+        directory when this process made it: a refused start leaves nothing that the next start
+        would take for a real store. Does nothing to a store that existed."""
+        self.close()
+        if not self.created:
+            return
+        for name in (STATE_FILE, STATE_FILE + "-wal", STATE_FILE + "-shm", LOCK_FILE):
+            (self.path.parent / name).unlink(missing_ok=True)
+        if self._made_dir:
+            try:
+                self.path.parent.rmdir()
+            except OSError:  # something else is in it now
+                pass
 
     def unlock_primary(self) -> None:
         """Let the lock of :meth:`lock_primary` go (stepping back to backup). Idempotent."""
