@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from safs.apps.cliargs import progress_bar
 from safs.core.errors import InvalidInput
 from safs.core.numfmt import percent, sig
 from safs.experiments.eval import experiments as ex
@@ -184,15 +184,7 @@ def _run_all(
         _moved(console, archive_previous(args.out / e.name, EXPERIMENT_FILES))
     flat = [t for ts in task_lists for t in ts]
     started = time.perf_counter()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=args.quiet,
-        transient=True,
-    ) as progress:
+    with progress_bar(console, args.quiet) as progress:
         bar = progress.add_task("simulating", total=len(flat))
         outputs = map_ordered(run_one_output, flat, args.jobs, args.ray, lambda i: progress.advance(bar))
     status = 0

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from safs.apps.cliargs import progress_bar
 from safs.core.errors import InvalidInput
 from safs.core.files import scenario_path
 from safs.core.numfmt import sig
@@ -131,15 +131,7 @@ def _run_all(args: argparse.Namespace, console: Console, scenarios: list[Any]) -
         console.print(f"earlier {old.name} moved to {new}", highlight=False)
     all_records: list[dict[str, Any]] = []
     total = sum(len(list(expand(s))) for s in scenarios)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=args.quiet,
-        transient=True,
-    ) as progress:
+    with progress_bar(console, args.quiet) as progress:
         task = progress.add_task("simulating", total=total)
         for scenario in scenarios:
             progress.update(task, description=f"{scenario.name}")
