@@ -1,4 +1,4 @@
-"""Workloads: ZB-H1 schedule properties, closed-loop runs on the ideal network, AFD batching
+"""Workloads: ZB-H1 / ZB-H2 schedule properties, closed-loop runs on the ideal network, AFD batching
 and TPOT, background sources, flow traces, build_workload."""
 
 from __future__ import annotations
@@ -22,15 +22,20 @@ from safs.experiments.workloads.fabric import FabricTransfers, bisection_bps
 from safs.experiments.workloads.ideal import IdealNetwork, transfer_ns
 from safs.experiments.workloads.trace import load_trace_file
 from safs.experiments.workloads.zerobubble import (
+    SCHEDULES,
     Op,
     ZeroBubbleTraining,
     makespan,
     one_f_one_b_formula_ns,
     one_f_one_b_order,
     op_inputs,
+    repeat_order,
     schedule_times,
     zb_h1_formula_ns,
     zb_h1_order,
+    zb_h2_barrier_formula_ns,
+    zb_h2_formula_ns,
+    zb_h2_order,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,20 +120,125 @@ def test_1f1b_keeps_at_most_p_minus_s_microbatches_in_flight():
         assert peak == min(p - s, m)
 
 
-def test_zerobubble_1f1b_closed_loop_is_slower_than_zb_h1(zb_topo):
+def test_zerobubble_closed_loop_1f1b_slower_than_zb_h1_slower_than_zb_h2(zb_topo):
     runs = {}
-    for schedule in ("zb-h1", "1f1b"):
+    for schedule in SCHEDULES:
         w = ZeroBubbleTraining({"schedule": schedule, "iterations": 1}, zb_topo)
         IdealNetwork(zb_topo).run(w)
         runs[schedule] = w.metrics()
         assert runs[schedule]["iteration_time_ratio"] == pytest.approx(1.0, abs=1e-9)
-    assert runs["1f1b"]["iteration_time_ms"] > runs["zb-h1"]["iteration_time_ms"]
+    assert runs["1f1b"]["iteration_time_ms"] > runs["zb-h1"]["iteration_time_ms"] > runs["zb-h2"]["iteration_time_ms"]
 
 
 def test_zb_h1_bubble_is_a_third_of_1f1b_for_equal_costs():
     p, m, t = 4, 12, 10
     bubble = makespan(schedule_times(zb_h1_order(p, m), t, t, t)) - m * 3 * t
     assert bubble * 3 == (p - 1) * 3 * t  # 1F1B bubble (p-1)(F+B+W) = 3(p-1)T
+
+
+# ---- ZB-H2 schedule (pure) -------------------------------------------------------------
+
+def _peak_activations(ops):
+    """Most micro-batches whose activations a stage holds at once: F done, W not yet done."""
+    held = peak = 0
+    for op in ops:
+        held += 1 if op.kind == "F" else (-1 if op.kind == "W" else 0)
+        peak = max(peak, held)
+    return peak
+
+
+def _per_iteration_ns(order, m, tf, tb, tw, iterations=3):
+    """Makespans of 1..iterations back-to-back iterations (no barrier): their steps must agree."""
+    spans = [makespan(schedule_times(repeat_order(order, m, k), tf, tb, tw)) for k in range(1, iterations + 1)]
+    steps = {b - a for a, b in zip(spans, spans[1:])}
+    assert len(steps) == 1, spans
+    return steps.pop()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 24), st.integers(0, 10))
+def test_zb_h2_each_stage_runs_each_f_b_w_once_in_dependency_order(p, m, comm):
+    order = zb_h2_order(p, m)
+    assert len(order) == p
+    for s, ops in enumerate(order):
+        assert len(ops) == 3 * m
+        for kind in "FBW":
+            assert [op.mb for op in ops if op.kind == kind] == list(range(m))
+        pos = {op: i for i, op in enumerate(ops)}
+        for i in range(m):
+            assert pos[Op("F", i)] < pos[Op("B", i)] < pos[Op("W", i)]
+        # Warm-up: min(2(p-s)-1, m) forwards before the first B.
+        assert pos[Op("B", 0)] == min(2 * (p - s) - 1, m)
+    times = schedule_times(order, 10, 12, 8, comm)  # does not deadlock, with or without comm
+    for (s, op), (start, _end) in times.items():
+        for src in op_inputs(p, s, op):
+            assert start >= times[src][1] + comm
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 40))
+def test_zb_h2_holds_at_most_2p_minus_1_activations(p, m):
+    # Qi et al. Table 2: ZB-H2 activation memory (2p-1) M_B; ZB-H2 uses all of it on every stage.
+    for ops in zb_h2_order(p, m):
+        assert _peak_activations(ops) == min(2 * p - 1, m) <= 2 * p - 1
+    for ops in repeat_order(zb_h2_order(p, m), m, 2):  # also across back-to-back iterations
+        assert _peak_activations(ops) <= 2 * p - 1
+    for ops in zb_h1_order(p, m):  # ZB-H1: p M_B
+        assert _peak_activations(ops) == min(p, m)
+
+
+# (p, m, T_F, T_B, T_W) with m >= 2p and T_W <= T_F, T_B: equal costs, the 1.5B model's Table 1
+# FLOP ratios (F 24h+4s, B 24h+8s, W 24h; h=2304, s=1024) and other unequal costs, with T_B < 2T_W
+# and with T_B >= 2T_W.
+ZB_CASES = [(p, m, *t) for p, m in ((4, 8), (8, 24), (4, 16)) for t in
+            ((10, 10, 10), (59392, 63488, 55296), (12, 10, 8), (10, 12, 8), (20, 10, 10), (10, 20, 10),
+             (10, 20, 5), (10, 10, 2), (30, 25, 1))]
+
+
+@pytest.mark.parametrize("p,m,tf,tb,tw", ZB_CASES)
+def test_zb_h2_matches_paper_bubble_back_to_back_and_its_barrier_bound_per_iteration(p, m, tf, tb, tw):
+    order = zb_h2_order(p, m)
+    one = makespan(schedule_times(order, tf, tb, tw))
+    # One iteration from an empty pipeline (the workload's barrier): the fill (p-1)T_F bounds it.
+    assert one == zb_h2_barrier_formula_ns(p, m, tf, tb, tw)
+    assert one >= m * (tf + tb + tw) + (p - 1) * tf
+    # The paper's Table 2 bubble (p-1)(T_F+T_B-2T_W) holds for one iteration iff T_B >= 2 T_W ...
+    assert (one == zb_h2_formula_ns(p, m, tf, tb, tw)) == (tb >= 2 * tw)
+    # ... and always per iteration once iterations run back to back (optimizer post-validation).
+    assert _per_iteration_ns(order, m, tf, tb, tw) == zb_h2_formula_ns(p, m, tf, tb, tw)
+
+
+@pytest.mark.parametrize("p,m,tf,tb,tw", ZB_CASES)
+def test_zb_h2_never_slower_than_zb_h1_never_slower_than_1f1b(p, m, tf, tb, tw):
+    h2, h1 = zb_h2_order(p, m), zb_h1_order(p, m)
+    f1b = one_f_one_b_order(p, m)
+    one = {"zb-h2": makespan(schedule_times(h2, tf, tb, tw)), "zb-h1": makespan(schedule_times(h1, tf, tb, tw)),
+           "1f1b": makespan(schedule_times(f1b, tf, tb + tw, 0))}
+    assert one["zb-h2"] <= one["zb-h1"] <= one["1f1b"]
+    assert one["zb-h1"] - one["zb-h2"] == (p - 1) * min(tw, tb - tw)
+    back = {"zb-h2": _per_iteration_ns(h2, m, tf, tb, tw), "zb-h1": _per_iteration_ns(h1, m, tf, tb, tw),
+            "1f1b": _per_iteration_ns(f1b, m, tf, tb + tw, 0)}
+    assert back["zb-h2"] <= back["zb-h1"] <= back["1f1b"]
+    assert back["zb-h1"] == one["zb-h1"] and back["1f1b"] == one["1f1b"]  # nothing gained without the barrier
+    assert back["zb-h1"] - back["zb-h2"] == (p - 1) * tw
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 8), st.integers(0, 16), st.integers(1, 50), st.integers(1, 50), st.data())
+def test_zb_h2_formulas_hold_for_m_at_least_2p_minus_1(p, extra, tf, tb, data):
+    # Regime of both formulas: m >= 2p-1 and T_W <= T_F, T_B; no communication.
+    m = 2 * p - 1 + extra
+    tw = data.draw(st.integers(1, min(tf, tb)))
+    order = zb_h2_order(p, m)
+    assert makespan(schedule_times(order, tf, tb, tw)) == zb_h2_barrier_formula_ns(p, m, tf, tb, tw)
+    assert _per_iteration_ns(order, m, tf, tb, tw) == zb_h2_formula_ns(p, m, tf, tb, tw)
+
+
+def test_zb_h2_bubble_is_zero_back_to_back_and_ties_zb_h1_under_a_barrier_for_equal_costs():
+    p, m, t = 4, 12, 10
+    order = zb_h2_order(p, m)
+    assert _per_iteration_ns(order, m, t, t, t) == m * 3 * t  # the paper's "zero bubble"
+    assert makespan(schedule_times(order, t, t, t)) == makespan(schedule_times(zb_h1_order(p, m), t, t, t))
 
 
 def test_zerobubble_closed_loop_on_ideal_network_equals_ideal_timing(zb_topo):
@@ -157,11 +267,17 @@ def test_zerobubble_slower_network_stretches_iterations(zb_topo):
 @pytest.mark.parametrize("params,field", [({"stages": 1}, "stages"), ({"microbatches": 0}, "microbatches"),
                                           ({"model": "7B"}, "model"), ({"scale": 0}, "scale"),
                                           ({"bogus": 1}, "bogus"), ({"stages": 8}, "stages"),
-                                          ({"schedule": "zb-h2"}, "schedule")])
+                                          ({"schedule": "zb-v"}, "schedule")])
 def test_zerobubble_bad_params(zb_topo, params, field):
     with pytest.raises(InvalidInput) as exc:
         ZeroBubbleTraining(params, zb_topo)
     assert field in exc.value.field
+
+
+def test_zerobubble_bad_schedule_lists_every_schedule(zb_topo):
+    with pytest.raises(InvalidInput) as exc:
+        ZeroBubbleTraining({"schedule": "zb-v"}, zb_topo)
+    assert "zb-h1, zb-h2, 1f1b" in str(exc.value)
 
 
 # ---- AFD ---------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""ZeroBubble ZB-H1 (or 1F1B) pipeline-parallel training (Qi et al., "Zero Bubble Pipeline
-Parallelism", ICLR 2024).
+"""ZeroBubble ZB-H1, ZB-H2 (or 1F1B) pipeline-parallel training (Qi et al., "Zero Bubble
+Pipeline Parallelism", ICLR 2024, arXiv 2401.10241).
 
 Schedule (pure, :func:`zb_h1_order`): stage ``s`` of ``p`` (0-based) runs
 ``w = min(p-s-1, m)`` warm-up forwards F, then ``m-w`` rounds of (F, B) where, in round
@@ -14,6 +14,34 @@ B(s+1, i) (the last stage's B needs only its own F); W(s, i) follows B(s, i) on 
 stage. Bubble of ZB-H1 per the paper's Table 2: (p-1)(T_F + T_B - T_W), against
 (p-1)(T_F + T_B + T_W) for 1F1B, so the makespan without communication is
 ``m (T_F+T_B+T_W) + (p-1)(T_F+T_B-T_W)`` (tested for T_W <= T_F, T_B, the paper's regime).
+
+ZB-H2 (pure, :func:`zb_h2_order`): stage ``s`` runs ``w = min(2(p-s)-1, m)`` warm-up F (the
+1F1B warm-up plus ``p-s`` more), then ``m-w`` rounds of (B, F) where a W is run between B and F
+whenever the stage already holds ``2p-1`` micro-batches' activations (F done, W not yet done),
+then ``w`` cool-down rounds of (B, W), then the remaining W's: every stage defers its W's as long
+as the ``(2p-1) M_B`` activation memory of the paper's Table 2 allows. For p = 4, m = 8 this is
+the paper's Figure 3 (bottom) as we read a transcription of it (not the PDF; micro-batches
+1-based): stage 0 runs F1-F7, B1 W1 F8, then (B, W) for 2..8; the last stage runs (F, B) for
+1..7, then W1 F8 B8 and W2-W8. The authors' repository has no hand-written ZB-H2 (its "ZB2P"
+is the automatic scheduler with ``--zero-bubble-max-pending-backward 2p``), so the middle
+stages follow the rule above, checked only by simulation. Peak activations: ``min(2p-1, m)``
+micro-batches on every stage (tested).
+
+The paper's ZB-H2 bubble (Table 2) is ``(p-1)(T_F+T_B-2T_W)``, i.e. ``m (T_F+T_B+T_W) +
+(p-1)(T_F+T_B-2T_W)`` per iteration (:func:`zb_h2_formula_ns`). That figure assumes the
+optimizer-step synchronisation between iterations is removed (the paper's optimizer
+post-validation, Section 4; the authors' README: the all-reduce before the step "breaks
+parallelogram and makes zero bubble impossible"), so iteration n+1's forwards on stage s start as
+soon as stage s has finished iteration n. With iterations run back to back that way
+(:func:`repeat_order`), the time per iteration equals the formula. One iteration started on an
+empty pipeline -- what :func:`schedule_times` of one iteration and this workload (a barrier
+between iterations) measure -- cannot start the last stage before ``(p-1) T_F``, so its makespan
+is ``m (T_F+T_B+T_W) + (p-1) max(T_F, T_F+T_B-2T_W)`` (:func:`zb_h2_barrier_formula_ns`): the
+paper's formula only when ``T_B >= 2 T_W``. Both are tested, without communication, for
+``m >= 2p-1`` and ``T_W <= T_F, T_B``. There ZB-H2 is never slower than ZB-H1: under the barrier
+it saves ``(p-1) min(T_W, T_B-T_W)`` (nothing when T_B = T_W), back to back ``(p-1) T_W`` per
+iteration (ZB-H1 and 1F1B gain nothing from overlapping iterations: their per-iteration time
+stays their makespan).
 
 Costs: F/B/W FLOPs per transformer layer from the paper's Table 1 -- F: ``sbh(24h+4s)``,
 B: ``sbh(24h+8s)``, W: ``sbh(24h)`` (s sequence length, b micro-batch size, h hidden size) --
@@ -124,6 +152,52 @@ def zb_h1_order(p: int, m: int) -> list[list[Op]]:
     return order
 
 
+def zb_h2_order(p: int, m: int) -> list[list[Op]]:
+    """The ZB-H2 op order of every stage (see module docstring). Pure.
+
+    Stage ``s`` runs ``w = min(2(p-s)-1, m)`` warm-up F; ``m-w`` rounds of (B, F), with a W
+    before the F when the stage holds ``2p-1`` activations (F done, W not done); ``w``
+    cool-down rounds of (B, W); then the remaining W's.
+
+    Args:
+        p: stages, >= 1. m: micro-batches, >= 1.
+
+    Returns:
+        ``order[s]`` = list of 3m ops of stage s.
+
+    Raises:
+        InvalidInput: p or m < 1.
+    """
+    _check_shape(p, m)
+    cap = 2 * p - 1  # activation memory (2p-1) M_B, the paper's Table 2
+    order = []
+    for s in range(p):
+        ops: list[Op] = []
+        warmup = min(2 * (p - s) - 1, m)
+        f_next = b_next = w_next = 0
+        for _ in range(warmup):
+            ops.append(Op("F", f_next))
+            f_next += 1
+        for _ in range(m - warmup):
+            ops.append(Op("B", b_next))
+            b_next += 1
+            if f_next - w_next >= cap:  # one more F would exceed the memory bound: free one first
+                ops.append(Op("W", w_next))
+                w_next += 1
+            ops.append(Op("F", f_next))
+            f_next += 1
+        for _ in range(warmup):
+            ops.append(Op("B", b_next))
+            b_next += 1
+            ops.append(Op("W", w_next))
+            w_next += 1
+        while w_next < m:
+            ops.append(Op("W", w_next))
+            w_next += 1
+        order.append(ops)
+    return order
+
+
 def one_f_one_b_order(p: int, m: int) -> list[list[Op]]:
     """The 1F1B (PipeDream-flush / Megatron) op order of every stage. Pure.
 
@@ -151,7 +225,17 @@ def one_f_one_b_formula_ns(p: int, m: int, t_f: int, t_b: int, t_w: int) -> int:
     return (m + p - 1) * (t_f + t_b + t_w)
 
 
-SCHEDULES = {"zb-h1": zb_h1_order, "1f1b": one_f_one_b_order}
+SCHEDULES = {"zb-h1": zb_h1_order, "zb-h2": zb_h2_order, "1f1b": one_f_one_b_order}
+
+
+def repeat_order(order: list[list[Op]], m: int, iterations: int) -> list[list[Op]]:
+    """``iterations`` iterations of ``order`` back to back, without a barrier between them. Pure.
+
+    Stage s runs iteration k+1's ops right after its own iteration-k ops (micro-batch ``mb`` of
+    iteration k becomes ``k*m + mb``): the optimizer step is local and takes 0 ns, as with the
+    paper's optimizer post-validation. Dependencies stay within an iteration.
+    """
+    return [[Op(op.kind, k * m + op.mb) for k in range(iterations) for op in ops] for ops in order]
 
 
 def op_inputs(p: int, s: int, op: Op) -> list[tuple[int, Op]]:
@@ -215,15 +299,41 @@ def zb_h1_formula_ns(p: int, m: int, t_f: int, t_b: int, t_w: int) -> int:
     return m * (t_f + t_b + t_w) + (p - 1) * (t_f + t_b - t_w)
 
 
+def zb_h2_formula_ns(p: int, m: int, t_f: int, t_b: int, t_w: int) -> int:
+    """m (T_F+T_B+T_W) + (p-1)(T_F+T_B-2T_W): ZB-H2 time per iteration, bubble from the paper's Table 2.
+
+    Holds for iterations run back to back without the optimizer-step barrier (the paper's
+    post-validation; :func:`repeat_order`): tested as the steady per-iteration time of
+    :func:`zb_h2_order` for ``m >= 2p-1`` and ``T_W <= T_F, T_B``, without communication. A
+    single iteration from an empty pipeline takes :func:`zb_h2_barrier_formula_ns`, equal to this
+    only when ``T_B >= 2 T_W``.
+    """
+    return m * (t_f + t_b + t_w) + (p - 1) * (t_f + t_b - 2 * t_w)
+
+
+def zb_h2_barrier_formula_ns(p: int, m: int, t_f: int, t_b: int, t_w: int) -> int:
+    """m (T_F+T_B+T_W) + (p-1) max(T_F, T_F+T_B-2T_W): makespan of one ZB-H2 iteration started
+    on an empty pipeline (a barrier between iterations, as in :class:`ZeroBubbleTraining`).
+
+    Ours, not the paper's: the last stage cannot start before the first micro-batch's forwards
+    have crossed ``p-1`` stages, ``(p-1) T_F``, and then runs ``m (T_F+T_B+T_W)`` of work, so
+    the paper's bubble ``(p-1)(T_F+T_B-2T_W)`` (:func:`zb_h2_formula_ns`) is out of reach
+    when ``T_B < 2 T_W`` (e.g. T_F = T_B = T_W: ZB-H2 then ties ZB-H1). Tested against
+    :func:`schedule_times` of :func:`zb_h2_order` for ``m >= 2p-1`` and ``T_W <= T_F, T_B``,
+    without communication.
+    """
+    return m * (t_f + t_b + t_w) + (p - 1) * max(t_f, t_f + t_b - 2 * t_w)
+
+
 class ZeroBubbleTraining:
-    """Closed-loop ZB-H1 training on hosts ``stage0..stage{p-1}`` (or the list ``stage_hosts``,
-    whose length then sets ``stages``).
+    """Closed-loop ZB-H1 / ZB-H2 / 1F1B training on hosts ``stage0..stage{p-1}`` (or the list
+    ``stage_hosts``, whose length then sets ``stages``).
 
     Params (``workload.params`` of a scenario):
-        stages (4, 2..16), microbatches (8, 1..256; >= stages recommended), iterations (2,
-        1..100), model ("1.5B"; keys of :data:`MODELS`), scale (0.01, (0, 1]), mfu (0.5,
-        (0, 1]: fraction of the A100 BF16 peak achieved), schedule ("zb-h1" | "1f1b"),
-        compute_jitter (0.0, [0, 0.5]: each
+        stages (4, 2..16), microbatches (8, 1..256; >= stages recommended, >= 2*stages-1 for
+        zb-h2), iterations (2, 1..100), model ("1.5B"; keys of :data:`MODELS`), scale (0.01,
+        (0, 1]), mfu (0.5, (0, 1]: fraction of the A100 BF16 peak achieved), schedule ("zb-h1" |
+        "zb-h2" | "1f1b", the keys of :data:`SCHEDULES`), compute_jitter (0.0, [0, 0.5]: each
         op's duration varies uniformly by up to this fraction, drawn per seed, iteration and op;
         :mod:`safs.experiments.workloads.jitter`). ``seed`` (the run's seed) only matters with jitter.
 
