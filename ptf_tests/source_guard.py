@@ -3,8 +3,10 @@ model in tests/test_source_guard.py): with a ``host_port`` entry binding port 1 
 address, every forged packet from port 1 is dropped and counted in ``forged[reason]``: a
 spoofed source (a DATA, a REQUEST that would reflect a GRANT at a victim, plain UDP), a GRANT,
 a DONE or REQUEST of 1,400 bytes (the PTF veths carry 1,500), DONEs beyond the port's
-control_meter. Honest control packets and DATA still pass, and port 3 (no entry: a fabric
-link) is not checked."""
+control_meter; DATA of a dependency without a ``dep_claim`` entry beyond the port's
+unclaimed_meter is demoted (queue 1, FLAG_DEMOTED) and counted, a claimed one keeps its class.
+Honest control packets and DATA still pass, and port 3 (no entry: a fabric link) is not
+checked."""
 
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from safs.core import p4names as n
-from safs.core.protocol import Forged
-from safs.core.scapy_layer import safs_data, safs_done, safs_grant, safs_request
+from safs.core.protocol import FLAG_DEMOTED, QUEUE_OVER_RATE, QUEUE_SLACK_LEAST_URGENT, Forged
+from safs.core.scapy_layer import SAFS, safs_data, safs_done, safs_grant, safs_request
 
 
 class SourceGuardTest(SafsTest):
@@ -75,4 +77,22 @@ class SourceGuardTest(SafsTest):
         self.receive(PORT_RECEIVER)
         self.receive(PORT_RECEIVER)
         self.poll_until(lambda: self.forged() == want, f"control-rate drops counted: {want}")
+        self.expect_nothing()
+        # DATA nobody admitted for the sender (dependency 6) beyond the port's unclaimed_meter
+        # (a 1,200-byte burst: one 1,078-byte DATA) leaves in queue 1 with FLAG_DEMOTED; the
+        # claimed dependency 5 keeps its class (the least urgent: no slack_class entries)
+        self.set_meter(n.UNCLAIMED_METER, PORT_SENDER, cir=1000, cburst=1200, pir=1000, pburst=1200)
+        self.insert(n.DEP_CLAIM, {n.F_SRC_ADDR: ip_int(SENDER_IP), n.F_DEP_ID: 5}, n.ACT_CLAIM)
+        want = self.forged()
+        want[Forged.UNCLAIMED_DATA] += 2
+        for dep_id, expected in ((6, [(QUEUE_SLACK_LEAST_URGENT, 0)] + [(QUEUE_OVER_RATE, FLAG_DEMOTED)] * 2),
+                                 (5, [(QUEUE_SLACK_LEAST_URGENT, 0)] * 3)):
+            got = []
+            for _ in range(3):
+                self.send(PORT_SENDER, safs_data(SENDER_IP, RECEIVER_IP, 10, 5000, 0, 0, 1000, dep_id=dep_id,
+                                                 **TO_SWITCH))
+                hdr = self.receive(PORT_RECEIVER)[SAFS]
+                got.append((hdr.qclass, hdr.flags & FLAG_DEMOTED))
+            self.assertEqual(got, expected, f"dependency {dep_id}")
+        self.poll_until(lambda: self.forged() == want, f"demoted DATA counted: {want}")
         self.expect_nothing()

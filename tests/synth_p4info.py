@@ -66,8 +66,7 @@ def synthesized_p4info() -> p4info_pb2.P4Info:
         c = info.counters.add(size=size)
         c.preamble.id = 0x12000000 + next(ids)
         c.preamble.name = cname
-    for meter, size in ((n.DEP_METER, n.DEP_SLOTS), (n.AGGREGATE_METER, n.AGGREGATE_METERS),
-                        (n.CONTROL_METER, n.NUM_PORTS)):
+    for meter, size in pm._METER_SIZES.items():
         m = info.meters.add(size=size)
         m.preamble.id = 0x13000000 + next(ids)
         m.preamble.name = meter

@@ -31,6 +31,7 @@ from safs.control.metrics import parse_metrics_addr, serve_metrics
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetConnectionError
 from safs.core.hints import DependencyHint, FlowHint
+from safs.core.protocol import Forged, Malformed
 from safs.core.protocol import transfer_dep_id as T
 from safs.core.scheduler import SchedulerConfig
 from safs.core.topology import load_topology
@@ -491,6 +492,8 @@ def test_prometheus_metrics_expose_controller_scheduler_and_port_counters(
             hints.announce_dependencies([DependencyHint(1, "a", "d")])
         servers["tor1"].set_counter(n.PORT_TX_BYTES, 1, 123_456, 100)
         servers["tor1"].set_counter(n.ECN_MARKED, 1, 0, 7)
+        servers["tor0"].set_counter(n.FORGED, Forged.UNCLAIMED_DATA, 0, 5)
+        servers["tor0"].set_counter(n.MALFORMED, Malformed.BAD_VERSION, 0, 2)
         server = serve_metrics(run.app, "127.0.0.1", 0)
         try:
             host, port = server.server_address[:2]
@@ -503,6 +506,9 @@ def test_prometheus_metrics_expose_controller_scheduler_and_port_counters(
         assert 'safs_port_tx_packets_total{port="1",switch="tor1"} 100.0' in text
         assert 'safs_port_ecn_marked_packets_total{port="1",switch="tor1"} 7.0' in text
         assert 'safs_switch_up{switch="tor0"} 1.0' in text
+        assert 'safs_switch_forged_packets_total{reason="unclaimed_data",switch="tor0"} 5.0' in text
+        assert 'safs_switch_forged_packets_total{reason="spoofed_source",switch="tor0"} 0.0' in text
+        assert 'safs_switch_malformed_packets_total{reason="bad_version",switch="tor0"} 2.0' in text
         updates = run.app.scheduler.stats.table_updates
         assert updates > 0 and f"safs_scheduler_table_updates_total {float(updates)}" in text
         assert "safs_controller_digests_total 0.0" in text

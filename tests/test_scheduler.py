@@ -597,7 +597,7 @@ def test_waiting_share_sets_the_reserve_and_is_range_checked() -> None:
         assert err.value.field == "config.waiting_share"
 
 
-def test_announce_dependency_writes_one_meter_and_one_entry_at_the_receivers_tor_only() -> None:
+def test_announce_dependency_writes_a_meter_and_grant_at_the_receivers_tor_and_a_claim_at_the_senders() -> None:
     topo, clock, targets, sched = share_make()
     before = writes(sched)
     assert sched.announce_dependency(dep(3, "a", "d"), 0) is True
@@ -608,8 +608,9 @@ def test_announce_dependency_writes_one_meter_and_one_entry_at_the_receivers_tor
         Update(Op.INSERT, TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: topo.host_ip("a"), n.F_DEP_ID: 3},
                                      n.ACT_SET_SHARE_GRANT, {"meter_slot": slot})),
     ]
-    assert targets["tor0"].written == []
-    assert writes(sched) == (before[0] + 1, before[1] + 1, before[2] + 1)  # one batch
+    assert targets["tor0"].written == [
+        Update(Op.INSERT, TableEntry(n.DEP_CLAIM, {n.F_SRC_ADDR: topo.host_ip("a"), n.F_DEP_ID: 3}, n.ACT_CLAIM))]
+    assert writes(sched) == (before[0] + 2, before[1] + 1, before[2] + 2)  # one batch per ToR
     assert sched.stats.dependencies == 1 and sched.free_slots("tor1") == sched.config.meter_slots - 2
     meter = targets["tor1"].meter_config(slot)
     assert isinstance(meter, MeterConfig) and meter.cir == usable // 8  # the most a share can be
@@ -620,7 +621,8 @@ def test_announce_dependency_writes_one_meter_and_one_entry_at_the_receivers_tor
 def test_reannouncing_a_dependency_writes_nothing() -> None:
     topo, clock, targets, sched = share_make()
     sched.announce_dependency(dep(3, "a", "d"), 0)
-    targets["tor1"].written.clear()
+    for target in targets.values():
+        target.written.clear()
     before = writes(sched)
     assert sched.announce_dependency(dep(3, "a", "d"), 10) is False
     assert sched.announce_dependency(dep(3, "a", "d", label="renamed"), 20) is False
@@ -632,7 +634,8 @@ def test_reannouncing_a_dependency_writes_nothing() -> None:
 def test_bad_or_conflicting_dependency_names_its_field_and_writes_nothing() -> None:
     topo, clock, targets, sched = share_make()
     sched.announce_dependency(dep(3, "a", "d"), 0)
-    targets["tor1"].written.clear()
+    for target in targets.values():
+        target.written.clear()
     for bad, field in ((dep(0, "a", "d"), "dependency.dep_id"), (dep(4, "a", "zz"), "dependency.receiver"),
                        (dep(4, "zz", "d"), "dependency.sender"), (dep(3, "a", "b"), "dependency.dep_id"),
                        (dep(3, "a", "d", flow_class=FlowClass.BACKGROUND), "dependency.dep_id")):

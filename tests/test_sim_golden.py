@@ -44,17 +44,17 @@ POLICIES = ("safs", "dctcp")
 # Pinned today's behaviour (see the module docstring before changing any of these).
 GOLDEN: dict[tuple[str, str], str] = {
     ('afd-bulk', 'safs'):
-        'a57594196381e331c8f008ceddad971d92032599b1ba371ddc1998592aabaf2e',  # events=86411, drops=315, data_bytes=123231192, control_bytes=277992, sim_time_ns=3031057, ecn_marked_packets=1147, flows=578
+        'bfe8fc73e850d0c883f519509fa970d194a1a69e59c6f048daed79363fa1c3bb',  # events=86411, drops=315, data_bytes=123231192, control_bytes=277992, sim_time_ns=3031057, ecn_marked_packets=1147, flows=578
     ('afd-bulk', 'dctcp'):
-        '6b42610eabcae00c11c6d5ec1e7e1c9eab8424dadd16bef8a1b4251f764a00cd',  # events=106703, drops=951, data_bytes=173411346, control_bytes=0, sim_time_ns=6154366, ecn_marked_packets=2824, flows=578
+        '5941326f5a4aa805e2e363572331ac3fd2d0c6beb5573b501c528cfc23b6c5ff',  # events=106703, drops=951, data_bytes=173411346, control_bytes=0, sim_time_ns=6154366, ecn_marked_packets=2824, flows=578
     ('afd-poisson', 'safs'):
-        '3c519988c17a2b3355abbadd0dca8b57cfcdb6c1ba3baaf2089516eebdfee5ec',  # events=43256, drops=76, data_bytes=62635917, control_bytes=171990, sim_time_ns=2212655, ecn_marked_packets=244, flows=395
+        '0712f70d3ab667e044d486811d90e65103a932bf6a3da9390a97748512b5061f',  # events=43256, drops=76, data_bytes=62635917, control_bytes=171990, sim_time_ns=2212655, ecn_marked_packets=244, flows=395
     ('afd-poisson', 'dctcp'):
-        '911571f08f2a6278b35c81b6bfb5c3cfef24d6bd688ad4afe08cf2bc867e22df',  # events=50447, drops=664, data_bytes=80554755, control_bytes=0, sim_time_ns=3736265, ecn_marked_packets=1798, flows=399
+        '1c6c332c57c9e2d651abad7327737062358f524d5e4517efa4c5186d6502b05e',  # events=50447, drops=664, data_bytes=80554755, control_bytes=0, sim_time_ns=3736265, ecn_marked_packets=1798, flows=399
     ('zerobubble-bulk', 'safs'):
-        '39757649857c7e4229bb7ee1a76333aa01c2a1925336177279fcf2f75a6ffd67',  # events=108864, drops=75, data_bytes=128778052, control_bytes=6084, sim_time_ns=4840524, ecn_marked_packets=4991, flows=26
+        '68f713620cb56469d61499aa1899d9ad57ae4dd7fc6f7f3131b16c5bc4b75c9e',  # events=108864, drops=75, data_bytes=128778052, control_bytes=6084, sim_time_ns=4840524, ecn_marked_packets=4991, flows=26
     ('zerobubble-bulk', 'dctcp'):
-        '2d73f7a6693adc67be79d0388cd44a0324c10ea31c8ff4b7cf8a4bbe855691ea',  # events=230951, drops=71, data_bytes=262469692, control_bytes=0, sim_time_ns=10262051, ecn_marked_packets=11897, flows=26
+        '1ff3bb33ac939539b56c31d7fdace5ef3eaf1faca81bf710a4c728862d93182d',  # events=230951, drops=71, data_bytes=262469692, control_bytes=0, sim_time_ns=10262051, ecn_marked_packets=11897, flows=26
 }
 
 
@@ -129,6 +129,8 @@ def test_fast_grant_keys_equal_table_entry_keys() -> None:
             # the match written in the other order is the same entry
             swapped = TableEntry(n.DEP_GRANT, {n.F_DEP_ID: dep_id, n.F_SRC_ADDR: src}, action)
             assert _entry_key(swapped) == Scheduler._dep_key(src, dep_id)
+        claim = TableEntry(n.DEP_CLAIM, {n.F_SRC_ADDR: src, n.F_DEP_ID: dep_id}, n.ACT_CLAIM)
+        assert Scheduler._dep_key(src, dep_id, n.DEP_CLAIM) == claim.key() == _entry_key(claim)
     lpm = TableEntry(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(0x0A000000, 8)}, n.ACT_DROP)
     assert _entry_key(lpm) == lpm.key()
 

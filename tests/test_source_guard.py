@@ -14,10 +14,12 @@ from safs.core import p4names as n
 from safs.core.hints import DependencyHint
 from safs.core.packet import PROTO_TCP, PROTO_UDP, Packet
 from safs.core.protocol import (
+    FLAG_DEMOTED,
     MAX_DONE_FRAME_BYTES,
     MAX_REQUEST_FRAME_BYTES,
     QUEUE_CONTROL,
     QUEUE_OVER_RATE,
+    QUEUE_SLACK_MOST_URGENT,
     SAFS_UDP_PORT,
     SAFS_VERSION,
     Forged,
@@ -27,6 +29,7 @@ from safs.core.scheduler import Scheduler, SchedulerConfig
 from safs.targets.pipeline_model import PipelineModel
 
 TOPO = two_tors()
+LATE = (1 << 48) - 10**6  # a latest start time 1 ms before the switches' time 0 (mod 2^48)
 IP = {h: TOPO.host_ip(h) for h in TOPO.hosts()}
 
 
@@ -103,16 +106,50 @@ def test_the_forged_corpus_is_dropped_or_demoted() -> None:
     assert len(priorities) == 200 and priorities.count(QUEUE_OVER_RATE) >= 190  # only the meter's burst keeps its class
 
 
+def test_a_slack_claim_nobody_granted_is_demoted_at_the_senders_tor_for_the_whole_path() -> None:
+    """b writes a latest start 1 ms in the past (late: queue 6) into back-to-back 9 KB DATA of a dependency
+    the controller never admitted for it: past its port's unclaimed_meter burst, its own ToR
+    sends them in queue 1 with FLAG_DEMOTED, and the receiver's ToR keeps them there. a's
+    admitted dependency, sent the same way, keeps its class at its ToR (its rate is the
+    receiver's ToR's to enforce)."""
+    models, sched = fabric()
+    tor0, tor1 = models["tor0"], models["tor1"]
+    d_port = port_of("tor1", "d")
+    uplink = next(iter(set(TOPO.ports("tor1")) - {d_port}))
+    b_port = port_of("tor0", "b")
+    burst = tor0.meter_config(b_port, n.UNCLAIMED_METER).cburst
+    assert burst >= sched.config.unscheduled_bytes  # an honest sender's first RTT keeps its class
+    at_tor0, at_tor1 = [], []
+    for _ in range(200):
+        for _, p in tor0.ingress(safs("b", MsgType.DATA, size=9078, dep_id=9, ts=LATE), b_port):
+            at_tor0.append((p.priority, bool(p.flags & FLAG_DEMOTED)))
+            at_tor1 += [q.priority for _, q in tor1.ingress(p, uplink)]
+    demoted = at_tor0.count((QUEUE_OVER_RATE, True))
+    assert demoted >= 200 - burst // 9078 - 1 and at_tor0.count((QUEUE_SLACK_MOST_URGENT, False)) == 200 - demoted
+    assert forged_count(tor0, Forged.UNCLAIMED_DATA) == demoted
+    assert at_tor1.count(QUEUE_OVER_RATE) >= demoted  # and later switches honour the flag
+    a_out = [p for _ in range(200)
+             for _, p in tor0.ingress(safs("a", MsgType.DATA, size=9078, dep_id=1, ts=LATE), port_of("tor0", "a"))]
+    assert [p.priority for p in a_out] == [QUEUE_SLACK_MOST_URGENT] * 200
+    assert not any(p.flags & FLAG_DEMOTED for p in a_out)
+    # ending the dependency removes its claim: the same DATA is demoted past the burst again
+    sched.end_dependency("a", 1, 0)
+    assert tor0.entries(n.DEP_CLAIM) == []
+    after = [p.priority for _ in range(200)
+             for _, p in tor0.ingress(safs("a", MsgType.DATA, size=9078, dep_id=1, ts=LATE), port_of("tor0", "a"))]
+    assert after.count(QUEUE_OVER_RATE) >= 200 - burst // 9078 - 1
+
+
 @settings(max_examples=300, deadline=None)
 @given(t=st.integers(0, 15), version=st.integers(0, 15), src=st.sampled_from(["a", "b", "d", 0x0B000001]),
        size=st.integers(60, 9100), dep_id=st.integers(0, 65535), ts=st.integers(0, (1 << 48) - 1),
-       dport=st.sampled_from([SAFS_UDP_PORT, 4791, 80]))
+       dport=st.sampled_from([SAFS_UDP_PORT, 4791, 80]), flags=st.integers(0, 255))
 def test_fuzzed_packets_from_a_host_port_never_leave_as_what_a_host_may_not_send(
-        t: int, version: int, src: str | int, size: int, dep_id: int, ts: int, dport: int) -> None:
+        t: int, version: int, src: str | int, size: int, dep_id: int, ts: int, dport: int, flags: int) -> None:
     models, _ = fabric()
     tor0 = models["tor0"]
     pkt = safs(src, t, size=size, dep_id=dep_id, ts=ts)
-    pkt.safs_version, pkt.dport = version, dport
+    pkt.safs_version, pkt.dport, pkt.flags = version, dport, flags
     if dport != SAFS_UDP_PORT:
         pkt.safs_type = 0  # not SAFS on the wire
     out = tor0.ingress(pkt, port_of("tor0", "a"))
@@ -124,5 +161,7 @@ def test_fuzzed_packets_from_a_host_port_never_leave_as_what_a_host_may_not_send
                 assert p.size <= MAX_REQUEST_FRAME_BYTES
             if p.safs_type == MsgType.DONE:
                 assert p.size <= MAX_DONE_FRAME_BYTES
+            if p.safs_type == MsgType.DATA and p.flags & FLAG_DEMOTED:
+                assert p.priority == QUEUE_OVER_RATE  # whoever set the flag
     if (IP[src] if isinstance(src, str) else src) != IP["a"]:
         assert out == []

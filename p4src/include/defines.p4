@@ -37,6 +37,8 @@ const bit<4> SAFS_DONE    = 4;
 const bit<8> FLAG_BACKGROUND = 0x01;   // dependency hinted as background class
 const bit<8> FLAG_LAST       = 0x02;   // DATA: the dependency has no new data after this packet
 const bit<8> FLAG_RENEW      = 0x04;   // DATA: the sender's lease is running out: send a GRANT
+const bit<8> FLAG_DEMOTED    = 0x08;   // DATA: the sender's ToR demoted it (no admitted dependency,
+                                       // over the port's unclaimed_meter): queue 1 at every switch
 
 const qclass_t QUEUE_CONTROL     = 7;
 const qclass_t QUEUE_OVER_RATE   = 1;
@@ -63,6 +65,7 @@ const bit<32> FORGED_SPOOFED_SOURCE    = 0;
 const bit<32> FORGED_GRANT_FROM_HOST   = 1;
 const bit<32> FORGED_OVERSIZED_CONTROL = 2;
 const bit<32> FORGED_CONTROL_RATE      = 3;
+const bit<32> FORGED_UNCLAIMED_DATA    = 4;  // demoted, not dropped
 const bit<2>  METER_RED = 2;  // v1model meter colours: 0 green, 1 yellow, 2 red
 const bit<32> MAX_REQUEST_FRAME = 128;   // bytes: a REQUEST is 78 (safs.core.protocol)
 const bit<32> MAX_DONE_FRAME = 1024;     // bytes: a NACK DONE lists up to 157 6-byte offsets

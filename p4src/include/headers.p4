@@ -138,6 +138,7 @@ struct metadata_t {
     ipv4_addr_t  host_src;         // host_port: the address of the host on the ingress port
     bit<1>       forged;           // source_guard dropped the packet
     bit<2>       control_color;    // control_meter colour of a REQUEST/DONE from a host port
+    bit<2>       claim_color;      // unclaimed_meter colour of a DATA no dep_claim entry admits
 }
 
 #endif

@@ -7,7 +7,8 @@
  *   slack_key = slack ^ 2^47                     (late = negative slack sorts lowest)
  *   slack_class: range(slack_key) -> set_slack_class(qclass 6..2), miss -> 2
  *
- * REQUEST, GRANT and DONE go to the control queue 7; everything else (non-SAFS, malformed)
+ * DATA with FLAG_DEMOTED (set by the sender's ToR, source_guard.p4) goes to queue 1 instead,
+ * counted as the least urgent. REQUEST, GRANT and DONE go to the control queue 7; everything else (non-SAFS, malformed)
  * to its traffic class (traffic_class.p4; queue 0 when no aggregate matches). The chosen class
  * is written into safs.qclass so tests and receivers can see it.
  */
@@ -55,6 +56,10 @@ control SlackClassifier(inout headers_t hdr, inout metadata_t meta,
             if (hdr.safs.msg_type == SAFS_DATA || hdr.safs.msg_type == SAFS_REQUEST) {
                 meta.slack_key = (hdr.safs.timestamp_ns - meta.now_ns) ^ 48w0x800000000000;
                 slack_class.apply();
+                if ((hdr.safs.flags & FLAG_DEMOTED) != 0 && hdr.safs.msg_type == SAFS_DATA) {
+                    standard_metadata.priority = QUEUE_OVER_RATE;  // demoted at the sender's ToR
+                    meta.urgency = QUEUE_SLACK_MOST_URGENT - QUEUE_SLACK_DEFAULT;  // the least urgent
+                }
             }
             if (hdr.safs.msg_type != SAFS_DATA) {
                 standard_metadata.priority = QUEUE_CONTROL;

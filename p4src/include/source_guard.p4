@@ -6,7 +6,13 @@
  *   - a GRANT (only a receiver's ToR originates GRANTs);
  *   - a REQUEST longer than MAX_REQUEST_FRAME or a DONE longer than MAX_DONE_FRAME (data riding
  *     the control queue 7; a DONE that is a NACK lists missing offsets),
- *     or beyond the port's control_meter rate (RED: a flood of small control packets).
+ *     or beyond the port's control_meter rate (RED: a flood of small control packets);
+ * and demote (FLAG_DEMOTED: queue 1 at this and every later switch; counted, not dropped) a DATA
+ * whose (source, dep_id) has no dep_claim entry (the controller writes one at the sender's ToR
+ * for every dependency it admitted) beyond the port's unclaimed_meter (the default grant's rate
+ * and burst: what an honest sender sends before its first GRANT). So a host that writes a small
+ * latest-start time into DATA nobody granted rides no slack class through the fabric; within an
+ * admitted dependency its rate is enforced at the receiver's ToR (grant_enforcer.p4).
  * Ports without an entry (fabric links) are not checked: the neighbour switch checked its hosts.
  * Mirrored by controller/safs/targets/pipeline_model.py; counter indices are
  * safs.core.protocol.Forged.
@@ -19,9 +25,11 @@
 control SourceGuard(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t standard_metadata) {
     @name(".SafsIngress.forged")
-    counter(4, CounterType.packets) forged;
+    counter(5, CounterType.packets) forged;
     @name(".SafsIngress.control_meter")
     meter(NUM_PORTS, MeterType.bytes) control_meter;
+    @name(".SafsIngress.unclaimed_meter")
+    meter(NUM_PORTS, MeterType.bytes) unclaimed_meter;
 
     @name(".SafsIngress.set_host_source")
     action set_host_source(@name("src_addr") ipv4_addr_t src_addr) {
@@ -33,6 +41,19 @@ control SourceGuard(inout headers_t hdr, inout metadata_t meta,
         actions = { set_host_source; @defaultonly NoAction; }
         const default_action = NoAction();
         size = RECEIVER_PORT_SIZE;
+    }
+
+    @name(".SafsIngress.claim")
+    action claim() {}
+    @name(".SafsIngress.dep_claim")
+    table dep_claim {
+        key = {
+            hdr.ipv4.src_addr: exact @name("src_addr");
+            hdr.safs.dep_id: exact @name("dep_id");
+        }
+        actions = { claim; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = DEP_GRANT_SIZE;
     }
 
     apply {
@@ -59,6 +80,14 @@ control SourceGuard(inout headers_t hdr, inout metadata_t meta,
             }
             if (meta.forged == 1) {
                 mark_to_drop(standard_metadata);
+            } else if (meta.safs_ok == 1 && hdr.safs.msg_type == SAFS_DATA) {
+                if (!dep_claim.apply().hit) {
+                    unclaimed_meter.execute_meter((bit<32>) standard_metadata.ingress_port, meta.claim_color);
+                    if (meta.claim_color != 0) {  // not green, as at the receiver's ToR
+                        hdr.safs.flags = hdr.safs.flags | FLAG_DEMOTED;
+                        forged.count(FORGED_UNCLAIMED_DATA);
+                    }
+                }
             }
         }
     }

@@ -13,7 +13,10 @@ Read at scrape time (a prometheus-client custom collector), so nothing is kept t
   switch: ``port_tx_bytes`` (bytes and packets sent per egress port) and ``ecn_marked``
   (packets marked CE per egress port), labelled ``switch`` and ``port`` (the topology's ports
   of that switch); ``safs_switch_up`` is 0 while a switch is down (its counters then hold the
-  last value read);
+  last value read); and per switch the packets its source guard dropped or demoted
+  (``forged``, labelled ``reason`` by :class:`~safs.core.protocol.Forged`: spoofing, GRANTs
+  from hosts, oversized or flooded control packets, DATA demoted for claiming a slack class
+  no admitted dependency covers) and the malformed SAFS headers it saw (``malformed``);
 * per switch: P4Runtime write calls, their updates and a histogram of their latency
   (``safs_switch_write_latency_seconds``); each receiver port's background share.
 
@@ -34,6 +37,7 @@ from prometheus_client.utils import floatToGoString
 from safs.control.controller import WRITE_LATENCY_BUCKETS_S, ControllerApp
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput, TargetConnectionError
+from safs.core.protocol import Forged, Malformed
 
 CONTROLLER_COUNTERS = (
     ("digests", "REQUEST digests received from switches"),
@@ -97,6 +101,10 @@ class ControllerCollector(Collector):
         qdepth = CounterMetricFamily("safs_port_enqueued_packets", "packets enqueued per egress port by the queue "
                                      "depth they met, bucket b: depth in [2^b - 1, 2^(b+1) - 1) (qdepth_hist)",
                                      labels=["switch", "port", "depth_bucket"])
+        forged = CounterMetricFamily("safs_switch_forged_packets", "packets from host ports the source guard dropped "
+                                     "(demoted: unclaimed_data) by reason (forged)", labels=["switch", "reason"])
+        malformed = CounterMetricFamily("safs_switch_malformed_packets", "malformed SAFS headers by reason (malformed)",
+                                        labels=["switch", "reason"])
         writes = CounterMetricFamily("safs_switch_writes", "P4Runtime write calls", labels=["switch"])
         updates = CounterMetricFamily("safs_switch_write_updates", "updates in those calls", labels=["switch"])
         latency = HistogramMetricFamily("safs_switch_write_latency_seconds", "P4Runtime write call latency",
@@ -114,12 +122,18 @@ class ControllerCollector(Collector):
                     sent = link.read_counter_cells(n.PORT_TX_BYTES, ports)
                     marked = link.read_counter_cells(n.ECN_MARKED, ports)
                     hist = link.read_counter_cells(n.QDEPTH_HIST, cells)
+                    dropped = link.read_counter_cells(n.FORGED, [int(r) for r in Forged])
+                    bad = link.read_counter_cells(n.MALFORMED, [int(r) for r in Malformed])
                 except TargetConnectionError:
                     continue  # the link marked itself down; the next scrape tries again
                 for port, s, m in zip(ports, sent, marked):
                     tx_bytes.add_metric([sw, str(port)], s.byte_count)
                     tx_packets.add_metric([sw, str(port)], s.packet_count)
                     ecn.add_metric([sw, str(port)], m.packet_count)
+                for reason, c in zip(Forged, dropped):
+                    forged.add_metric([sw, reason.name.lower()], c.packet_count)
+                for why, c in zip(Malformed, bad):
+                    malformed.add_metric([sw, why.name.lower()], c.packet_count)
                 for cell, h in zip(cells, hist):
                     qdepth.add_metric([sw, str(cell // n.QDEPTH_BUCKETS), str(cell % n.QDEPTH_BUCKETS)],
                                       h.packet_count)
@@ -143,6 +157,8 @@ class ControllerCollector(Collector):
         yield tx_packets
         yield ecn
         yield qdepth
+        yield forged
+        yield malformed
         yield writes
         yield updates
         yield latency

@@ -91,9 +91,14 @@ PORT_TX_BYTES = "SafsEgress.port_tx_bytes"  # indirect counter by egress port
 QDEPTH_HIST = "SafsEgress.qdepth_hist"  # indirect counter, index = port * 8 + bucket
 QDEPTH_BUCKETS = 8  # bucket b counts packets enqueued with depth in [2^b - 1, 2^(b+1) - 1)
 MALFORMED = "SafsIngress.malformed"  # indirect counter, index 0 truncated, 1 bad version, 2 bad type
-FORGED = "SafsIngress.forged"  # indirect counter, index = safs.core.protocol.Forged (dropped at a host port)
+FORGED = "SafsIngress.forged"  # indirect counter, index = safs.core.protocol.Forged (dropped/demoted at a host port)
 CONTROL_METER = "SafsIngress.control_meter"  # indirect, bytes, by host ingress port: REQUEST/DONE, RED dropped
 HOST_PORT = "SafsIngress.host_port"  # ingress port facing a host -> that host's address (source guard)
+# At the sender's ToR: the dependencies admitted for each of its hosts (source guard); DATA of
+# any other is metered by unclaimed_meter (by host ingress port) and demoted when not green.
+DEP_CLAIM = "SafsIngress.dep_claim"  # key src_addr (exact, 32), dep_id (exact, 16)
+ACT_CLAIM = "SafsIngress.claim"  # no params
+UNCLAIMED_METER = "SafsIngress.unclaimed_meter"  # indirect, bytes, by host ingress port
 ACT_SET_HOST_SOURCE = "SafsIngress.set_host_source"  # params: src_addr (32)
 F_INGRESS_PORT = "ingress_port"
 ECN_MARKED = "SafsEgress.ecn_marked"  # indirect counter by egress port

@@ -58,6 +58,9 @@ def transfer_dep_id(flow_id: int) -> int:
 FLAG_BACKGROUND = 0x01  # the dependency is hinted as background class
 FLAG_LAST = 0x02  # DATA: the dependency has no new data after this packet (it goes idle)
 FLAG_RENEW = 0x04  # DATA: the sender's lease is running out; the receiver's ToR sends a GRANT
+# DATA: the sender's ToR demoted it (no admitted dependency, over the port's unclaimed_meter);
+# every switch sends it in queue 1. Set by switches; a host setting it only demotes itself.
+FLAG_DEMOTED = 0x08
 
 
 class MsgType(enum.IntEnum):
@@ -106,7 +109,8 @@ class Malformed(enum.IntEnum):
 
 
 class Forged(enum.IntEnum):
-    """Why a switch dropped a packet from a host-facing port (p4src/include/source_guard.p4).
+    """Why a switch dropped (or, for ``UNCLAIMED_DATA``, demoted) a packet from a host-facing
+    port (p4src/include/source_guard.p4).
 
     The value is the index of the switch's ``forged`` counter (:data:`safs.core.p4names.FORGED`).
     Checked in this order, only on ports with a ``host_port`` entry.
@@ -116,6 +120,7 @@ class Forged(enum.IntEnum):
     GRANT_FROM_HOST = 1  # a GRANT: only a receiver's ToR originates GRANTs
     OVERSIZED_CONTROL = 2  # a REQUEST over MAX_REQUEST_FRAME_BYTES or DONE over MAX_DONE_FRAME_BYTES
     CONTROL_RATE = 3  # a REQUEST or DONE over the port's control_meter rate (RED)
+    UNCLAIMED_DATA = 4  # DATA with no dep_claim entry over unclaimed_meter: demoted, not dropped
 
 
 # Longest REQUEST and DONE frames a host may send: larger ones would carry data in the control

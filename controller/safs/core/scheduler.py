@@ -310,6 +310,13 @@ class SchedulerConfig(ConfigModel):
         return MeterConfig(n.DEP_METER, slot, cir=cir, cburst=cburst, pir=pir, pburst=pburst)
 
 
+# Tables with an entry per admitted dependency (or per-transfer flow), planned by the
+# dependency code rather than as static state: a grant at the receiver's ToR, a claim at the sender's.
+_PER_DEPENDENCY_TABLES = frozenset({n.DEP_GRANT, n.DEP_CLAIM})
+# Meters other than dep_meter, each indexed by aggregate or host port.
+_PORT_METERS = (n.AGGREGATE_METER, n.CONTROL_METER, n.UNCLAIMED_METER)
+
+
 DCTCP_K_PKTS_10G = 65  # DCTCP paper, Section 3.4: K = 65 packets at 10 Gbit/s
 DCTCP_K_PKT_BYTES = 1500  # ... measured in 1500-byte packets
 DCTCP_K_RATE_BPS = 10_000_000_000
@@ -486,6 +493,7 @@ class _FlowState:
     tor: str
     slot: int
     src_ip: int  # the sender's address (with transfer_dep_id(flow id), the grant's key)
+    sender_tor: str  # where its dep_claim entry goes (the source guard's check)
     reported: int  # remaining bytes at the last report (hint, update or digest)
     est_remaining: int  # bytes (allocator's view)
     base: CounterValue  # flow_bytes[slot] at the last report
@@ -537,11 +545,12 @@ class Scheduler:
             sw: list(range(1, self.config.meter_slots)) for sw in switches}  # heaps (sorted lists)
         self._shadow: dict[str, dict[TableEntryKey, TableEntry]] = {sw: {} for sw in self._targets}
         self._shadow_meters: dict[str, dict[int, MeterConfig]] = {sw: {} for sw in self._targets}
-        self._shadow_agg_meters: dict[str, dict[int, MeterConfig]] = {sw: {} for sw in self._targets}
-        self._shadow_ctl_meters: dict[str, dict[int, MeterConfig]] = {sw: {} for sw in self._targets}
+        # the other meters (aggregate, control, unclaimed): switch -> meter name -> index -> config
+        self._shadow_port_meters: dict[str, dict[str, dict[int, MeterConfig]]] = {
+            sw: {m: {} for m in _PORT_METERS} for sw in self._targets}
         self._shadow_clones: dict[str, dict[int, CloneSession]] = {sw: {} for sw in self._targets}
         self._shadow_profiles: dict[str, dict[tuple[str, str, int], ProfileEntity]] = {sw: {} for sw in self._targets}
-        # dep_grant entries in the shadow, by key (the part of it _plan_all_grants walks)
+        # dep_grant and dep_claim entries in the shadow, by key (the part of it _plan_all_grants walks)
         self._shadow_grants: dict[str, dict[TableEntryKey, TableEntry]] = {sw: {} for sw in self._targets}
         self._ip_to_host = {topology.host_ip(h): h for h in hosts}
         self._host_ip = {h: topology.host_ip(h) for h in hosts}
@@ -606,7 +615,7 @@ class Scheduler:
             self._plan_meter(sw, self.config.meter_for(n.DEFAULT_METER_SLOT, self.config.default_rate_bps), plan)
         for meter in self.traffic_class_meters():
             self._plan_meter(sw, meter, plan)
-        for meter in self.control_meters(sw):
+        for meter in self.control_meters(sw) + self.unclaimed_meters(sw):
             self._plan_meter(sw, meter, plan)
         return plan
 
@@ -616,6 +625,18 @@ class Scheduler:
         topo = self._topo
         return [replace(self.config.meter_for(port, int(topo.host_link_bps(nb) * self.config.control_share)),
                         meter=n.CONTROL_METER)
+                for port, nb in sorted(topo.ports(sw).items()) if topo.is_host(nb)]
+
+    def unclaimed_meters(self, sw: str) -> list[MeterConfig]:
+        """``unclaimed_meter`` configs of ``sw``'s host ports: the DATA a host may send in its
+        slack classes for dependencies not admitted for it (no ``dep_claim`` entry), the default
+        grant's rate and burst (what an honest sender sends before its first GRANT); beyond it
+        the sender's ToR demotes (p4src/include/source_guard.p4). None without ``rate_grants``
+        (nothing is admitted then, and an unconfigured meter never demotes)."""
+        if not self.config.rate_grants:
+            return []
+        topo = self._topo
+        return [replace(self.config.meter_for(port, self.config.default_rate_bps), meter=n.UNCLAIMED_METER)
                 for port, nb in sorted(topo.ports(sw).items()) if topo.is_host(nb)]
 
     def reinstall(self, switch: str, now_ns: int, clock_offset_ns: int = 0,
@@ -651,10 +672,10 @@ class Scheduler:
             raise InvalidInput("switch", f"no target named {switch!r}")
         self._shadow[switch] = {_entry_key(e): e for e in observed.entries}
         self._shadow_grants[switch] = {k: e for k, e in self._shadow[switch].items()
-                                       if e.table == n.DEP_GRANT and not e.is_default}
+                                       if e.table in _PER_DEPENDENCY_TABLES and not e.is_default}
         self._shadow_meters[switch] = {m.index: m for m in observed.meters if m.meter == n.DEP_METER}
-        self._shadow_agg_meters[switch] = {m.index: m for m in observed.meters if m.meter == n.AGGREGATE_METER}
-        self._shadow_ctl_meters[switch] = {m.index: m for m in observed.meters if m.meter == n.CONTROL_METER}
+        self._shadow_port_meters[switch] = {name: {m.index: m for m in observed.meters if m.meter == name}
+                                            for name in _PORT_METERS}
         self._shadow_clones[switch] = {c.session_id: c for c in observed.clone_sessions}
         self._shadow_profiles[switch] = {p.key(): p for p in observed.profiles}
         profile = self._plan_profile(switch)
@@ -664,7 +685,7 @@ class Scheduler:
         plans = {switch: plan}  # the other switches' grants are theirs to reconcile
         static = {_entry_key(e) for e in self._static_entries(switch)}
         plan += [Update(Op.DELETE, e) for k, e in self._shadow[switch].items()
-                 if not e.is_default and e.table != n.DEP_GRANT and k not in static]
+                 if not e.is_default and e.table not in _PER_DEPENDENCY_TABLES and k not in static]
         sessions = {c.session_id for c in self._clone_sessions(switch)}
         plan += [Update(Op.DELETE, c) for sid, c in self._shadow_clones[switch].items() if sid not in sessions]
         wanted = {e.key() for e in self.ecmp_profile(switch)}
@@ -693,8 +714,8 @@ class Scheduler:
         if switch not in self._targets:
             raise InvalidInput("switch", f"no target named {switch!r}")
         shadows: tuple[dict[str, Any], ...] = (
-            self._shadow, self._shadow_grants, self._shadow_meters, self._shadow_agg_meters,
-            self._shadow_ctl_meters, self._shadow_clones, self._shadow_profiles)
+            self._shadow, self._shadow_grants, self._shadow_meters, self._shadow_port_meters,
+            self._shadow_clones, self._shadow_profiles)
         saved = [shadow[switch] for shadow in shadows]
         self._holding = True
         try:
@@ -712,7 +733,8 @@ class Scheduler:
         slots = {n.DEFAULT_METER_SLOT} | {slot for tor, slot in self._dep_slots.values() if tor == switch}
         slots |= {state.slot for state in self._flows.values() if state.tor == switch}
         return {n.DEP_METER: sorted(slots), n.AGGREGATE_METER: [m.index for m in self.traffic_class_meters()],
-                n.CONTROL_METER: [m.index for m in self.control_meters(switch)]}
+                n.CONTROL_METER: [m.index for m in self.control_meters(switch)],
+                n.UNCLAIMED_METER: [m.index for m in self.unclaimed_meters(switch)]}
 
     def _observed(self, sw: str, entity: object) -> bool:
         """True when the shadow holds a (set) version of ``entity``."""
@@ -1001,15 +1023,15 @@ class Scheduler:
         dirty, self._dirty_deps = self._dirty_deps, {}
         plans: dict[str, list[Update]] = {}
         for key, tor in dirty.items():
-            if tor not in self._targets:
-                continue
-            plan = plans.setdefault(tor, [])
             if key in self._dep_slots:
-                self._plan_dependency(key, plan)
-            else:
-                entry = self._shadow_grants[tor].get(self._dep_key(self._topo.host_ip(key[0]), key[1]))
+                self._plan_dependency(key, plans)
+                continue
+            src_ip = self._host_ip[key[0]]
+            for sw, table in ((tor, n.DEP_GRANT), (self._host_tor[key[0]], n.DEP_CLAIM)):
+                shadow = self._shadow_grants.get(sw, {})
+                entry = shadow.get(self._dep_key(src_ip, key[1], table))
                 if entry is not None:
-                    plan.append(Update(Op.DELETE, entry))
+                    plans.setdefault(sw, []).append(Update(Op.DELETE, entry))
         try:
             self._flush(plans)
         except TargetError:
@@ -1047,11 +1069,17 @@ class Scheduler:
         if write:
             self.flush_dependencies()
 
-    def _plan_dependency(self, key: tuple[str, int], plan: list[Update]) -> None:
+    def _plan_dependency(self, key: tuple[str, int], plans: dict[str, list[Update]]) -> None:
         """Meter (committed = peak = the receiver link's usable rate: the most a share can be)
-        and share entry of one admitted dependency, diffed against the shadow."""
+        and share entry of one admitted dependency at the receiver's ToR, and its claim at the
+        sender's ToR, diffed against the shadow."""
         dep = self.dependencies.get(key)
         tor, slot = self._dep_slots[key]
+        src_ip = self._host_ip[dep.sender]
+        self._plan_claim(self._host_tor[dep.sender], src_ip, dep.dep_id, plans)
+        if tor not in self._targets:
+            return
+        plan = plans.setdefault(tor, [])
         usable = self._usable_bps.get(dep.receiver)
         if usable is None:
             usable = self._usable_bps[dep.receiver] = self.allocator.config.usable_bps(
@@ -1059,7 +1087,6 @@ class Scheduler:
         meter = self.config.meter_for(slot, usable)
         if self._shadow_meters[tor].get(slot) != meter:
             plan.append(Update(Op.MODIFY, meter))
-        src_ip = self._host_ip[dep.sender]
         entry = TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: src_ip, n.F_DEP_ID: dep.dep_id},
                            n.ACT_SET_SHARE_GRANT, {"meter_slot": slot})
         current = self._shadow_grants[tor].get(self._dep_key(src_ip, dep.dep_id))
@@ -1147,11 +1174,10 @@ class Scheduler:
         changed = self.allocator.remove(flow_id, wrap(now_ns))
         heapq.heappush(self._free_slots[state.tor], state.slot)
         plans: dict[str, list[Update]] = {}
-        if state.tor in self._targets:
-            plan = plans.setdefault(state.tor, [])
-            key = self._dep_key(state.src_ip, transfer_dep_id(flow_id))
-            if key in self._shadow_grants[state.tor]:
-                plan.append(Update(Op.DELETE, self._shadow_grants[state.tor][key]))
+        for sw, table in ((state.tor, n.DEP_GRANT), (state.sender_tor, n.DEP_CLAIM)):
+            entry = self._shadow_grants.get(sw, {}).get(self._dep_key(state.src_ip, transfer_dep_id(flow_id), table))
+            if entry is not None:
+                plans.setdefault(sw, []).append(Update(Op.DELETE, entry))
         self._apply_changes(changed, now_ns, plans)
 
     def on_digest(self, switch: str, digest: RequestDigest, now_ns: int) -> bool:
@@ -1326,7 +1352,8 @@ class Scheduler:
         if state is None:
             tor = self._topo.tor_of(hint.receiver)
             slot = heapq.heappop(self._free_slots[tor])
-            state = self._flows[flow_id] = _FlowState(tor, slot, self._topo.host_ip(hint.sender),
+            sender = hint.sender
+            state = self._flows[flow_id] = _FlowState(tor, slot, self._host_ip[sender], self._host_tor[sender],
                                                       hint.remaining_bytes, hint.remaining_bytes, CounterValue(0, 0))
         state.reported = state.est_remaining = hint.remaining_bytes
         state.base = self._flow_counter(state)
@@ -1350,10 +1377,18 @@ class Scheduler:
         self._flush(plans)
 
     @staticmethod
-    def _dep_key(src_ip: int, dep_id: int) -> TableEntryKey:
-        # TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: src_ip, n.F_DEP_ID: dep_id}, ...).key(), built
-        # directly (hot path; tests/test_scheduler.py checks the two agree).
-        return (n.DEP_GRANT, False, ((n.F_DEP_ID, dep_id), (n.F_SRC_ADDR, src_ip)), 0)
+    def _dep_key(src_ip: int, dep_id: int, table: str = n.DEP_GRANT) -> TableEntryKey:
+        # TableEntry(table, {n.F_SRC_ADDR: src_ip, n.F_DEP_ID: dep_id}, ...).key() of a dep_grant
+        # or dep_claim entry, built directly (hot path; tests/test_scheduler.py checks the two agree).
+        return (table, False, ((n.F_DEP_ID, dep_id), (n.F_SRC_ADDR, src_ip)), 0)
+
+    def _plan_claim(self, sender_tor: str, src_ip: int, dep_id: int, plans: dict[str, list[Update]]) -> None:
+        """The ``dep_claim`` entry of an admitted dependency (or transfer) at its sender's ToR,
+        unless the shadow holds it: its DATA keeps its slack class there (source_guard.p4)."""
+        shadow = self._shadow_grants.get(sender_tor)
+        if shadow is not None and self._dep_key(src_ip, dep_id, n.DEP_CLAIM) not in shadow:
+            plans.setdefault(sender_tor, []).append(Update(Op.INSERT, TableEntry(
+                n.DEP_CLAIM, {n.F_SRC_ADDR: src_ip, n.F_DEP_ID: dep_id}, n.ACT_CLAIM)))
 
     def _grant_entry(self, state: _FlowState, flow_id: int, grant: Grant) -> TableEntry:
         return TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: state.src_ip, n.F_DEP_ID: transfer_dep_id(flow_id)},
@@ -1364,6 +1399,7 @@ class Scheduler:
     def _plan_grant(self, flow_id: int, grant: Grant, plans: dict[str, list[Update]]) -> None:
         state = self._flows[flow_id]
         tor = state.tor
+        self._plan_claim(state.sender_tor, state.src_ip, transfer_dep_id(flow_id), plans)
         if tor not in self._targets:
             return
         plan = plans.setdefault(tor, [])
@@ -1379,19 +1415,23 @@ class Scheduler:
             plan.append(Update(Op.INSERT if current is None else Op.MODIFY, entry))
 
     def _plan_all_grants(self, plans: dict[str, list[Update]]) -> None:
-        """Plan every installed grant (per-transfer grants and dependencies, diffed) and delete
-        stale dep_grant entries."""
+        """Plan every installed grant and claim (per-transfer grants and dependencies, diffed)
+        and delete stale dep_grant and dep_claim entries."""
         grants = self.allocator.grants()
         wanted: dict[str, set[TableEntryKey]] = {sw: set() for sw in self._targets}
+
+        def want(tor: str, sender_tor: str, src_ip: int, dep_id: int) -> None:
+            for sw, table in ((tor, n.DEP_GRANT), (sender_tor, n.DEP_CLAIM)):
+                if sw in wanted:
+                    wanted[sw].add(self._dep_key(src_ip, dep_id, table))
+
         for fid, grant in grants.items():
             self._plan_grant(fid, grant, plans)
             state = self._flows[fid]
-            if state.tor in wanted:
-                wanted[state.tor].add(self._dep_key(state.src_ip, transfer_dep_id(fid)))
+            want(state.tor, state.sender_tor, state.src_ip, transfer_dep_id(fid))
         for key, (tor, _slot) in self._dep_slots.items():
-            if tor in self._targets:
-                self._plan_dependency(key, plans.setdefault(tor, []))
-                wanted[tor].add(self._dep_key(self._topo.host_ip(key[0]), key[1]))
+            self._plan_dependency(key, plans)
+            want(tor, self._host_tor[key[0]], self._host_ip[key[0]], key[1])
         for sw, shadow in self._shadow_grants.items():
             for entry_key, entry in list(shadow.items()):
                 if entry_key not in wanted[sw]:
@@ -1410,9 +1450,9 @@ class Scheduler:
             plan.append(Update(Op.INSERT if current is None else Op.MODIFY, session))
 
     def _meter_shadow(self, sw: str, cfg: MeterConfig) -> dict[int, MeterConfig]:
-        if cfg.meter == n.AGGREGATE_METER:
-            return self._shadow_agg_meters[sw]
-        return self._shadow_ctl_meters[sw] if cfg.meter == n.CONTROL_METER else self._shadow_meters[sw]
+        if cfg.meter == n.DEP_METER:
+            return self._shadow_meters[sw]
+        return self._shadow_port_meters[sw][cfg.meter]
 
     def _plan_meter(self, sw: str, cfg: MeterConfig, plan: list[Update]) -> None:
         if self._meter_shadow(sw, cfg).get(cfg.index) != cfg:
@@ -1510,7 +1550,7 @@ class Scheduler:
         else:
             key = _entry_key(entity)
             self._shadow[sw][key] = entity
-            if entity.table == n.DEP_GRANT:
+            if entity.table in _PER_DEPENDENCY_TABLES:
                 self._shadow_grants[sw][key] = entity
 
 

@@ -8,7 +8,9 @@ It mirrors p4src/ (v1model/safs.p4 and include/*.p4) control by control. Ingress
 
     malformed SAFS (truncated / version / type) -> malformed[reason] counted, then as non-SAFS
     host_port(ingress port) hit: IPv4 source not the host's, a GRANT, a REQUEST/DONE frame over
-        MAX_REQUEST/DONE_FRAME_BYTES or RED at control_meter -> forged[reason], dropped (source_guard.p4)
+        MAX_REQUEST/DONE_FRAME_BYTES or RED at control_meter -> forged[reason], dropped (source_guard.p4);
+        DATA whose (src, dep_id) has no dep_claim entry, not green at unclaimed_meter[in port]
+        -> FLAG_DEMOTED set, forged[UNCLAIMED_DATA] counted
     ipv4_lpm(dst) --miss--> drop
         |  set_ecmp_group(g): ecmp(g) -> the selector group's member for crc16(5-tuple)
         |  (safs.core.ecmp: member hash % size in member-id order)
@@ -18,7 +20,7 @@ It mirrors p4src/ (v1model/safs.p4 and include/*.p4) control by control. Ingress
         |     at the receiver's ToR (egress port in receiver_port) with a grant_route(src):
         |     REQUEST -> GRANT back to the sender (flow_grant or default_grant),
         |                digest when the flow has no flow_grant entry
-        +-- DATA: slack_class(slack_key(ts, now)) -> qclass 2..6
+        +-- DATA: slack_class(slack_key(ts, now)) -> qclass 2..6 (FLAG_DEMOTED: 1)
               at the receiver's ToR: flow_meter[slot] colour; not green -> priority 1
               (demoted, never dropped); stale epoch -> also a fresh GRANT to the sender,
               cloned to session grant_route port + CLONE_SESSION_BASE: only when that
@@ -77,6 +79,7 @@ from safs.core.protocol import (
     ECN_ECT1,
     EPOCH_MAX,
     FLAG_BACKGROUND,
+    FLAG_DEMOTED,
     FLAG_LAST,
     FLAG_RENEW,
     MAX_DONE_FRAME_BYTES,
@@ -175,6 +178,10 @@ _SCHEMAS: dict[str, _TableSchema] = {
         keys=((n.F_INGRESS_PORT, "exact", 9),),
         actions={n.ACT_SET_HOST_SOURCE: (("src_addr", 32),)},
         entry_actions=frozenset({n.ACT_SET_HOST_SOURCE})),
+    n.DEP_CLAIM: _TableSchema(
+        keys=((n.F_SRC_ADDR, "exact", 32), (n.F_DEP_ID, "exact", 16)),
+        actions={n.ACT_CLAIM: ()},
+        entry_actions=frozenset({n.ACT_CLAIM})),
     n.RECEIVER_PORT: _TableSchema(
         keys=((n.F_EGRESS_PORT, "exact", 9),),
         actions={n.ACT_MARK_RECEIVER: ()},
@@ -228,7 +235,7 @@ _INITIAL_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
     n.ECN_THRESHOLD: (n.ACT_SET_ECN_THRESHOLD, {"qdepth_pkts": ECN_THRESHOLD_OFF}),
 }
 _CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.DEP_GRANT, n.PORT_SHARE, n.TRAFFIC_CLASS,
-                                   n.ECMP, n.HOST_PORT})
+                                   n.ECMP, n.HOST_PORT, n.DEP_CLAIM})
 # Counters declared CounterType.packets in P4 (their byte_count reads 0).
 _PACKET_ONLY_COUNTERS = frozenset({n.MALFORMED, n.ECN_MARKED, n.QDEPTH_HIST, n.FORGED})
 
@@ -239,6 +246,13 @@ _COUNTER_SIZES: dict[str, int] = {
     n.MALFORMED: len(Malformed),
     n.FORGED: len(Forged),
     n.ECN_MARKED: n.NUM_PORTS,
+}
+
+_METER_SIZES: dict[str, int] = {
+    n.DEP_METER: n.DEP_SLOTS,
+    n.AGGREGATE_METER: n.AGGREGATE_METERS,
+    n.CONTROL_METER: n.NUM_PORTS,
+    n.UNCLAIMED_METER: n.NUM_PORTS,
 }
 
 _METER_RATE_MAX = (1 << 64) - 1  # P4Runtime MeterConfig fields are int64; keep them sane
@@ -320,11 +334,15 @@ class PipelineModel:
             t: TableEntry(table=t, match={}, action=a, params=dict(p), is_default=True)
             for t, (a, p) in _INITIAL_DEFAULTS.items()
         }
-        self._meter_cfg: dict[int, MeterConfig] = {}
-        self._agg_meter_cfg: dict[int, MeterConfig] = {}
-        self._agg_meters: dict[int, _Meter] = {}
-        self._ctl_meter_cfg: dict[int, MeterConfig] = {}  # control_meter by host ingress port
-        self._ctl_meters: dict[int, _Meter] = {}
+        # Configured cells of every meter (name -> index -> config) and their token buckets
+        # (name -> index -> _Meter; an unconfigured cell is green). The per-packet path uses
+        # the bucket dicts through the aliases below.
+        self._meter_cfgs: dict[str, dict[int, MeterConfig]] = {m: {} for m in _METER_SIZES}
+        self._meter_cells: dict[str, dict[int, _Meter]] = {m: {} for m in _METER_SIZES}
+        self._meters = self._meter_cells[n.DEP_METER]  # by slot
+        self._agg_meters = self._meter_cells[n.AGGREGATE_METER]  # by aggregate
+        self._ctl_meters = self._meter_cells[n.CONTROL_METER]  # by host ingress port
+        self._claim_meters = self._meter_cells[n.UNCLAIMED_METER]  # by host ingress port
         # traffic_class entries, highest priority first: (src, dst, proto, sport, dport, qp, qclass, meter)
         self._aggregates: list[_Aggregate] = []
         self._counters: dict[str, tuple[list[int], list[int]]] = {
@@ -349,6 +367,7 @@ class PipelineModel:
         self._back_cache: dict[int, int] = {}  # src -> port, -1 = no route
         self._receiver_ports: frozenset[int] = frozenset()
         self._host_src: dict[int, int] = {}  # host_port: ingress port -> the host's address
+        self._claims: frozenset[tuple[int, int]] = frozenset()  # dep_claim: (src, dep_id)
         # slack_class resolved into a partition of the 48-bit key space: class of the key in
         # [_slack_bounds[i-1], _slack_bounds[i]) is _slack_classes[i] (one bisect per packet).
         self._slack_bounds: list[int] = []
@@ -367,7 +386,6 @@ class PipelineModel:
         for table in _SCHEMAS:
             if table in self._defaults or table in _CONST_DEFAULT_TABLES:
                 self._rebuild(table)
-        self._meters: dict[int, _Meter] = {}
         self._flow_bytes = self._counters[n.DEP_BYTES]
         self._port_tx = self._counters[n.PORT_TX_BYTES]
         self._qhist = self._counters[n.QDEPTH_HIST]
@@ -423,8 +441,7 @@ class PipelineModel:
             try:
                 if isinstance(entity, MeterConfig):
                     if trusted and upd.op is Op.MODIFY and entity.meter == n.DEP_METER:
-                        self._meter_cfg[entity.index] = entity
-                        self._meters[entity.index] = _Meter(entity, self._clock())
+                        self._set_meter(entity)
                     else:
                         self._write_meter(upd.op, entity)
                 elif isinstance(entity, TableEntry):
@@ -452,8 +469,7 @@ class PipelineModel:
     def _write_meter(self, op: Op, cfg: MeterConfig) -> None:
         if op is not Op.MODIFY:
             raise _Reject("INVALID_ARGUMENT", f"meter config accepts only MODIFY, got {op.value}")
-        size = {n.DEP_METER: n.DEP_SLOTS, n.AGGREGATE_METER: n.AGGREGATE_METERS, n.CONTROL_METER: n.NUM_PORTS}.get(
-            cfg.meter)
+        size = _METER_SIZES.get(cfg.meter)
         if size is None:
             raise _Reject("INVALID_ARGUMENT", f"unknown meter {cfg.meter!r}")
         if not 0 <= cfg.index < size:
@@ -463,16 +479,11 @@ class PipelineModel:
                 raise _Reject("INVALID_ARGUMENT", f"meter {fname} must be in 0..2^64-1, got {v}")
         if cfg.pir < cfg.cir:
             raise _Reject("INVALID_ARGUMENT", f"meter pir ({cfg.pir}) must be >= cir ({cfg.cir})")
-        if cfg.meter == n.AGGREGATE_METER:
-            self._agg_meter_cfg[cfg.index] = cfg
-            self._agg_meters[cfg.index] = _Meter(cfg, self._clock())
-            return
-        if cfg.meter == n.CONTROL_METER:
-            self._ctl_meter_cfg[cfg.index] = cfg
-            self._ctl_meters[cfg.index] = _Meter(cfg, self._clock())
-            return
-        self._meter_cfg[cfg.index] = cfg
-        self._meters[cfg.index] = _Meter(cfg, self._clock())
+        self._set_meter(cfg)
+
+    def _set_meter(self, cfg: MeterConfig) -> None:
+        self._meter_cfgs[cfg.meter][cfg.index] = cfg
+        self._meter_cells[cfg.meter][cfg.index] = _Meter(cfg, self._clock())
 
     def _write_clone_session(self, op: Op, cs: CloneSession) -> None:
         sid = cs.session_id
@@ -668,6 +679,8 @@ class PipelineModel:
             self._receiver_ports = frozenset(cast(int, e.match[n.F_EGRESS_PORT]) for e in entries)
         elif table == n.HOST_PORT:
             self._host_src = {cast(int, e.match[n.F_INGRESS_PORT]): e.params["src_addr"] for e in entries}
+        elif table == n.DEP_CLAIM:
+            self._claims = frozenset(_grant_key(e) for e in entries)
         elif table == n.SLACK_CLASS:
             self._slack_bounds, self._slack_classes = _range_partition(
                 [
@@ -730,10 +743,13 @@ class PipelineModel:
         return [self._clone_sessions[sid] for sid in sorted(self._clone_sessions)]
 
     def meter_config(self, index: int, meter: str = n.DEP_METER) -> MeterConfig | None:
-        """The config of ``meter[index]`` (``dep_meter``, ``aggregate_meter`` or
-        ``control_meter``), or None when never configured (always green)."""
-        return {n.AGGREGATE_METER: self._agg_meter_cfg, n.CONTROL_METER: self._ctl_meter_cfg}.get(
-            meter, self._meter_cfg).get(index)
+        """The config of ``meter[index]`` (``dep_meter``, ``aggregate_meter``, ``control_meter``
+        or ``unclaimed_meter``), or None when never configured (always green).
+
+        Raises:
+            KeyError: no meter of that name in the program.
+        """
+        return self._meter_cfgs[meter].get(index)
 
     def _control_check(self, pkt: Packet, in_port: int) -> Forged | None:
         """source_guard.p4 for a REQUEST/DONE from a host port: too long, or RED at the port's
@@ -752,8 +768,7 @@ class PipelineModel:
         groups."""
         entries = [e for t in self._tables for e in self._tables[t].values()] + list(self._defaults.values())
         meters = []
-        for name, cfg in ((n.DEP_METER, self._meter_cfg), (n.AGGREGATE_METER, self._agg_meter_cfg),
-                          (n.CONTROL_METER, self._ctl_meter_cfg)):
+        for name, cfg in self._meter_cfgs.items():
             cells = cfg.keys() if meter_cells is None else meter_cells.get(name, ())
             meters += [cfg[i] for i in cells if i in cfg]
         profiles: list[ActionProfileMember | ActionProfileGroup] = [*self.profile_members(), *self.profile_groups()]
@@ -872,6 +887,11 @@ class PipelineModel:
             if forged is not None:
                 self._forged[1][forged] += 1
                 return []
+            if safs_ok and t == _DATA and (pkt.src, pkt.dep_id) not in self._claims:
+                meter = self._claim_meters.get(in_port)
+                if meter is not None and meter.color(pkt.size, self._clock()) != _GREEN:
+                    pkt.flags |= FLAG_DEMOTED
+                    self._forged[1][Forged.UNCLAIMED_DATA] += 1
         port = self._route(pkt.dst)
         if port < -1:
             port = self._ecmp_port(-2 - port, pkt)
@@ -890,6 +910,8 @@ class PipelineModel:
         local = self._clock()
         now = (local + self._offset) & TIME_MASK
         qclass = self._slack_classes[bisect_right(self._slack_bounds, ((pkt.ts - now) & TIME_MASK) ^ HALF)]
+        if pkt.flags & FLAG_DEMOTED and t == _DATA:  # demoted at the sender's ToR: queue 1, least urgent
+            qclass = QUEUE_OVER_RATE
         if not at_receiver:
             pkt.color = _UNMETERED
             if t == _DATA:
@@ -1082,7 +1104,7 @@ def _aggregate_tuple(e: TableEntry) -> _Aggregate:
 
 
 def _grant_key(e: TableEntry) -> tuple[int, int]:
-    """The per-packet key of a dep_grant entry: (sender address, dependency id)."""
+    """The per-packet key of a dep_grant or dep_claim entry: (sender address, dependency id)."""
     return (cast(int, e.match[n.F_SRC_ADDR]), cast(int, e.match[n.F_DEP_ID]))
 
 
