@@ -604,10 +604,11 @@ class Scheduler:
         return [Update(Op.INSERT if e.key() not in shadow else Op.MODIFY, e)
                 for e in self.ecmp_profile(sw) if shadow.get(e.key()) != e]
 
-    def _plan_static(self, sw: str) -> list[Update]:
-        """Writes that bring ``sw``'s static state (:meth:`setup`) to what it should be."""
+    def _plan_static(self, sw: str, entries: list[TableEntry] | None = None) -> list[Update]:
+        """Writes that bring ``sw``'s static state (:meth:`setup`) to what it should be
+        (``entries``: its :meth:`_static_entries`, when the caller has them)."""
         plan: list[Update] = []
-        for entry in self._static_entries(sw):
+        for entry in self._static_entries(sw) if entries is None else entries:
             self._plan_entry(sw, entry, plan)
         for session in self._clone_sessions(sw):
             self._plan_clone_session(sw, session, plan)
@@ -679,11 +680,12 @@ class Scheduler:
         self._shadow_clones[switch] = {c.session_id: c for c in observed.clone_sessions}
         self._shadow_profiles[switch] = {p.key(): p for p in observed.profiles}
         profile = self._plan_profile(switch)
-        plan = self._plan_static(switch)
+        entries = self._static_entries(switch)
+        plan = self._plan_static(switch, entries)
         plans = {switch: plan}
-        self._plan_all_grants(plans)
+        self._plan_all_grants(plans, only=switch)
         plans = {switch: plan}  # the other switches' grants are theirs to reconcile
-        static = {_entry_key(e) for e in self._static_entries(switch)}
+        static = {_entry_key(e) for e in entries}
         plan += [Update(Op.DELETE, e) for k, e in self._shadow[switch].items()
                  if not e.is_default and e.table not in _PER_DEPENDENCY_TABLES and k not in static]
         sessions = {c.session_id for c in self._clone_sessions(switch)}
@@ -1414,25 +1416,31 @@ class Scheduler:
         if current != entry:
             plan.append(Update(Op.INSERT if current is None else Op.MODIFY, entry))
 
-    def _plan_all_grants(self, plans: dict[str, list[Update]]) -> None:
+    def _plan_all_grants(self, plans: dict[str, list[Update]], only: str | None = None) -> None:
         """Plan every installed grant and claim (per-transfer grants and dependencies, diffed)
-        and delete stale dep_grant and dep_claim entries."""
+        and delete stale dep_grant and dep_claim entries; with ``only``, just those of that
+        switch (plans for other switches may be added too: the caller drops them)."""
         grants = self.allocator.grants()
-        wanted: dict[str, set[TableEntryKey]] = {sw: set() for sw in self._targets}
+        wanted: dict[str, set[TableEntryKey]] = {sw: set() for sw in self._targets if only in (None, sw)}
 
-        def want(tor: str, sender_tor: str, src_ip: int, dep_id: int) -> None:
+        def want(tor: str, sender_tor: str, src_ip: int, dep_id: int) -> bool:
+            """Note the two entries as wanted; False when neither is on a switch planned here."""
+            hit = False
             for sw, table in ((tor, n.DEP_GRANT), (sender_tor, n.DEP_CLAIM)):
                 if sw in wanted:
                     wanted[sw].add(self._dep_key(src_ip, dep_id, table))
+                    hit = True
+            return hit
 
         for fid, grant in grants.items():
-            self._plan_grant(fid, grant, plans)
             state = self._flows[fid]
-            want(state.tor, state.sender_tor, state.src_ip, transfer_dep_id(fid))
+            if want(state.tor, state.sender_tor, state.src_ip, transfer_dep_id(fid)):
+                self._plan_grant(fid, grant, plans)
         for key, (tor, _slot) in self._dep_slots.items():
-            self._plan_dependency(key, plans)
-            want(tor, self._host_tor[key[0]], self._host_ip[key[0]], key[1])
-        for sw, shadow in self._shadow_grants.items():
+            if want(tor, self._host_tor[key[0]], self._host_ip[key[0]], key[1]):
+                self._plan_dependency(key, plans)
+        for sw in wanted:
+            shadow = self._shadow_grants[sw]
             for entry_key, entry in list(shadow.items()):
                 if entry_key not in wanted[sw]:
                     plans.setdefault(sw, []).append(Update(Op.DELETE, entry))
