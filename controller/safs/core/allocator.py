@@ -161,7 +161,12 @@ class AllocatorConfig(ConfigModel):
 
     Attributes:
         headroom: fraction of each link/uplink capacity never allocated, in [0, 1)
-            (BRIEF, "Invariants": "capacity minus its configured headroom"). Default 0.05.
+            (BRIEF, "Invariants": "capacity minus its configured headroom"). Default 0.01:
+            what it protects is the data path's control packets (REQUEST/DONE, which a host may
+            send at most at ``SchedulerConfig.control_share``, 1%, and which measured 0.2-0.4%
+            of the data bytes in the shipped scenarios) and pacing error, which the meters'
+            yellow band and the port buffers absorb. 0.05 (the first default) left 4% of every
+            link idle under load: docs/evaluation.md, "Headroom".
         safety_margin: pipeline flows demand ``(1 + safety_margin)`` times their no-bubble rate,
             in [0, 10] (BRIEF, "Background": "plus a configurable safety margin"). Default 0.1.
         lease_ns: lease of every grant, ns, in 1_000..LEASE_US_MAX*1000 (the wire carries µs).
@@ -189,7 +194,7 @@ class AllocatorConfig(ConfigModel):
 
     FIELD_PREFIX: ClassVar[str] = "config."
 
-    headroom: float = Field(0.05, ge=0, lt=1)
+    headroom: float = Field(0.01, ge=0, lt=1)
     safety_margin: float = Field(0.1, ge=0, le=10)
     lease_ns: int = Field(10_000_000, ge=1_000, le=LEASE_NS_MAX)
     resend_fraction: float = Field(0.1, ge=0, le=1)

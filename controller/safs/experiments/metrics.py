@@ -15,7 +15,7 @@ NS_PER_MS = 1_000_000
 # A pipeline transfer counts as a deadline miss when it finishes more than this after its
 # no-bubble timestamp. A consumer that is already idle gets a timestamp equal to the
 # transfer's uncontended arrival (Topology.min_transfer_ns), which a paced sender holding
-# back the 5% allocation headroom misses by about 1 us on a 26 us transfer; 2 us, three
+# back the allocation headroom (5%, the first default) missed by about 1 us on a 26 us transfer; 2 us, three
 # 9000-byte frame times at 100 Gbit/s, is the packet-level model's timing resolution.
 MISS_TOLERANCE_NS = 2_000
 
