@@ -112,10 +112,13 @@ def test_one_derivation_of_the_scheduler_settings() -> None:
     topo = load_topology(ROOT / "topologies" / "mininet-afd.yaml")
     cfg = scheduler_config_for(topo, 1500)
     assert cfg == SimConfig(mtu_bytes=1500).scheduler_config(topo)
-    assert (cfg.max_frame_bytes, cfg.allocator.line_rate_bps) == (1514, 10_000_000)
+    assert (cfg.max_frame_bytes, cfg.allocator.line_rate_bps, cfg.default_rate_bps) == (1514, 10_000_000, 100_000)
     assert cfg.ecn_threshold_pkts == max(1, min(dctcp_k_packets(10_000_000, 1500), 65536 // (4 * 1514)))
     over = scheduler_config_for(topo, 1500, {"ecn_threshold_pkts": 9, "allocator": {"line_rate_bps": 7}})
     assert (over.ecn_threshold_pkts, over.allocator.line_rate_bps) == (9, 7)
     assert scheduler_config_for(None, 9000) == SchedulerConfig(max_frame_bytes=9014)
     slow = star(2, rate="25Gbps")
     assert scheduler_config_for(slow, 9000).allocator.line_rate_bps == 25_000_000_000
+    assert scheduler_config_for(slow, 9000).default_rate_bps == 250_000_000
+    assert scheduler_config_for(slow, 9000, {"default_rate_bps": 5}).default_rate_bps == 5
+    assert scheduler_config_for(star(2), 9000).default_rate_bps == SchedulerConfig().default_rate_bps  # 100 Gbit/s

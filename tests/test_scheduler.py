@@ -232,6 +232,20 @@ def test_complete_deletes_entry_frees_slot_and_reuses_it() -> None:
         sched.complete(5, 30)  # already completed
 
 
+def test_per_transfer_claims_at_the_senders_tor_outlive_a_flow_that_shares_their_key() -> None:
+    topo, clock, targets, sched = make()
+    other = 1 + 65535  # transfer_dep_id(1) == transfer_dep_id(65536): one claim key for sender a
+    assert T(1) == T(other)
+    sched.announce(hint(1, "a", "d", 1_000_000, 2 * MS), 0)
+    sched.announce(hint(other, "a", "b", 1_000_000, 3 * MS), 0)
+    claims = lambda: {(e.match[n.F_SRC_ADDR], e.match[n.F_DEP_ID]) for e in targets["tor0"].entries(n.DEP_CLAIM)}  # noqa: E731
+    assert claims() == {(topo.host_ip("a"), T(1))}
+    sched.complete(1, 10)
+    assert claims() == {(topo.host_ip("a"), T(1))}  # flow 65536 still sends under it
+    sched.complete(other, 20)
+    assert claims() == set()
+
+
 def test_tick_estimates_remaining_from_the_flow_byte_counter() -> None:
     """Progress comes from what the receiver's ToR counted, not from the granted rate: a flow
     announced ahead of its data keeps its size until DATA really passes."""

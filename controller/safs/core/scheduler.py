@@ -8,13 +8,13 @@
                      \\______________  _________________/
                                     Allocator (grants that changed)
                                         |
-                     per receiver ToR: flow_meter[slot] MODIFY, flow_grant INSERT/MODIFY/DELETE
+                     per receiver ToR: dep_meter[slot] MODIFY, dep_grant INSERT/MODIFY/DELETE
                                         |   (diffed against a shadow of what is installed)
                                    Target.write(batch)   -- PipelineModel or P4Runtime switch
 
 Each flow admitted (announced, or created by a REQUEST digest) gets a meter slot at its
 receiver's ToR (slot 0 is the default-grant meter, so flows use 1..meter_slots-1) and a
-``flow_grant`` entry there; the slot is freed on :meth:`Scheduler.complete`.
+``dep_grant`` entry there; the slot is freed on :meth:`Scheduler.complete`.
 
 Meter sizing (per flow slot and for the default slot 0), rates from the grant ``rate`` in bit/s:
 
@@ -301,7 +301,7 @@ class SchedulerConfig(ConfigModel):
         return self
 
     def meter_for(self, slot: int, rate_bps: int) -> MeterConfig:
-        """Meter config of ``flow_meter[slot]`` for a grant of ``rate_bps`` (module docstring)."""
+        """Meter config of ``dep_meter[slot]`` for a grant of ``rate_bps`` (module docstring)."""
         cir = rate_bps // 8
         pir = cir + int(cir * self.yellow_fraction)
         floor = max(2 * self.max_frame_bytes, self.unscheduled_bytes)
@@ -317,6 +317,7 @@ _PER_DEPENDENCY_TABLES = frozenset({n.DEP_GRANT, n.DEP_CLAIM})
 _PORT_METERS = (n.AGGREGATE_METER, n.CONTROL_METER, n.UNCLAIMED_METER)
 
 
+DEFAULT_RATE_PERCENT = 1  # default grant, % of the fastest host link (scheduler_config_for)
 DCTCP_K_PKTS_10G = 65  # DCTCP paper, Section 3.4: K = 65 packets at 10 Gbit/s
 DCTCP_K_PKT_BYTES = 1500  # ... measured in 1500-byte packets
 DCTCP_K_RATE_BPS = 10_000_000_000
@@ -360,7 +361,10 @@ def scheduler_config_for(topology: Topology | None, mtu_bytes: int, overrides: M
       quarter of the smallest switch port buffer in full frames (K must sit well below what one
       class may hold, half the port buffer under dynamic thresholds with alpha 1, so DCTCP sees
       marks before drops), and at least 1;
-    * ``allocator.line_rate_bps`` = the fastest host link, bit/s.
+    * ``allocator.line_rate_bps`` = the fastest host link, bit/s;
+    * ``default_rate_bps`` = DEFAULT_RATE_PERCENT (1%) of it: the default grant (and the
+      sender's ToR's ``unclaimed_meter``) must stay well below a host link to limit anything;
+      1 Gbit/s at 100 Gbit/s, the :class:`SchedulerConfig` default.
 
     With ``topology`` None only ``max_frame_bytes`` is derived (the rest keep their defaults).
     The simulator (``SimConfig.scheduler_config``), the Mininet backend and ``safs controller``
@@ -388,6 +392,7 @@ def scheduler_config_for(topology: Topology | None, mtu_bytes: int, overrides: M
         line_rate = max(topology.host_link_bps(h) for h in topology.hosts())
         quarter_buffer_pkts = min(topology.buffer_bytes(sw) for sw in topology.switches()) // (4 * frame)
         raw.setdefault("ecn_threshold_pkts", max(1, min(dctcp_k_packets(line_rate, mtu_bytes), quarter_buffer_pkts)))
+        raw.setdefault("default_rate_bps", line_rate * DEFAULT_RATE_PERCENT // 100)
         if isinstance(alloc, dict):
             alloc.setdefault("line_rate_bps", line_rate)
     return SchedulerConfig.from_mapping(raw, prefix=prefix, source=source)
@@ -555,6 +560,9 @@ class Scheduler:
         self._ip_to_host = {topology.host_ip(h): h for h in hosts}
         self._host_ip = {h: topology.host_ip(h) for h in hosts}
         self._host_tor = {h: topology.tor_of(h) for h in hosts}
+        # per-transfer flows holding each (sender address, transfer dep id): flows whose ids are
+        # 65535 apart share it, and so one dep_claim entry at the sender's ToR
+        self._transfer_claims: dict[tuple[int, int], int] = {}
         self._usable_bps: dict[str, int] = {}  # receiver -> usable rate of its link (dependency meters)
         # (ToR, port) -> background share adapted from telemetry (absent: config.background_share)
         self._port_background: dict[tuple[str, int], float] = {}
@@ -575,7 +583,7 @@ class Scheduler:
         ports, ``grant_route`` (the same routes keyed on the source address) and one clone
         session per port (:meth:`CloneSession.for_port`: a stale-epoch GRANT is cloned to
         session port + 1), ``slack_class`` ranges (allocator key ranges, disjoint, distinct
-        priorities 1..5), ``default_grant``, ``ecn_threshold``, the clock offset, and ``flow_meter[0]`` at
+        priorities 1..5), ``default_grant``, ``ecn_threshold``, the clock offset, and ``dep_meter[0]`` at
         the default rate; then every current grant.
 
         Args:
@@ -982,8 +990,9 @@ class Scheduler:
 
     def announce_dependency(self, dep: DependencyHint, now_ns: int, write: bool = True) -> bool:
         """Record a dependency and, when new, install its grant at the receiver's ToR: a meter
-        slot and a ``dep_grant`` share entry keyed by the sender's address and ``dep_id`` (two
-        updates). Its transfers are then granted by the switch alone. Returns True when new.
+        slot and a ``dep_grant`` share entry keyed by the sender's address and ``dep_id``, and a
+        ``dep_claim`` entry at the sender's ToR (three updates). Its transfers are then granted
+        by the switch alone. Returns True when new.
         (Per-transfer mode, or without ``rate_grants``: recorded only.)
 
         Raises:
@@ -1176,11 +1185,20 @@ class Scheduler:
         changed = self.allocator.remove(flow_id, wrap(now_ns))
         heapq.heappush(self._free_slots[state.tor], state.slot)
         plans: dict[str, list[Update]] = {}
+        shared = self._release_transfer_claim(state.src_ip, flow_id)
         for sw, table in ((state.tor, n.DEP_GRANT), (state.sender_tor, n.DEP_CLAIM)):
             entry = self._shadow_grants.get(sw, {}).get(self._dep_key(state.src_ip, transfer_dep_id(flow_id), table))
-            if entry is not None:
+            if entry is not None and not (shared and table == n.DEP_CLAIM):
                 plans.setdefault(sw, []).append(Update(Op.DELETE, entry))
         self._apply_changes(changed, now_ns, plans)
+
+    def _release_transfer_claim(self, src_ip: int, flow_id: int) -> bool:
+        """A per-transfer flow let go of its claim key; True while another flow still holds it."""
+        claim = (src_ip, transfer_dep_id(flow_id))
+        left = self._transfer_claims.pop(claim, 1) - 1
+        if left:
+            self._transfer_claims[claim] = left
+        return left > 0
 
     def on_digest(self, switch: str, digest: RequestDigest, now_ns: int) -> bool:
         """Merge a REQUEST digest from ``switch``; an unknown flow becomes a provisional hint
@@ -1357,6 +1375,8 @@ class Scheduler:
             sender = hint.sender
             state = self._flows[flow_id] = _FlowState(tor, slot, self._host_ip[sender], self._host_tor[sender],
                                                       hint.remaining_bytes, hint.remaining_bytes, CounterValue(0, 0))
+            claim = (state.src_ip, transfer_dep_id(flow_id))
+            self._transfer_claims[claim] = self._transfer_claims.get(claim, 0) + 1
         state.reported = state.est_remaining = hint.remaining_bytes
         state.base = self._flow_counter(state)
         flow = AllocFlow(flow_id, hint.sender, hint.receiver, hint.remaining_bytes,
@@ -1368,6 +1388,7 @@ class Scheduler:
             if flow_id not in self.allocator.flows():
                 heapq.heappush(self._free_slots[state.tor], state.slot)
                 del self._flows[flow_id]
+                self._release_transfer_claim(state.src_ip, flow_id)
             raise
         self._apply_changes(changed, now_ns, {})
 

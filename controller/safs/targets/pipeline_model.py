@@ -18,10 +18,10 @@ It mirrors p4src/ (v1model/safs.p4 and include/*.p4) control by control. Ingress
         +-- not SAFS / malformed SAFS -------------------------------> priority 0
         +-- REQUEST, GRANT, DONE -------------------------------------> priority 7, qclass 7
         |     at the receiver's ToR (egress port in receiver_port) with a grant_route(src):
-        |     REQUEST -> GRANT back to the sender (flow_grant or default_grant),
-        |                digest when the flow has no flow_grant entry
+        |     REQUEST -> GRANT back to the sender (dep_grant or default_grant),
+        |                digest when the flow has no dep_grant entry
         +-- DATA: slack_class(slack_key(ts, now)) -> qclass 2..6 (FLAG_DEMOTED: 1)
-              at the receiver's ToR: flow_meter[slot] colour; not green -> priority 1
+              at the receiver's ToR: dep_meter[slot] colour; not green -> priority 1
               (demoted, never dropped); stale epoch -> also a fresh GRANT to the sender,
               cloned to session grant_route port + CLONE_SESSION_BASE: only when that
               clone session exists (as on BMv2, a clone to a missing session is no packet),
@@ -44,7 +44,7 @@ other tables priority 0.
 Initial defaults (as in the P4 program): ``ipv4_lpm`` drop, ``slack_class``
 ``set_slack_class(QUEUE_SLACK_LEAST_URGENT)``, ``clock_offset`` 0, ``default_grant`` rate 0 /
 lease 0 / slot 0, ``ecn_threshold`` the 19-bit maximum (marking effectively off). The defaults
-of ``receiver_port`` (not a receiver port), ``grant_route`` (no route) and ``flow_grant``
+of ``receiver_port`` (not a receiver port), ``grant_route`` (no route) and ``dep_grant``
 (``no_grant``) are const: writing them is INVALID_ARGUMENT.
 
 ECMP: ``ecmp_selector`` members (:class:`safs.core.target.ActionProfileMember`, ``set_egress``)
@@ -222,7 +222,7 @@ _SCHEMAS: dict[str, _TableSchema] = {
         entry_actions=frozenset({n.ACT_SET_TRAFFIC_CLASS, n.ACT_SET_METERED_TRAFFIC_CLASS})),
 }
 
-# Writable defaults. receiver_port, grant_route and flow_grant have const defaults (a miss
+# Writable defaults. receiver_port, grant_route and dep_grant have const defaults (a miss
 # means "not a receiver port" / "no route back" / "no grant entry"); their names are not in
 # p4names, so they are not listed here.
 _INITIAL_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
@@ -415,7 +415,7 @@ class PipelineModel:
         """:meth:`write` for batches built by :class:`safs.core.scheduler.Scheduler`, which it uses
         when a target offers this method (an optional extension of ``Target``).
 
-        ``flow_grant`` ``set_grant`` entries and ``flow_meter`` MODIFYs skip the schema checks
+        ``dep_grant`` ``set_grant`` entries and ``dep_meter`` MODIFYs skip the schema checks
         (names, widths, meter ranges): the scheduler builds them from p4names constants with
         values in range by construction (``rate_bps_to_kbps`` and ``lease_ns_to_us`` clamp to
         32 bits, ``wire_epoch`` is 1..2^32-1, meter slots are below ``SchedulerConfig.
