@@ -6,7 +6,7 @@
   another sender, or another ``dep_id`` of the same sender, gets the default grant (epoch 0);
 - the push rule: a DATA packet carries the rate and epoch its sender holds; it is forwarded, and
   a fresh 78-byte GRANT goes to the sender when the held rate is lower than the grant's by more
-  than 1/32 or higher by more than 1/16, its epoch is 0, or it has RENEW set, and never when it
+  than 1/32 or higher by more than 1/256, its epoch is 0, or it has RENEW set, and never when it
   has LAST set. The held epoch is not compared otherwise (a DATA with an older epoch and the
   right rate gets nothing). The GRANT is an ingress-to-egress clone: the controller must have
   created clone session ``port + 1`` toward each port a sender can be reached on
@@ -84,7 +84,7 @@ class RequestGrantTest(GrantTestBase):
         self.expect_nothing()
 
 
-R = 3_200_000  # kbit/s, divisible by 32: the push thresholds are exact
+R = 3_200_000  # kbit/s, divisible by 32 and 256: the push thresholds are exact
 PUSH_VARIANTS = [  # (name, held rate, held epoch, flags, GRANT expected) against (R, epoch 5)
     ("holds the grant", R, 5, 0, False),
     ("older epoch, same rate", R, 4, 0, False),
@@ -92,9 +92,9 @@ PUSH_VARIANTS = [  # (name, held rate, held epoch, flags, GRANT expected) agains
     ("1/32 lower", R - R // 32, 5, 0, False),
     ("more than 1/32 lower", R - R // 32 - 1, 5, 0, True),
     ("3/64 lower", R - 3 * R // 64, 5, 0, True),
-    ("3/64 higher", R + 3 * R // 64, 5, 0, False),
-    ("1/16 higher", R + R // 16, 5, 0, False),
-    ("more than 1/16 higher", R + R // 16 + 1, 5, 0, True),
+    ("1/256 higher", R + R // 256, 5, 0, False),
+    ("more than 1/256 higher", R + R // 256 + 1, 5, 0, True),
+    ("3/64 higher", R + 3 * R // 64, 5, 0, True),
     ("holds rate 0", 0, 5, 0, True),
     ("epoch 0 (default grant)", R, 0, 0, True),
     ("RENEW", R, 5, FLAG_RENEW, True),

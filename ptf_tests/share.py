@@ -16,7 +16,7 @@ rate is ``port_share[port, load, mode]``:
 with the port generation as epoch and the ``share_lease``; a key without an entry (a load above
 the last one, "grant queue full") and a DATA with LAST get the default grant (epoch 0). A DATA
 is pushed a GRANT by the rule of grants.py (held rate lower by more than 1/32 or higher by more
-than 1/16 of the grant's, epoch 0, RENEW; never LAST).
+than 1/256 of the grant's, epoch 0, RENEW; never LAST).
 
 BMv2 registers are not readable over P4Runtime, so the register state is observed only through
 the rates and epochs of GRANTs. Every test starts with ``push_pipeline_again()`` (registers zero,
@@ -29,8 +29,9 @@ them (``_share_entries``): ALONE ``R // load``, TOP ``(R - Q) // load``, WAITING
 with the usable rate R = 9 999 991 kbit/s and the reserve Q = 1 250 009 kbit/s, both prime and
 all 3 x LOADS rates distinct, so a rate names its mode and load. The reserve is 1/8 of R, not
 the scheduler's 1/32, so that every mode change is a push (with 1/32 a lone top dependency is
-not told about the reserve, which is within the push rule's 1/16: differential.py shows that on
-the scheduler's own entries). ``share_lease`` 20 ms; the default grant 10 000 kbit/s, lease
+told when others start waiting, ALONE -> TOP, but not when they stop, TOP -> ALONE, exactly the
+push rule's 1/32 below: differential.py shows that on the scheduler's own entries).
+``share_lease`` 20 ms; the default grant 10 000 kbit/s, lease
 500 µs; clone session 2 -> port 1 (pushed GRANTs); slack classes 1000 s wide:
 
     late (slack < 0)      -> class 6, urgency 0    LATE: 500 s late

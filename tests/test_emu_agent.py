@@ -60,8 +60,8 @@ def push_wanted(held_kbps: int, grant_kbps: int, epoch: int, flags: int) -> bool
     """The receiver ToR's in-band push rule (docs/protocol.md, "What switches do")."""
     if flags & FLAG_LAST:
         return False
-    # held more than 1/32 of the grant below it, or more than 1/16 above it
-    off = held_kbps < grant_kbps - (grant_kbps >> 5) or held_kbps - grant_kbps > (grant_kbps >> 4)
+    # held more than 1/32 of the grant below it, or more than 1/256 above it
+    off = held_kbps < grant_kbps - (grant_kbps >> 5) or held_kbps - grant_kbps > (grant_kbps >> 8)
     return off or epoch == EPOCH_NONE or bool(flags & FLAG_RENEW)
 
 

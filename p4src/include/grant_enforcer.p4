@@ -23,7 +23,7 @@
  *
  *   DATA    : dep_meter[slot] -> colour; not green -> queue 1 (over rate), never dropped;
  *             dep_bytes[slot] counts; unless LAST is set: the rate the packet carries is off
- *             the grant's (lower by more than 1/32 of the grant's or higher by more than 1/16),
+ *             the grant's (lower by more than 1/32 of the grant's or higher by more than 1/256),
  *             its epoch is 0 or RENEW is set -> clone a GRANT to the sender
  *   REQUEST : rewritten in place into a GRANT to the sender (share, fixed or default grant)
  * Elsewhere SAFS packets are not metered (colour 3 = unmetered).
@@ -246,12 +246,13 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
                 }
                 dep_bytes.count((bit<32>) meta.meter_slot);
                 // Push a fresh GRANT when the rate the sender holds is off the grant's (lower
-                // by more than 1/32 of it or higher by more than 1/16), it holds no grant
+                // by more than 1/32 of it or higher by more than 1/256: a held rate above the
+                // grant must stay inside the allocator's 1% headroom), it holds no grant
                 // (epoch 0) or asks for a renewal; never for the last packet. Written so that
                 // no 32-bit intermediate overflows.
                 rate_kbps_t held = hdr.safs.rate_kbps;
                 rate_kbps_t rate = meta.rate_kbps;
-                bool off = held < rate - (rate >> 5) || (held > rate && held - rate > (rate >> 4));
+                bool off = held < rate - (rate >> 5) || (held > rate && held - rate > (rate >> 8));
                 bool wanted = hdr.safs.epoch == 0 || (hdr.safs.flags & FLAG_RENEW) != 0;
                 if (meta.has_grant == 1 && meta.has_grant_route == 1 && (hdr.safs.flags & FLAG_LAST) == 0
                         && (off || wanted)) {

@@ -1075,11 +1075,12 @@ class PipelineModel:
 
 def _push_wanted(pkt: Packet, kbps: int) -> bool:
     """A DATA packet gets a fresh GRANT (grant_enforcer.p4): the rate it holds is lower than the
-    grant's ``kbps`` by more than 1/32 of it or higher by more than 1/16 (so a push follows every
-    change that matters for capacity or for the deadline, but not the jitter of the share), it
+    grant's ``kbps`` by more than 1/32 of it or higher by more than 1/256 (so a push follows every
+    change that matters for capacity or for the deadline, but not the jitter of the share; above
+    the grant, the senders' held rates stay inside the allocator's 1% headroom), it
     holds no grant (epoch 0), or it asks for a renewal. (The caller excludes LAST.)"""
     held = pkt.rate_kbps
-    return (held < kbps - (kbps >> 5) or held - kbps > (kbps >> 4) or pkt.epoch == 0
+    return (held < kbps - (kbps >> 5) or held - kbps > (kbps >> 8) or pkt.epoch == 0
             or bool(pkt.flags & FLAG_RENEW))
 
 
