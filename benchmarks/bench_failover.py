@@ -10,8 +10,9 @@ One run (docs/operations.md, "Primary and backup"):
    processes sharing one ``--state`` directory; ``--deps`` dependencies announced through the
    primary; the backup is up and standing by.
 3. The primary is killed with SIGKILL. Printed: the time until every switch reports the backup
-   as primary (arbitration, read on an observer connection with election id 0), and until the
-   backup serves hints (it has re-arbitrated above every id seen, restored the state, read
+   as primary (arbitration, read on an observer connection with election id 0), until the
+   backup reconciles (writes to) its first and its last switch (each right after its own
+   read-back), and until it serves hints (it has re-arbitrated above every id seen, restored the state, read
    every switch back and reconciled it: writing), and how many dependencies' grants are on the
    switches afterwards.
 
@@ -107,6 +108,11 @@ def main() -> int:
             finally:
                 for o in observers:
                     o.close()
+
+            def since_kill(stamp: str) -> float:
+                """Seconds from the kill to a log line's timestamp."""
+                return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp() - wall_kill
+
             acked = {(topology.host_ip(d.sender), d.dep_id) for d in deps}
             after = installed(topology, addresses)
             backup.terminate()
@@ -115,13 +121,18 @@ def main() -> int:
             took = [line for line in text.splitlines() if "took over" in line]
             new_id = re.search(r"taking over with election id (\(\d+, \d+\))", text)
             serving = re.search(r"^(\S+ \S+) INFO \S+ hint API listening", text, re.MULTILINE)
-            t_serving = (datetime.datetime.strptime(serving.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() - wall_kill
-                         if serving else float("nan"))
+            t_serving = since_kill(serving.group(1)) if serving else float("nan")
+            # a switch is reconciled (read back, then written) right after this line of its own
+            adopted = [since_kill(m.group(1)) for m in re.finditer(
+                r"^(\S+ \S+) INFO \S+ \S+: keeps its clock offset", text, re.MULTILINE)]
     print(f"target {args.target}, topology {topology.name} ({len(topology.switches())} switches), "
           f"{args.deps} dependencies, state shared through one --state directory")
     print(f"primary (election id 5) SIGKILLed; the switches report another primary after {t_arb - t_kill:.2f} s; "
           f"the backup (now election id {new_id.group(1) if new_id else '?'}) serves hints (restored, reconciled: "
           f"writing) {t_serving:.2f} s after the kill (its log's timestamp)")
+    if adopted:
+        print(f"the backup reconciles (writes) its first switch {min(adopted):.2f} s after the kill, its last "
+              f"{max(adopted):.2f} s after ({len(adopted)} switches, each as soon as it is read back)")
     print(f"grants on the switches after the takeover: {len(acked & after)} of {len(acked)}")
     if took:
         print("backup's log:", took[-1].split(": ", 1)[-1])

@@ -26,8 +26,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -617,21 +617,21 @@ class ControllerApp:
                          len(stored.dependencies), len(stored.flows))
             t0 = time.monotonic()
             scheduler = self.scheduler
-            observed = dict(zip(names, pool.map(
-                lambda name: self.links[name].target.read_state(scheduler.meter_cells(name)), names)))
-        if first and self.store is not None and self.store.created:
-            for name, (_, kept) in opened.items():
-                held = sum(1 for e in observed[name].entries if e.table == n.DEP_GRANT and not e.is_default)
-                if kept and held:
-                    self.store.discard()  # else the next start would find it and remove the grants
-                    raise InvalidInput("--state", f"{self.store.path.parent} is a new state directory, but {name} "
-                                       f"holds {held} grants of another controller: a mistyped --state? Give the "
-                                       "directory of the controller that wrote them (or start once without "
-                                       "--state to remove them as stale)")
-        with self.lock:
-            for name, (estimate, kept) in opened.items():
-                self._adopt(name, estimate, kept, cfg.clock_offsets_ns.get(name) if first else None,
-                            observed[name])
+            reads: dict[Future[SwitchState], str] = {
+                pool.submit(lambda name=name: self.links[name].target.read_state(scheduler.meter_cells(name))): name
+                for name in names}
+            order: Iterable[Future[SwitchState]] = reads
+            if first and self.store is not None and self.store.created:
+                # every switch read before any write: does one hold another controller's grants?
+                self._refuse_foreign_grants({name: fut.result() for fut, name in reads.items()}, opened)
+            else:  # each switch reconciled as soon as it is read: the fast ones are written meanwhile
+                order = as_completed(reads)
+            for fut in order:
+                name = reads[fut]
+                estimate, kept = opened[name]
+                with self.lock:
+                    self._adopt(name, estimate, kept, cfg.clock_offsets_ns.get(name) if first else None,
+                                fut.result())
         log.info("reconciled routes, slack classes, defaults and %d grants on %s in %.1f ms",
                  len(self.scheduler.dependencies) + len(self.scheduler.allocator.grants()),
                  ", ".join(self.links), (time.monotonic() - t0) * 1e3)
@@ -648,6 +648,23 @@ class ControllerApp:
                         "--tls-key and --tls-client-ca")
         self.role = "primary"
         log.info("hint API listening on %s", self.hint_address)
+
+    def _refuse_foreign_grants(self, observed: dict[str, SwitchState], opened: dict[str, tuple[int, bool]]) -> None:
+        """A new (just created) --state directory over switches that kept another controller's
+        grants: remove the directory and refuse (a mistyped --state would delete them as stale).
+
+        Raises:
+            InvalidInput: field ``--state``, naming the switch and how many grants it holds.
+        """
+        assert self.store is not None
+        for name, (_, kept) in opened.items():
+            held = sum(1 for e in observed[name].entries if e.table == n.DEP_GRANT and not e.is_default)
+            if kept and held:
+                self.store.discard()  # else the next start would find it and remove the grants
+                raise InvalidInput("--state", f"{self.store.path.parent} is a new state directory, but {name} "
+                                   f"holds {held} grants of another controller: a mistyped --state? Give the "
+                                   "directory of the controller that wrote them (or start once without "
+                                   "--state to remove them as stale)")
 
     def _adopt(self, name: str, estimate: int, kept: bool, override: int | None = None,
                observed: SwitchState | None = None) -> Repairs:
