@@ -367,7 +367,7 @@ class PipelineModel:
         self._back_cache: dict[int, int] = {}  # src -> port, -1 = no route
         self._receiver_ports: frozenset[int] = frozenset()
         self._host_src: dict[int, int] = {}  # host_port: ingress port -> the host's address
-        self._claims: frozenset[tuple[int, int]] = frozenset()  # dep_claim: (src, dep_id)
+        self._claims: set[tuple[int, int]] = set()  # dep_claim: (src, dep_id)
         # slack_class resolved into a partition of the 48-bit key space: class of the key in
         # [_slack_bounds[i-1], _slack_bounds[i]) is _slack_classes[i] (one bisect per packet).
         self._slack_bounds: list[int] = []
@@ -415,7 +415,7 @@ class PipelineModel:
         """:meth:`write` for batches built by :class:`safs.core.scheduler.Scheduler`, which it uses
         when a target offers this method (an optional extension of ``Target``).
 
-        ``dep_grant`` ``set_grant`` entries and ``dep_meter`` MODIFYs skip the schema checks
+        ``dep_grant`` grant entries, ``dep_claim`` entries and ``dep_meter`` MODIFYs skip the schema checks
         (names, widths, meter ranges): the scheduler builds them from p4names constants with
         values in range by construction (``rate_bps_to_kbps`` and ``lease_ns_to_us`` clamp to
         32 bits, ``wire_epoch`` is 1..2^32-1, meter slots are below ``SchedulerConfig.
@@ -445,12 +445,11 @@ class PipelineModel:
                     else:
                         self._write_meter(upd.op, entity)
                 elif isinstance(entity, TableEntry):
-                    if trusted and entity.table == n.DEP_GRANT and entity.action in _GRANT_ACTIONS \
-                            and not entity.is_default:
+                    if trusted and (entity.table, entity.action) in _TRUSTED_ENTRIES and not entity.is_default:
                         self._write_keyed(upd.op, entity)
                     else:
                         self._write_entry(upd.op, entity)
-                    if entity.table != n.DEP_GRANT:  # dep_grant's index is kept up to date per write
+                    if entity.table not in _PER_WRITE_INDEXED:  # those indexes are kept up to date per write
                         touched.add(entity.table)
                 elif isinstance(entity, CloneSession):
                     self._write_clone_session(upd.op, entity)
@@ -614,6 +613,11 @@ class PipelineModel:
                 del self._grants[key2]
             else:
                 self._grants[key2] = _grant_tuple(e)
+        elif e.table == n.DEP_CLAIM:  # the same for dep_claim (one per dependency)
+            if op is Op.DELETE:
+                self._claims.discard(_grant_key(e))
+            else:
+                self._claims.add(_grant_key(e))
 
     @staticmethod
     def _check_params(e: TableEntry, spec: tuple[tuple[str, int], ...], want: frozenset[str]) -> None:
@@ -680,7 +684,7 @@ class PipelineModel:
         elif table == n.HOST_PORT:
             self._host_src = {cast(int, e.match[n.F_INGRESS_PORT]): e.params["src_addr"] for e in entries}
         elif table == n.DEP_CLAIM:
-            self._claims = frozenset(_grant_key(e) for e in entries)
+            self._claims = {_grant_key(e) for e in entries}
         elif table == n.SLACK_CLASS:
             self._slack_bounds, self._slack_classes = _range_partition(
                 [
@@ -1085,6 +1089,10 @@ def _push_wanted(pkt: Packet, kbps: int) -> bool:
 
 
 _GRANT_ACTIONS = frozenset({n.ACT_SET_SHARE_GRANT, n.ACT_SET_FIXED_GRANT})
+# (table, action) of the entries write_trusted applies without schema checks, and the tables
+# whose per-packet index _write_keyed keeps up to date.
+_TRUSTED_ENTRIES = frozenset({(n.DEP_GRANT, a) for a in _GRANT_ACTIONS} | {(n.DEP_CLAIM, n.ACT_CLAIM)})
+_PER_WRITE_INDEXED = frozenset({n.DEP_GRANT, n.DEP_CLAIM})
 
 
 def _aggregate_tuple(e: TableEntry) -> _Aggregate:
