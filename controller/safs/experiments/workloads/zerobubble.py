@@ -126,30 +126,26 @@ def zb_h1_order(p: int, m: int) -> list[list[Op]]:
     _check_shape(p, m)
     order = []
     for s in range(p):
-        ops: list[Op] = []
         warmup = min(p - s - 1, m)
-        f_next = b_next = w_next = 0
-        for _ in range(warmup):
-            ops.append(Op("F", f_next))
-            f_next += 1
+        ops = [Op("F", f) for f in range(warmup)]
+        f_next, b_next, w_next = warmup, 0, 0
         for i in range(m - warmup):
-            ops.append(Op("F", f_next))
+            ops += [Op("F", f_next), Op("B", b_next)]
             f_next += 1
-            ops.append(Op("B", b_next))
             b_next += 1
             if i >= s:  # deferred W: stage s delays its first W by s rounds
                 ops.append(Op("W", w_next))
                 w_next += 1
-        for _ in range(warmup):
-            ops.append(Op("B", b_next))
-            b_next += 1
-            ops.append(Op("W", w_next))
-            w_next += 1
-        while w_next < m:
-            ops.append(Op("W", w_next))
-            w_next += 1
-        order.append(ops)
+        order.append(_cool_down(ops, warmup, b_next, w_next, m))
     return order
+
+
+def _cool_down(ops: list[Op], rounds: int, b_next: int, w_next: int, m: int) -> list[Op]:
+    """``ops`` followed by ``rounds`` (B, W) pairs from ``b_next`` and ``w_next``, then the W's
+    left up to micro-batch ``m - 1`` (the tail of every ZB schedule)."""
+    for k in range(rounds):
+        ops += [Op("B", b_next + k), Op("W", w_next + k)]
+    return ops + [Op("W", w) for w in range(w_next + rounds, m)]
 
 
 def zb_h2_order(p: int, m: int) -> list[list[Op]]:
@@ -172,12 +168,9 @@ def zb_h2_order(p: int, m: int) -> list[list[Op]]:
     cap = 2 * p - 1  # activation memory (2p-1) M_B, the paper's Table 2
     order = []
     for s in range(p):
-        ops: list[Op] = []
         warmup = min(2 * (p - s) - 1, m)
-        f_next = b_next = w_next = 0
-        for _ in range(warmup):
-            ops.append(Op("F", f_next))
-            f_next += 1
+        ops = [Op("F", f) for f in range(warmup)]
+        f_next, b_next, w_next = warmup, 0, 0
         for _ in range(m - warmup):
             ops.append(Op("B", b_next))
             b_next += 1
@@ -186,15 +179,7 @@ def zb_h2_order(p: int, m: int) -> list[list[Op]]:
                 w_next += 1
             ops.append(Op("F", f_next))
             f_next += 1
-        for _ in range(warmup):
-            ops.append(Op("B", b_next))
-            b_next += 1
-            ops.append(Op("W", w_next))
-            w_next += 1
-        while w_next < m:
-            ops.append(Op("W", w_next))
-            w_next += 1
-        order.append(ops)
+        order.append(_cool_down(ops, warmup, b_next, w_next, m))
     return order
 
 
