@@ -21,7 +21,7 @@ from safs.apps.cli import main
 from safs.control.controller import ControllerApp, ControllerConfig, SwitchSpec, _period
 from safs.control.failpoints import ENV as FAILPOINT_ENV
 from safs.control.hintapi.client import HintClient, HintServiceError
-from safs.control.state import StateStore
+from safs.control.state import IDLE_COMMIT_S, StateStore
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput
 from safs.core.hints import DependencyHint, FlowClass
@@ -65,6 +65,15 @@ def test_store_keeps_what_it_committed_and_group_commits_concurrent_writers(tmp_
     first = loaded.dependencies[0]
     assert (first.dep, first.tor, first.slot) == (DependencyHint(1, "a", "d", "A2F"), "tor1", 5)
     again.close()
+
+
+def test_store_commits_a_change_nobody_waits_for_within_the_idle_period(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "st", "two-tors")
+    for i in range(1, 101):  # queued without waiting (as a digest admission is): no commit per change
+        store.put_dependency(DependencyHint(i, "a", "d"), "tor1", i)
+    wait_for(lambda: store.pending == 0, timeout_s=100 * IDLE_COMMIT_S, what="the idle commit")
+    assert store.stats.records == 100 and store.stats.commits <= 2
+    store.close()
 
 
 def test_store_refuses_another_topologys_state_and_an_unusable_directory(tmp_path: Path) -> None:

@@ -119,20 +119,23 @@ def test_digest_sees_a_single_changed_flow_time() -> None:
 
 def test_fast_grant_keys_equal_table_entry_keys() -> None:
     from safs.core import p4names as n
-    from safs.core.scheduler import Scheduler, _entry_key
+    from safs.core.scheduler import Scheduler
     from safs.core.target import Lpm, TableEntry
 
     for src, dep_id in ((1, 1), (0x0A000001, 77), (2**32 - 1, 2**16 - 1)):
         for action in (n.ACT_SET_SHARE_GRANT, n.ACT_SET_FIXED_GRANT):
             entry = TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: src, n.F_DEP_ID: dep_id}, action)
-            assert Scheduler._dep_key(src, dep_id) == entry.key() == _entry_key(entry)
+            assert Scheduler._dep_key(src, dep_id) == entry.key()
+            assert entry.key() is entry.key()  # memoized
             # the match written in the other order is the same entry
             swapped = TableEntry(n.DEP_GRANT, {n.F_DEP_ID: dep_id, n.F_SRC_ADDR: src}, action)
-            assert _entry_key(swapped) == Scheduler._dep_key(src, dep_id)
+            assert swapped.key() == Scheduler._dep_key(src, dep_id)
         claim = TableEntry(n.DEP_CLAIM, {n.F_SRC_ADDR: src, n.F_DEP_ID: dep_id}, n.ACT_CLAIM)
-        assert Scheduler._dep_key(src, dep_id, n.DEP_CLAIM) == claim.key() == _entry_key(claim)
+        assert Scheduler._dep_key(src, dep_id, n.DEP_CLAIM) == claim.key()
     lpm = TableEntry(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(0x0A000000, 8)}, n.ACT_DROP)
-    assert _entry_key(lpm) == lpm.key()
+    assert lpm.key() == (n.IPV4_LPM, False, ((n.F_DST_ADDR, Lpm(0x0A000000, 8)),), 0)
+    # the memo is not part of the entry's value
+    assert lpm == TableEntry(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(0x0A000000, 8)}, n.ACT_DROP)
 
 
 def test_trusted_write_keeps_op_checks_and_public_write_still_validates() -> None:

@@ -4,6 +4,7 @@ the hint API and, optionally, Prometheus metrics (docs/controller.md, docs/opera
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import signal
@@ -19,6 +20,23 @@ from safs.core.errors import InvalidInput, TargetConnectionError, TargetError
 from safs.core.files import BMV2_JSON_PATH, P4INFO_PATH
 from safs.core.topology import load_topology
 from safs.targets.p4rt.p4info import P4InfoIndex
+
+# Allocations between collections of the youngest generation (CPython's default is 700). The
+# controller allocates a few short-lived objects per hint (protobuf messages, table entries) and
+# keeps tens of thousands of long-lived ones (shadow state, the topology, the P4Info): at the
+# default every 700 allocations a collection ran, and the older generations' collections walked
+# all the long-lived ones. With gc.freeze() after start-up and this threshold the hint flood of
+# benchmarks/bench_hints.py costs about a fifth less controller CPU per hint.
+GC_GEN0_THRESHOLD = 20_000
+
+
+def tune_gc() -> None:
+    """Move what start-up built out of the collector's way (gc.freeze) and collect the youngest
+    generation every GC_GEN0_THRESHOLD allocations; the older thresholds stay CPython's."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, older, oldest)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -72,6 +90,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise InvalidInput(
                 f"--switch {spec.name}={spec.grpc_addr}", f"switch unusable ({code}): {message}"
             ) from None
+        tune_gc()
         if metrics_addr is not None:
             metrics_server = serve_metrics(app, *metrics_addr)
             logging.getLogger("safs.control.metrics").info(

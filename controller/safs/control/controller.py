@@ -338,13 +338,27 @@ class SwitchLink:
         Raises:
             TargetError: as ``P4RuntimeTarget.write``.
         """
+        self._write(self.target.write, updates)
+
+    def write_trusted(self, updates: Sequence[Update]) -> None:
+        """:meth:`write` through the target's ``write_trusted`` where its class has one (the
+        pipeline model behind ``--model``; see ``Scheduler._write``), else its ``write``.
+
+        Raises:
+            TargetError: as :meth:`write`.
+        """
+        target = self.target
+        trusted = getattr(type(target), "write_trusted", None)
+        self._write(target.write if trusted is None else lambda batch: trusted(target, batch), updates)
+
+    def _write(self, write: Callable[[Sequence[Update]], None], updates: Sequence[Update]) -> None:
         if self.is_down:
             if updates:
                 raise self._unavailable(len(updates))
             return
         t0 = time.perf_counter()
         try:
-            self.target.write(updates)
+            write(updates)
         except TargetError as err:
             self._check(err)
             raise

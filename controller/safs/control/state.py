@@ -10,7 +10,10 @@ Group commit: callers :meth:`StateStore.put_dependency` etc. under the scheduler
 a list append), then wait outside it (:meth:`StateStore.wait_durable`) while one writer thread
 commits everything queued so far in one transaction (``synchronous=FULL``: on disk when
 acknowledged, a power loss included). An acknowledgement waits for one commit, not one per
-hint, so durability costs about one fsync per batch, whatever the hint rate.
+hint, so durability costs about one fsync per batch, whatever the hint rate. The writer starts
+a commit when someone waits for one, else within ``IDLE_COMMIT_S`` of the first change queued
+(changes nobody waits for, e.g. digest admissions): waking it per queued change made it commit
+batches of a few changes while a hint call was still queueing its thousand.
 
 Failpoints ``store.before-commit`` and ``store.after-commit`` (:mod:`safs.control.failpoints`)
 let tests kill the process around the commit.
@@ -37,6 +40,7 @@ log = logging.getLogger(__name__)
 STATE_FILE = "safs-state.sqlite3"
 LOCK_FILE = "safs-state.lock"  # held by the primary (StateStore.lock_primary)
 SCHEMA_VERSION = "1"
+IDLE_COMMIT_S = 0.05  # the most a change nobody waits for stays uncommitted (module docstring)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS dependencies (
@@ -137,6 +141,7 @@ class StateStore:
         self._queue: list[tuple[str, tuple[object, ...]]] = []
         self._queued = 0  # changes queued since start (sequence number of the last)
         self._durable = 0  # changes committed
+        self._wanted = 0  # the highest change a wait_durable caller waits for
         self._error: sqlite3.Error | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._commit_loop, name="safs-state-commit", daemon=True)
@@ -205,7 +210,6 @@ class StateStore:
         with self._cond:
             self._queue.append((sql, params))
             self._queued += 1
-            self._cond.notify_all()
 
     def wait_durable(self, timeout_s: float = 30.0) -> None:
         """Block until every change queued before this call is committed to disk.
@@ -217,6 +221,9 @@ class StateStore:
         """
         with self._cond:
             target = self._queued
+            if target > self._wanted:
+                self._wanted = target
+                self._cond.notify_all()  # the writer commits now
             done = self._cond.wait_for(lambda: self._durable >= target or self._error is not None
                                        or self._closed, timeout_s)
             if self._error is not None:
@@ -268,11 +275,14 @@ class StateStore:
     def _commit_loop(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: bool(self._queue) or self._closed)
+                self._cond.wait_for(lambda: (bool(self._queue) and self._wanted > self._durable)
+                                    or self._closed, IDLE_COMMIT_S)
                 batch, self._queue = self._queue, []
                 upto = self._queued
-                if not batch and self._closed:
-                    return
+                if not batch:
+                    if self._closed:
+                        return
+                    continue
             try:
                 self._commit(batch)
             except sqlite3.Error as err:

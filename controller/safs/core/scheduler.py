@@ -679,7 +679,7 @@ class Scheduler:
         """
         if switch not in self._targets:
             raise InvalidInput("switch", f"no target named {switch!r}")
-        self._shadow[switch] = {_entry_key(e): e for e in observed.entries}
+        self._shadow[switch] = {e.key(): e for e in observed.entries}
         self._shadow_grants[switch] = {k: e for k, e in self._shadow[switch].items()
                                        if e.table in _PER_DEPENDENCY_TABLES and not e.is_default}
         self._shadow_meters[switch] = {m.index: m for m in observed.meters if m.meter == n.DEP_METER}
@@ -693,7 +693,7 @@ class Scheduler:
         plans = {switch: plan}
         self._plan_all_grants(plans, only=switch)
         plans = {switch: plan}  # the other switches' grants are theirs to reconcile
-        static = {_entry_key(e) for e in entries}
+        static = {e.key() for e in entries}
         plan += [Update(Op.DELETE, e) for k, e in self._shadow[switch].items()
                  if not e.is_default and e.table not in _PER_DEPENDENCY_TABLES and k not in static]
         sessions = {c.session_id for c in self._clone_sessions(switch)}
@@ -756,7 +756,7 @@ class Scheduler:
         if isinstance(entity, (ActionProfileMember, ActionProfileGroup)):
             return entity.key() in self._shadow_profiles[sw]
         assert isinstance(entity, TableEntry)
-        return _entry_key(entity) in self._shadow[sw]
+        return entity.key() in self._shadow[sw]
 
     def _static_entries(self, sw: str) -> list[TableEntry]:
         cfg = self.config
@@ -1467,7 +1467,7 @@ class Scheduler:
                     plans.setdefault(sw, []).append(Update(Op.DELETE, entry))
 
     def _plan_entry(self, sw: str, entry: TableEntry, plan: list[Update]) -> None:
-        current = self._shadow[sw].get(_entry_key(entry))
+        current = self._shadow[sw].get(entry.key())
         if current == entry:
             return
         op = Op.MODIFY if entry.is_default or current is not None else Op.INSERT
@@ -1573,19 +1573,12 @@ class Scheduler:
             else:
                 self._shadow_profiles[sw][entity.key()] = entity
         elif upd.op is Op.DELETE:
-            key = _entry_key(entity)
+            key = entity.key()
             self._shadow[sw].pop(key, None)
             self._shadow_grants[sw].pop(key, None)
         else:
-            key = _entry_key(entity)
+            key = entity.key()
             self._shadow[sw][key] = entity
             if entity.table in _PER_DEPENDENCY_TABLES:
                 self._shadow_grants[sw][key] = entity
 
-
-def _entry_key(entry: TableEntry) -> TableEntryKey:
-    """``entry.key()``, without sorting a one-field match (the common case: grant entries)."""
-    match = entry.match
-    if len(match) == 1:
-        return (entry.table, entry.is_default, tuple(match.items()), entry.priority)
-    return entry.key()

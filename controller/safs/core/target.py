@@ -75,7 +75,14 @@ class TableEntry:
 
     def key(self) -> TableEntryKey:
         """Identity of the entry in its table (what INSERT/MODIFY/DELETE address)."""
-        return (self.table, self.is_default, tuple(sorted(self.match.items())), self.priority)
+        # Memoized in the instance dict (the entry is immutable): the scheduler's shadow and the
+        # pipeline model both key every grant entry written, and sorting the match dominated.
+        try:
+            return self.__dict__["_key"]  # type: ignore[no-any-return]
+        except KeyError:
+            key = (self.table, self.is_default, tuple(sorted(self.match.items())), self.priority)
+            self.__dict__["_key"] = key
+            return key
 
 
 @dataclass(frozen=True)

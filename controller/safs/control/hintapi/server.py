@@ -46,6 +46,7 @@ from safs.control.bind import check_listen
 from safs.control.failpoints import failpoint
 from safs.control.hintapi import hints_pb2 as pb
 from safs.control.hintapi import hints_pb2_grpc as pb_grpc
+from safs.control.hintapi.batch_wire import BatchParsing
 from safs.control.hintapi.convert import FIELD_METADATA_KEY, flow_class_from_pb, grant_to_pb
 from safs.control.state import StateStore
 from safs.control.tls import Identities, TlsFiles, peer_name, server_credentials
@@ -493,7 +494,7 @@ def start(scheduler: Scheduler, address: str, clock: Callable[[], int], *,
     servicer.counter = CallCounter()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                     thread_name_prefix="safs-hint-rpc"),
-                         interceptors=[servicer.counter],
+                         interceptors=[servicer.counter, BatchParsing()],
                          options=[("grpc.so_reuseport", 0)])  # a port in use is an error, not shared
     pb_grpc.add_HintServiceServicer_to_server(servicer, server)
     try:

@@ -1,0 +1,94 @@
+"""safs.control.hintapi.batch_wire: the batch calls' fast parsers agree with protobuf's own on
+every input (encoder output, unknown fields, truncated and corrupted bytes), and take the fast
+path on what an encoder writes."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from google.protobuf.message import DecodeError
+
+from safs.control.hintapi import hints_pb2 as pb
+from safs.control.hintapi.batch_wire import Batch, parse_announce_dependencies, parse_end_dependencies
+
+ANNOUNCE_FIELDS = ("dep_id", "sender", "receiver", "label", "flow_class")
+END_FIELDS = ("sender", "dep_id")
+
+
+def rows(message: Any, fields: tuple[str, ...]) -> list[tuple[object, ...]]:
+    return [tuple(getattr(d, f) for f in fields) for d in message.dependencies]
+
+
+def random_text(rng: random.Random) -> str:
+    return "".join(rng.choice("ab01-é→") for _ in range(rng.randrange(0, 6)))
+
+
+def random_announce(rng: random.Random) -> bytes:
+    return pb.AnnounceDependenciesRequest(dependencies=[
+        pb.Dependency(dep_id=rng.choice([0, 1, 65535, 2**32 - 1, rng.randrange(2**32)]), sender=random_text(rng),
+                      receiver=random_text(rng), label=random_text(rng), flow_class=rng.choice([0, 1, 2, 7, -1]))
+        for _ in range(rng.randrange(0, 5))]).SerializeToString()
+
+
+def random_end(rng: random.Random) -> bytes:
+    return pb.EndDependenciesRequest(dependencies=[
+        pb.EndDependencyRequest(sender=random_text(rng), dep_id=rng.randrange(2**32))
+        for _ in range(rng.randrange(0, 5))]).SerializeToString()
+
+
+def mutate(rng: random.Random, data: bytes) -> bytes:
+    """Truncate, flip, insert or delete bytes (each a quarter of the time)."""
+    buf = bytearray(data)
+    for _ in range(rng.randrange(1, 4)):
+        kind = rng.randrange(4)
+        if kind == 0 and buf:
+            del buf[rng.randrange(len(buf)):]
+        elif kind == 1 and buf:
+            buf[rng.randrange(len(buf))] = rng.randrange(256)
+        elif kind == 2:
+            buf.insert(rng.randrange(len(buf) + 1), rng.randrange(256))
+        elif buf:
+            del buf[rng.randrange(len(buf))]
+    return bytes(buf)
+
+
+CASES = [(parse_announce_dependencies, pb.AnnounceDependenciesRequest, ANNOUNCE_FIELDS, random_announce),
+         (parse_end_dependencies, pb.EndDependenciesRequest, END_FIELDS, random_end)]
+
+
+@pytest.mark.parametrize(("parse", "message", "fields", "make"), CASES, ids=["announce", "end"])
+def test_fast_parse_agrees_with_protobuf_on_encoded_and_corrupted_input(parse, message, fields, make) -> None:  # noqa: ANN001
+    rng = random.Random(7)
+    fast_paths = outcomes = 0
+    for i in range(4000):
+        data = make(rng) if i % 2 == 0 else mutate(rng, make(rng))
+        try:
+            expected = rows(message.FromString(data), fields)
+        except (DecodeError, UnicodeDecodeError, ValueError) as err:
+            with pytest.raises(type(err)):
+                parse(data)
+            continue
+        parsed = parse(data)
+        assert rows(parsed, fields) == expected, data.hex()
+        fast_paths += isinstance(parsed, Batch)
+        outcomes += 1
+    # most encoder outputs (not those with a negative enum value, which protobuf parses)
+    assert fast_paths > 1500
+    assert outcomes > fast_paths  # some valid inputs went to protobuf (unknown field shapes)
+
+
+def test_encoder_output_takes_the_fast_path_and_unknown_fields_are_skipped() -> None:
+    dep = pb.Dependency(dep_id=7, sender="h1", receiver="h2", label="x", flow_class=pb.FLOW_CLASS_BACKGROUND)
+    data = pb.AnnounceDependenciesRequest(dependencies=[dep, dep]).SerializeToString()
+    parsed = parse_announce_dependencies(data)
+    assert isinstance(parsed, Batch)
+    assert rows(parsed, ANNOUNCE_FIELDS) == [(7, "h1", "h2", "x", pb.FLOW_CLASS_BACKGROUND)] * 2
+    # a newer client's unknown field 9 (varint) inside a dependency is skipped, as protobuf does
+    inner = dep.SerializeToString() + bytes([9 << 3, 5])
+    data = bytes([1 << 3 | 2, len(inner)]) + inner
+    assert isinstance(parse_announce_dependencies(data), Batch)
+    assert rows(parse_announce_dependencies(data), ANNOUNCE_FIELDS) == rows(
+        pb.AnnounceDependenciesRequest.FromString(data), ANNOUNCE_FIELDS)
+    assert parse_end_dependencies(b"").dependencies == []
