@@ -1581,4 +1581,3 @@ class Scheduler:
             self._shadow[sw][key] = entity
             if entity.table in _PER_DEPENDENCY_TABLES:
                 self._shadow_grants[sw][key] = entity
-

@@ -11,7 +11,7 @@ these messages (known fields with their declared wire types, unknown fields of v
 length-delimited type skipped) and hand anything else, malformed input included, to the
 protobuf library's own parser, which then decides (and raises, making gRPC answer the call with
 an error, as without this module). Field numbers come from the generated descriptors.
-tests/test_hint_api.py checks both parsers agree on random, truncated and corrupted messages.
+tests/test_batch_wire.py checks both parsers agree on random, truncated and corrupted messages.
 """
 
 from __future__ import annotations
@@ -74,8 +74,9 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
         raise _Fallback from None
 
 
-def _tags(message: Any, kinds: dict[str, int]) -> dict[int, tuple[int, str]]:
-    """Wire tag -> (position in the tuple, field kind) for ``message``'s fields in ``kinds``."""
+def _tags(message: Any, kinds: dict[str, str]) -> dict[int, tuple[int, str]]:
+    """Wire tag -> (position in the tuple, kind) for ``message``'s fields named in ``kinds``
+    (in tuple order; kind "u32", "enum" or "str")."""
     fields = message.DESCRIPTOR.fields_by_name
     names = list(kinds)
     return {fields[name].number << 3 | (_LEN if kinds[name] == "str" else _VARINT): (names.index(name),
