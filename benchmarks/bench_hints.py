@@ -116,14 +116,19 @@ def flood(topology: Path, hosts: list[str], hints: int, batch: int, callers: int
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--topology", default=str(ROOT / "topologies" / "leaf-spine.yaml"))
-    ap.add_argument("--hints", type=int, default=100_000)
-    ap.add_argument("--batch", type=int, default=1000)
+    ap = argparse.ArgumentParser(description="Hint throughput of safs controller --model: a flood of "
+                                 "dependencies announced and ended, durable state on and off (module docstring).",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--topology", default=str(ROOT / "topologies" / "leaf-spine.yaml"),
+                    help="topology YAML; every switch an in-process pipeline model")
+    ap.add_argument("--hints", type=int, default=100_000, help="dependencies announced (and ended) per run")
+    ap.add_argument("--batch", type=int, default=1000, help="dependencies per AnnounceDependencies call")
     ap.add_argument("--callers", type=int, default=2, help="concurrent applications (threads) in the flood")
     args = ap.parse_args()
-    if not 1 <= args.callers <= 16:
-        ap.error(f"--callers: {args.callers} is outside 1..16")
+    for option, value, low, high in (("--callers", args.callers, 1, 16), ("--batch", args.batch, 1, 4096),
+                                     ("--hints", args.hints, 1, 10**8)):
+        if not low <= value <= high:
+            ap.error(f"{option}: {value} is outside {low}..{high}")
     topology = Path(args.topology)
     hosts = load_topology(topology).hosts()
     rates = {}
@@ -138,8 +143,8 @@ def main() -> int:
               f"{'on' if mode == 'durable' else 'off'}, {callers} caller{'s' * (callers > 1)}: {args.hints:,} "
               f"dependencies announced and ended in {elapsed:.1f} s = {rate:,.0f} announces/s "
               f"({2 * rate:,.0f} hints/s counting each announce and end, batches of {args.batch}); controller RSS "
-              f"after {mem}; CPU per hint: controller {controller_cpu / (2 * args.hints) * 1e6:.0f} us, "
-              f"client {client_cpu / (2 * args.hints) * 1e6:.0f} us")
+              f"after {mem}; CPU per hint (an announce or an end): controller "
+              f"{controller_cpu / (2 * args.hints) * 1e6:.0f} us, client {client_cpu / (2 * args.hints) * 1e6:.0f} us")
     for callers in sorted({1, args.callers}):
         print(f"durable / plain throughput, {callers} caller{'s' * (callers > 1)}: "
               f"{rates['durable', callers] / rates['plain', callers]:.2f}")

@@ -497,6 +497,39 @@ def test_bad_dependency_on_the_wire_and_limits(env_dep: Env) -> None:
         assert err.value.field == field
 
 
+def test_malformed_oversized_and_beyond_32_bit_requests_on_the_wire(env_dep: Env) -> None:
+    """Raw bytes (safs.control.hintapi.batch_wire): unparsable -> INVALID_ARGUMENT naming the
+    message, for every method; 2,000,000 items refused without reading them; a dep_id beyond
+    32 bits refused by name (protobuf would have read another dependency); EndDependencies'
+    errors carry the field metadata; the server keeps serving."""
+    env = env_dep
+    env.client.announce_dependencies([dep(7)])
+    with grpc.insecure_channel(env.running.target) as channel:
+        def raw(method: str, data: bytes) -> grpc.RpcError:
+            call = channel.unary_unary(f"/safs.v1.HintService/{method}", request_serializer=lambda b: b,
+                                       response_deserializer=lambda b: b)
+            with pytest.raises(grpc.RpcError) as info:
+                call(data, timeout=30)
+            return info.value
+
+        for method, message in (("AnnounceDependencies", "AnnounceDependenciesRequest"),
+                                ("EndDependencies", "EndDependenciesRequest"), ("Announce", "AnnounceRequest")):
+            err = raw(method, b"\x0a\x05ab")  # a length that overruns the input
+            assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert err.details().startswith(f"request: not a valid safs.v1.{message}: "), err.details()
+        err = raw("EndDependencies", bytes([1 << 3 | 2, 0]) * 2_000_000)
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.details() == "dependencies: at most 4096 per call, got more than 4096"
+        assert dict(err.trailing_metadata())[FIELD_METADATA_KEY] == "dependencies"
+        inner = pb.EndDependencyRequest(sender="a").SerializeToString() + bytes([2 << 3, 0x87, 0x80, 0x80, 0x80, 0x10])
+        err = raw("EndDependencies", bytes([1 << 3 | 2, len(inner)]) + inner)  # dep_id 2^32 + 7
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "4294967303" in err.details()
+        assert dict(err.trailing_metadata())[FIELD_METADATA_KEY] == "dependencies[0].dep_id"
+    assert ("a", 7) in env.sched.dependencies  # not ended by an alias
+    env.client.end_dependencies([("a", 7)])  # and the server still serves
+    assert ("a", 7) not in env.sched.dependencies
+
+
 def test_no_free_slot_names_the_dependency_receiver() -> None:
     for env in _make_env(SHARE.replace(meter_slots=2)):  # one slot per ToR
         with pytest.raises(InvalidInput) as info:

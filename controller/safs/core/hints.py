@@ -362,7 +362,8 @@ class DependencyRegistry:
         if dep.sender == dep.receiver:
             raise InvalidInput("dependency.receiver", f"must differ from the sender ({dep.sender!r})")
         if not isinstance(dep.label, str) or len(dep.label) > LABEL_MAX_LEN:
-            raise InvalidInput("dependency.label", f"must be text of at most {LABEL_MAX_LEN} characters")
+            got = f"{len(dep.label)} characters" if isinstance(dep.label, str) else repr(dep.label)
+            raise InvalidInput("dependency.label", f"must be text of at most {LABEL_MAX_LEN} characters, got {got}")
         try:
             flow_class = FlowClass(dep.flow_class)
         except ValueError:

@@ -191,9 +191,7 @@ class HintServicer(pb_grpc.HintServiceServicer):
     def AnnounceDependencies(self, request: pb.AnnounceDependenciesRequest,
                              context: grpc.ServicerContext) -> pb.AnnounceDependenciesResponse:
         """Announce dependencies (:meth:`Scheduler.announce_dependency`), in order."""
-        if len(request.dependencies) > MAX_DEPENDENCIES_PER_CALL:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"dependencies: at most {MAX_DEPENDENCIES_PER_CALL} "
-                          f"per call, got {len(request.dependencies)}")
+        self._check_batch_size(context, request)
         new = 0
         app = self._authorize(context, [d.sender for d in request.dependencies])
         with self.lock:
@@ -239,10 +237,8 @@ class HintServicer(pb_grpc.HintServiceServicer):
                         context: grpc.ServicerContext) -> pb.EndDependenciesResponse:
         """End dependencies in order (:meth:`Scheduler.end_dependency`); an unknown one stops
         the call there with NOT_FOUND naming its index (those before it stay ended)."""
-        if len(request.dependencies) > MAX_DEPENDENCIES_PER_CALL:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"dependencies: at most {MAX_DEPENDENCIES_PER_CALL} "
-                          f"per call, got {len(request.dependencies)}")
-        refused: tuple[grpc.StatusCode, str] | None = None
+        self._check_batch_size(context, request)
+        refused: tuple[grpc.StatusCode, str, str] | None = None  # code, field, message
         self._authorize(context, [d.sender for d in request.dependencies])
         with self.lock:
             now = self._clock()
@@ -250,19 +246,21 @@ class HintServicer(pb_grpc.HintServiceServicer):
                 try:
                     self._sched.dependencies.check_key((d.sender, d.dep_id))
                 except InvalidInput as err:
-                    refused = (grpc.StatusCode.INVALID_ARGUMENT, f"dependencies[{i}].{err.field}: {err.message}")
+                    refused = (grpc.StatusCode.INVALID_ARGUMENT, f"dependencies[{i}].{err.field}", err.message)
                     break
                 try:
                     self._sched.end_dependency(d.sender, d.dep_id, now, write=False)
                 except InvalidInput as err:
                     code = (grpc.StatusCode.NOT_FOUND if (d.sender, d.dep_id) not in self._sched.dependencies
                             else grpc.StatusCode.INVALID_ARGUMENT)
-                    refused = (code, f"dependencies[{i}].dep_id: {err.message}")
+                    refused = (code, f"dependencies[{i}].dep_id", err.message)
                     break
         self._wait_durable(context)
         self._flush_dependencies(context)  # those before a refused one are ended
         if refused is not None:
-            context.abort(*refused)
+            code, field, message = refused
+            context.set_trailing_metadata(((FIELD_METADATA_KEY, field),))
+            context.abort(code, f"{field}: {message}")
         return pb.EndDependenciesResponse()
 
     def _authorize(self, context: grpc.ServicerContext, senders: list[str]) -> str | None:
@@ -304,6 +302,15 @@ class HintServicer(pb_grpc.HintServiceServicer):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"application {name!r} holds {live} dependencies; {len(new)} more would exceed its "
                           f"quota max_dependencies={app.max_dependencies}")
+
+    def _check_batch_size(self, context: grpc.ServicerContext, request: object) -> None:
+        """Abort INVALID_ARGUMENT (field ``dependencies``) when the call holds more than
+        MAX_DEPENDENCIES_PER_CALL items (batch_wire stops reading after one more: ``more``)."""
+        items = len(request.dependencies)  # type: ignore[attr-defined]
+        if items > MAX_DEPENDENCIES_PER_CALL:
+            got = f"more than {MAX_DEPENDENCIES_PER_CALL}" if getattr(request, "more", False) else str(items)
+            self._abort(context, InvalidInput("dependencies", f"at most {MAX_DEPENDENCIES_PER_CALL} per call, "
+                                                              f"got {got}"))
 
     def _wait_durable(self, context: grpc.ServicerContext) -> None:
         """Return once this call's changes are committed (no store: at once); else abort
@@ -494,7 +501,7 @@ def start(scheduler: Scheduler, address: str, clock: Callable[[], int], *,
     servicer.counter = CallCounter()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                     thread_name_prefix="safs-hint-rpc"),
-                         interceptors=[servicer.counter, BatchParsing()],
+                         interceptors=[servicer.counter, BatchParsing(MAX_DEPENDENCIES_PER_CALL)],
                          options=[("grpc.so_reuseport", 0)])  # a port in use is an error, not shared
     pb_grpc.add_HintServiceServicer_to_server(servicer, server)
     try:
