@@ -118,6 +118,11 @@ def test_reading_stops_after_limit_plus_one_items() -> None:
     data = bytes([1 << 3 | 2, 0]) * 100_000  # 100,000 empty items
     parsed = parse_end_dependencies(data, limit=4096)
     assert isinstance(parsed, Batch) and parsed.more and len(parsed.dependencies) == 4097
+    # the same behind an item the fast path hands to protobuf (an unknown group field)
+    group = bytes([1 << 3 | 2, 2, 9 << 3 | 3, 9 << 3 | 4])
+    parsed = parse_end_dependencies(group + bytes([1 << 3 | 2, 0]) * 100_000, limit=4096)
+    assert isinstance(parsed, Batch) and parsed.more
+    assert len(parse_end_dependencies(group * 3, limit=4096).dependencies) == 3  # protobuf skips the group
     small = parse_end_dependencies(bytes([1 << 3 | 2, 0]) * 3, limit=4096)
     assert isinstance(small, Batch) and not small.more and len(small.dependencies) == 3
 

@@ -11,7 +11,8 @@ Where they differ from protobuf's parser, on purpose:
 
 - they stop after ``limit + 1`` items (``limit``: the servicer's per-call maximum), so an
   oversized call is refused without reading all of it (a 4 MB request of 2,000,000 empty
-  items took protobuf 2-8 s, during which the controller's tick starved);
+  items took protobuf 2-8 s, during which the controller's tick starved); before handing a
+  request to protobuf they count its items the same way;
 - a ``dep_id`` or ``flow_class`` beyond 32 bits keeps its value (protobuf truncates it to 32
   bits: dep_id 2^32 + 7 silently named dependency 7), so validation refuses it by name.
 
@@ -198,7 +199,26 @@ def _parse(data: bytes, message: Any, items_tag: int, tags: dict[int, tuple[int,
     try:
         return _parse_items(data, items_tag, tags, make, limit)
     except _Fallback:
-        return _protobuf(message)(data)
+        pass
+    if _more_items_than(data, items_tag, limit):  # refused unread, as on the fast path
+        return Batch([None] * (limit + 1), more=True)
+    return _protobuf(message)(data)
+
+
+def _more_items_than(buf: bytes, items_tag: int, limit: int) -> bool:
+    """True when ``buf``'s top level holds more than ``limit`` items (fields ``items_tag``),
+    reading at most ``limit`` + 1 of them; False also when it does not parse that far."""
+    pos, size, count = 0, len(buf), 0
+    try:
+        while pos < size:
+            tag, pos = _varint(buf, pos)
+            count += tag == items_tag
+            if count > limit:
+                return True
+            pos = _skip(buf, pos, tag & 7, size)
+    except _Fallback:
+        pass
+    return False
 
 
 def _protobuf(message: Any) -> Callable[[bytes], Any]:
