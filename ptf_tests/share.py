@@ -69,6 +69,7 @@ from safs.core.protocol import (
     FLAG_BACKGROUND,
     FLAG_LAST,
     FLAG_RENEW,
+    FLAG_RESENT,
     QUEUE_SLACK_MOST_URGENT,
     Color,
     MsgType,
@@ -230,20 +231,24 @@ class ShareTestBase(SafsTest):
         return self._grant(dep, flow_id, remaining, grant, flags, what)
 
     def data(self, dep: Dep, slack: int, want: Want, flags: int = 0, held: tuple[int, int] | None = None,
-             what: str = "") -> tuple[int, int, int] | None:
+             what: str = "", flow_id: int | None = None, stale: bool = False) -> tuple[int, int, int] | None:
         """A DATA of ``dep`` at ``slack`` holding ``held`` (default: what its sender holds; given,
         its sender holds it from now on): it moves to that urgency (idle with LAST); forwarded to
         the receiver in its slack class, green (the share slots' meters are unconfigured), and
         pushed a GRANT carrying the share ``want`` (or the default grant) exactly when ``want``
-        is not None."""
+        is not None. ``flow_id``: the step's own unless given; ``stale``: a DATA of a transfer
+        whose LAST already passed, which moves nothing."""
         what = what or f"DATA {dep} flags {flags:#x}"
-        flow_id, remaining = self._ids()
+        own_flow_id, remaining = self._ids()
+        flow_id = own_flow_id if flow_id is None else flow_id
         if held is not None:  # the sender holds what its DATA carries
             self.held[dep] = held
         rate, epoch = self.held.get(dep, (0, 0))
         latest = (self.now + slack) & TIME_MASK
-        self.book.move(dep, 0 if flags & FLAG_LAST else urgency(slack, flags) + 1)
+        if not stale:
+            self.book.move(dep, 0 if flags & FLAG_LAST else urgency(slack, flags) + 1)
         grant = None if want is None else self._expected(dep, want, what)
+        self.silent.pop(flow_id, None)  # a flow id given again: this step's GRANT is its own
         self.send(PORT_SENDER, safs_data(dep.sender, RECEIVER_IP, flow_id, remaining, latest, epoch, 64, flags=flags,
                                          dep_id=dep.dep_id, rate_kbps=rate, **TO_SWITCH))
         h = self.receive(PORT_RECEIVER)[SAFS]
@@ -435,6 +440,34 @@ class ShareTopLastTest(ShareTestBase):
                 for dep, slack, want in after:
                     self.data(dep, slack, want, what=f"{name}: {dep} after the top's LAST")
                 self.last(*((dep, slack) for dep, slack, _ in requests[1:]), what=name)
+        self.expect_nothing()
+
+
+class ShareStaleTest(ShareTestBase):
+    """An original DATA of a transfer whose LAST already passed (``dep_ended``: a straggler its
+    LAST overtook, late by now) changes nothing: the dependency stays idle, or in the class of its
+    next transfer, the counts and the generation stay, and no GRANT is pushed. Without this one
+    late straggler kept an ended transfer counted in the most urgent class, and every other
+    dependency of the port at the waiting share, until the dependency's next LAST
+    (docs/evaluation.md, "Stragglers after LAST"). A retransmission (RESENT) counts as before."""
+
+    def runTest(self) -> None:
+        a, b = A1, A2
+        self.start([a, b])
+        ended = 9001
+        self.request(b, MID, (ALONE, 1), what="B alone")
+        self.request(a, MID, (ALONE, 2), what="A joins B's class")
+        self.data(a, MID, None, FLAG_LAST, flow_id=ended, what="A's transfer ends")
+        self.data(a, LATE, None, flow_id=ended, stale=True, what="a late straggler of the ended transfer")
+        self.request(b, MID, (ALONE, 1), what="B alone again: the straggler counted nothing")
+        self.request(a, MID, (ALONE, 2), what="A's next transfer counts")
+        self.data(a, LATE, None, flow_id=ended, stale=True, what="a straggler while A's next transfer runs")
+        self.request(b, MID, (ALONE, 2), what="B still shares with A: nothing moved")
+        self.data(a, MID, None, FLAG_LAST, flow_id=ended + 1, what="A's next transfer ends")
+        self.data(a, LATE, (TOP, 1), FLAG_RESENT, flow_id=ended + 1, what="a retransmission of it counts")
+        self.request(b, MID, (WAITING, 1), what="B waits behind the late retransmission")
+        self.last((a, LATE), flags=FLAG_RESENT, what="the retransmission's LAST")
+        self.last((b, MID), what="end")
         self.expect_nothing()
 
 

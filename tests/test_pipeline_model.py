@@ -18,6 +18,7 @@ from safs.core.protocol import (
     FLAG_BACKGROUND,
     FLAG_LAST,
     FLAG_RENEW,
+    FLAG_RESENT,
     QDEPTH_MAX,
     QUEUE_BEST_EFFORT,
     QUEUE_CONTROL,
@@ -434,10 +435,11 @@ def ask(sw: PipelineModel, dep_id: int, qclass: int = 2, flags: int = 0,
 
 
 def data(sw: PipelineModel, dep_id: int, qclass: int = 2, flags: int = 0, rate_kbps: int = 0, epoch: int = 0,
-         dst: int = RECEIVER_IP) -> list[tuple[int, Packet]]:
-    """Ingress of a DATA of ``dep_id`` in slack class ``qclass``, holding ``rate_kbps``/``epoch``."""
+         dst: int = RECEIVER_IP, flow_id: int = 7) -> list[tuple[int, Packet]]:
+    """Ingress of a DATA of ``dep_id``'s transfer ``flow_id`` in slack class ``qclass``, holding
+    ``rate_kbps``/``epoch``."""
     p = safs_pkt(MsgType.DATA, dep_id=dep_id, ts=wrap(sw.now() + SLACK_NS[qclass]), flags=flags,
-                 rate_kbps=rate_kbps, epoch=epoch, dst=dst)
+                 rate_kbps=rate_kbps, epoch=epoch, dst=dst, flow_id=flow_id)
     return sw.ingress(p, SENDER_PORT)
 
 
@@ -494,6 +496,32 @@ def test_last_makes_a_dependency_idle_and_the_waiting_one_gets_the_port() -> Non
     assert ask(sw, 1, qclass=6)[0] == share_kbps(1, n.SHARE_TOP)  # its next transfer counts again
 
 
+def test_a_straggler_after_its_transfers_last_changes_nothing() -> None:
+    """A DATA of a transfer whose LAST passed (overtaken, so late by now) neither counts the
+    dependency again nor moves it out of its next transfer's class, and gets no GRANT."""
+    sw, _ = make_switch()
+    share_deps(sw, 2)
+    ask(sw, 2)
+    data(sw, 1, flow_id=11)
+    _, gen, _ = ask(sw, 2)
+    data(sw, 1, flags=FLAG_LAST, flow_id=11)
+    assert counts(sw) == [0, 0, 0, 0, 1] and sw.read_register(n.DEP_ENDED, 1) == 11
+    out = data(sw, 1, qclass=6, flow_id=11, rate_kbps=1)  # far off its share: a push if it counted
+    assert len(out) == 1 and out[0][1].safs_type == MsgType.DATA
+    assert counts(sw) == [0, 0, 0, 0, 1] and sw.read_register(n.DEP_CLASS, 1) == 0
+    assert ask(sw, 2) == (share_kbps(1), gen + 1, SHARE_LEASE_US)  # B alone: one change (A's LAST)
+    data(sw, 1, flow_id=12)  # A's next transfer counts
+    data(sw, 1, qclass=6, flow_id=11)  # a straggler of the ended one: still urgency 4
+    assert counts(sw) == [0, 0, 0, 0, 2] and sw.read_register(n.DEP_CLASS, 1) == 5
+    data(sw, 1, flags=FLAG_LAST, flow_id=12)
+    assert counts(sw) == [0, 0, 0, 0, 1] and sw.read_register(n.DEP_ENDED, 1) == 12
+    # Retransmissions after LAST (RESENT) count as before, and their own LAST ends them again.
+    data(sw, 1, qclass=6, flow_id=12, flags=FLAG_RESENT)
+    assert counts(sw) == [1, 0, 0, 0, 1] and sw.read_register(n.DEP_CLASS, 1) == 1
+    data(sw, 1, qclass=6, flow_id=12, flags=FLAG_RESENT | FLAG_LAST)
+    assert counts(sw) == [0, 0, 0, 0, 1] and sw.read_register(n.DEP_CLASS, 1) == 0
+
+
 def test_counts_never_go_below_zero() -> None:
     """The entry is keyed by sender and dep_id, not by port: a dependency counted at one port
     whose LAST arrives for another (or after a restart zeroed the counts) removes nothing there."""
@@ -524,11 +552,11 @@ def test_class_counts_are_the_dependencies_held_and_rates_follow_the_most_urgent
     share_deps(sw, 4)
     held = {d: 0 for d in range(1, 5)}
     gen = 0
-    for dep_id, qclass, is_data, last, background in seq:
+    for step, (dep_id, qclass, is_data, last, background) in enumerate(seq):
         flags = (FLAG_LAST if last else 0) | (FLAG_BACKGROUND if background else 0)
         before = counts(sw)
-        if is_data:
-            data(sw, dep_id, qclass, flags=flags)
+        if is_data:  # each DATA of its own transfer (a straggler after LAST: the test above)
+            data(sw, dep_id, qclass, flags=flags, flow_id=100 + step)
         else:
             rate, _, _ = ask(sw, dep_id, qclass, flags=flags)  # LAST means nothing on a REQUEST
         urgency = 4 if background else 6 - qclass

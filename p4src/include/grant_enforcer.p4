@@ -11,8 +11,13 @@
  *     dep_class[slot]     = 1 + the urgency the dependency is counted in (0: idle)
  *     class_load_u[port]  = active dependencies of urgency u at the port (u = 0..4)
  *     port_gen[port]      grows whenever a count changes (the grants' epoch)
+ *     dep_ended[slot]     the flow id of the dependency's last transfer whose LAST passed
  *       DATA/REQUEST, not LAST: the dependency moves to the packet's urgency
  *       DATA with LAST:         it goes idle
+ *       DATA of the flow in dep_ended, neither LAST nor RESENT (a straggler its LAST overtook):
+ *       stale, nothing changes and no GRANT is pushed (it would count an ended transfer as
+ *       active, in the most urgent class since it is late by now, until the next LAST);
+ *       retransmissions count as before and end with a LAST of their own
  *     then, with top = the most urgent non-empty class:
  *       urgency == top, nothing less urgent  -> port_share(port, n_top, SHARE_ALONE)
  *       urgency == top, others waiting       -> port_share(port, n_top, SHARE_TOP)
@@ -62,6 +67,8 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
     register<load_t>(NUM_PORTS) class_load_4;
     @name(".SafsIngress.port_gen")
     register<epoch_t>(NUM_PORTS) port_gen;
+    @name(".SafsIngress.dep_ended")
+    register<flow_id_t>(DEP_SLOTS) dep_ended;
 
     @name(".SafsIngress.set_default_grant")
     action set_default_grant(@name("rate_kbps") rate_kbps_t rate_kbps,
@@ -175,11 +182,28 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
             urgency = 4;
         }
         bit<8> cls = 1 + (bit<8>) urgency;
-        if (hdr.safs.msg_type == SAFS_DATA && (hdr.safs.flags & FLAG_LAST) != 0) {
+        bool is_data = hdr.safs.msg_type == SAFS_DATA;
+        bool last = is_data && (hdr.safs.flags & FLAG_LAST) != 0;
+        if (last) {
             cls = 0;
+        }
+        flow_id_t ended;
+        dep_ended.read(ended, slot);
+        flow_id_t ends = ended;
+        if (last) {
+            ends = hdr.safs.flow_id;
+        }
+        dep_ended.write(slot, ends);
+        meta.stale = 0;
+        if (is_data && !last && (hdr.safs.flags & FLAG_RESENT) == 0 && ended == hdr.safs.flow_id) {
+            meta.stale = 1;
         }
         bit<8> held;
         dep_class.read(held, slot);
+        if (meta.stale == 1) {
+            cls = held;  // unchanged: no count moves
+            urgency = (bit<3>) (held - 1);  // held 0 (idle): no share, see apply
+        }
         dep_class.write(slot, cls);
         load_t n0; load_t n1; load_t n2; load_t n3; load_t n4;
         CLASS_COUNT(0, class_load_0, n0)
@@ -223,6 +247,7 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
     apply {
         has_share = 0;
         share_lease_us = 0;
+        meta.stale = 0;
         if (meta.safs_ok == 1 && meta.receiver_port == 1) {
             default_grant.apply();
             share_lease.apply();
@@ -255,7 +280,7 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
                 bool off = held < rate - (rate >> 5) || (held > rate && held - rate > (rate >> 8));
                 bool wanted = hdr.safs.epoch == 0 || (hdr.safs.flags & FLAG_RENEW) != 0;
                 if (meta.has_grant == 1 && meta.has_grant_route == 1 && (hdr.safs.flags & FLAG_LAST) == 0
-                        && (off || wanted)) {
+                        && meta.stale == 0 && (off || wanted)) {
                     stash_grant();
                     meta.make_grant = 1;
                     clone_preserving_field_list(CloneType.I2E,

@@ -114,6 +114,7 @@ struct metadata_t {
     bit<1>       share;            // the dependency's rate is its share of the port (else fixed)
     bit<3>       urgency;          // 6 - slack class: 0 late (most urgent) .. 4 (from slack_class)
     bit<8>       dep_class;        // 1 + the urgency the dependency is counted in after this packet (0: idle)
+    bit<1>       stale;            // DATA of a transfer whose LAST already passed: changes nothing
     load_t       load;             // port_share key: dependencies sharing with this one (see mode)
     bit<2>       share_mode;       // port_share key: SHARE_ALONE, SHARE_TOP or SHARE_WAITING
     rate_kbps_t  rate_kbps;

@@ -87,6 +87,7 @@ DEP_CLASS = "SafsIngress.dep_class"  # by meter_slot: 1 + the urgency the depend
 CLASS_LOADS = tuple(f"SafsIngress.class_load_{u}" for u in range(URGENCY_CLASSES))  # by egress port:
 # active dependencies of urgency u
 PORT_GEN = "SafsIngress.port_gen"  # by egress port: grows whenever a class count changes (share epochs)
+DEP_ENDED = "SafsIngress.dep_ended"  # by meter_slot: flow id of the last transfer whose LAST passed
 PORT_TX_BYTES = "SafsEgress.port_tx_bytes"  # indirect counter by egress port
 QDEPTH_HIST = "SafsEgress.qdepth_hist"  # indirect counter, index = port * 8 + bucket
 QDEPTH_BUCKETS = 8  # bucket b counts packets enqueued with depth in [2^b - 1, 2^(b+1) - 1)

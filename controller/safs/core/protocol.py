@@ -61,6 +61,9 @@ FLAG_RENEW = 0x04  # DATA: the sender's lease is running out; the receiver's ToR
 # DATA: the sender's ToR demoted it (no admitted dependency, over the port's unclaimed_meter);
 # every switch sends it in queue 1. Set by switches; a host setting it only demotes itself.
 FLAG_DEMOTED = 0x08
+# DATA: a retransmitted segment. The receiver's ToR ignores an original DATA of a transfer whose
+# LAST already passed (a straggler the LAST overtook), not a retransmission (docs/protocol.md).
+FLAG_RESENT = 0x10
 
 
 class MsgType(enum.IntEnum):

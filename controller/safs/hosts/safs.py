@@ -27,8 +27,10 @@ Sender (../shared/BRIEF.md, "Design decisions / How grants reach senders"):
   dependency's id and the rate and epoch it holds, so the receiver's ToR can push a GRANT
   in-band when that rate is off the grant's; ``FLAG_LAST`` when the dependency has no unsent
   data after it (it goes idle: the ToR stops counting its weight), ``FLAG_RENEW`` once
-  ``renew_fraction`` of the lease has passed (the ToR answers with a GRANT); background-class
-  dependencies set ``FLAG_BACKGROUND``. No sender polls while it waits.
+  ``renew_fraction`` of the lease has passed (the ToR answers with a GRANT), ``FLAG_RESENT``
+  on a retransmitted segment (the ToR ignores original DATA of a transfer whose LAST it has
+  seen: stragglers; not retransmissions); background-class dependencies set
+  ``FLAG_BACKGROUND``. No sender polls while it waits.
 - Urgency signal: when the head transfer's slack falls below one of the switches' slack-class
   thresholds (``SafsConfig.slack_thresholds_ns``) before the next DATA would leave, a REQUEST
   goes at that moment, so the receiver's ToR sees the dependency become more urgent then
@@ -95,6 +97,7 @@ from safs.core.protocol import (
     FLAG_BACKGROUND,
     FLAG_LAST,
     FLAG_RENEW,
+    FLAG_RESENT,
     HEADER_LEN,
     NACK_MAX_SEGMENTS_LIMIT,
     SAFS_UDP_PORT,
@@ -724,7 +727,7 @@ class SafsSender:
     def send_segment(self, offset: int, now: int, resent: bool, last: bool) -> int:
         """Send the segment at ``offset`` (the dependency's pacer decided it may leave now);
         returns its wire bytes, or 0 when the NIC refused it (nothing changes then)."""
-        size = self._send_data(offset, now, last)
+        size = self._send_data(offset, now, last, resent)
         if not size:
             return 0
         if resent:
@@ -753,8 +756,9 @@ class SafsSender:
         packets = -(-left // self.seg)
         return (left + packets * DATA_OVERHEAD_BYTES) * 8 * NS_PER_S <= lead * rate
 
-    def _send_data(self, offset: int, now: int, last: bool) -> int:
-        """Send the segment at ``offset``; its wire bytes, or 0 when the NIC refused it."""
+    def _send_data(self, offset: int, now: int, last: bool, resent: bool) -> int:
+        """Send the segment at ``offset`` (``resent``: a retransmission, FLAG_RESENT); its wire
+        bytes, or 0 when the NIC refused it."""
         dep = self.dep
         remaining = self.size - offset
         payload = remaining if remaining < self.seg else self.seg
@@ -767,6 +771,8 @@ class SafsSender:
             flags |= FLAG_LAST
         if dep.renew_pending:
             flags |= FLAG_RENEW
+        if resent:
+            flags |= FLAG_RESENT
         pkt.flags = flags
         pkt.flow_id = self.flow_id
         pkt.dep_id = dep.dep_id
@@ -793,7 +799,7 @@ class SafsSender:
         self.stats.timeouts += 1
         self.probes += 1
         last = ((self.size - 1) // self.seg) * self.seg
-        size = self._send_data(last, self.clock.now, not self.dep.has_data())
+        size = self._send_data(last, self.clock.now, not self.dep.has_data(), True)
         self.stats.retransmitted_bytes += size
         self.retransmitted_bytes += size
         self.rto = min(self.rto * 2, self.cfg.rto_max_ns)

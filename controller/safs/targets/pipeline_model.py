@@ -82,6 +82,7 @@ from safs.core.protocol import (
     FLAG_DEMOTED,
     FLAG_LAST,
     FLAG_RENEW,
+    FLAG_RESENT,
     MAX_DONE_FRAME_BYTES,
     MAX_REQUEST_FRAME_BYTES,
     NS_PER_S,
@@ -380,6 +381,7 @@ class PipelineModel:
         self._dep_class = [0] * n.DEP_SLOTS
         self._class_loads = [[0] * n.NUM_PORTS for _ in range(n.URGENCY_CLASSES)]
         self._port_gen = [0] * n.NUM_PORTS
+        self._dep_ended = [0] * n.DEP_SLOTS
         self._default_grant = (0, 0, 0, n.DEFAULT_METER_SLOT)  # (kbps, epoch 0, lease_us, slot)
         self._offset = 0
         self._ecn_threshold = ECN_THRESHOLD_OFF
@@ -925,11 +927,12 @@ class PipelineModel:
             return [(port, pkt)]
         grant = self._grants.get((pkt.src, pkt.dep_id))
         kbps, epoch, lease, slot = self._default_grant
+        stale = False
         if grant is None:
             pass
         elif grant[0]:  # a share grant: the port's share at the load after this packet
             slot = grant[4]
-            kbps, epoch, lease = self._share_grant(pkt, port, slot, qclass, kbps, lease)
+            kbps, epoch, lease, stale = self._share_grant(pkt, port, slot, qclass, kbps, lease)
         else:
             kbps, epoch, lease, slot = grant[1], grant[2], grant[3], grant[4]
         if t == _DATA:
@@ -941,7 +944,7 @@ class PipelineModel:
             color = _GREEN if meter is None else meter.color(pkt.size, local)
             pkt.color = color
             pkt.priority = qclass if color == _GREEN else QUEUE_OVER_RATE
-            if grant is not None and not pkt.flags & FLAG_LAST and _push_wanted(pkt, kbps):
+            if grant is not None and not pkt.flags & FLAG_LAST and not stale and _push_wanted(pkt, kbps):
                 gport = self._route_back(pkt.src)
                 # Cloned to session gport + base; no session, no clone (as BMv2).
                 cport = self._clone_port.get(gport + n.CLONE_SESSION_BASE) if gport >= 0 else None
@@ -992,19 +995,32 @@ class PipelineModel:
         return [(port, pkt)]
 
     def _share_grant(self, pkt: Packet, port: int, slot: int, qclass: int, default_kbps: int,
-                     default_lease: int) -> tuple[int, int, int]:
-        """A share grant's (rate_kbps, epoch, lease_us) for ``pkt`` (grant_enforcer.p4's
+                     default_lease: int) -> tuple[int, int, int, bool]:
+        """A share grant's (rate_kbps, epoch, lease_us, stale) for ``pkt`` (grant_enforcer.p4's
         update_share): the dependency moves to the packet's urgency (6 - ``qclass``; 4 if
         background; idle on LAST), the port's class counts and generation follow, and the rate
         is the port_share entry for (its class's count, alone or top) or (the waiting count,
-        waiting) as the most urgent non-empty class decides; no entry: the default grant."""
+        waiting) as the most urgent non-empty class decides; no entry: the default grant.
+        ``stale``: an original DATA (neither LAST nor RESENT) of the transfer whose LAST already
+        passed (``dep_ended``), which changes nothing and gets no GRANT pushed."""
         urgency = QUEUE_SLACK_MOST_URGENT - qclass
         # A class outside 2..6 (queue 7, 1 or 0 in a slack_class entry): 6 - qclass wraps in the
         # P4's 3 bits to 5..7, which count as the least urgent class, like BACKGROUND.
         if not 0 <= urgency <= _LEAST_URGENT or pkt.flags & FLAG_BACKGROUND:
             urgency = _LEAST_URGENT
-        cls = 0 if (pkt.safs_type == _DATA and pkt.flags & FLAG_LAST) else urgency + 1
+        is_data = pkt.safs_type == _DATA
+        cls = 0 if (is_data and pkt.flags & FLAG_LAST) else urgency + 1
+        # An original DATA of the transfer whose LAST already passed (a straggler it overtook)
+        # is stale: it would count an ended transfer as active, in the most urgent class since
+        # it is late by now, until the dependency's next LAST. Retransmissions (RESENT) count.
+        stale = (is_data and cls != 0 and not pkt.flags & FLAG_RESENT
+                 and self._dep_ended[slot] == pkt.flow_id)
+        if cls == 0:
+            self._dep_ended[slot] = pkt.flow_id
         held = self._dep_class[slot]
+        if stale:
+            cls = held
+            urgency = held - 1
         self._dep_class[slot] = cls
         loads = self._class_loads
         gen = self._port_gen[port]
@@ -1016,7 +1032,7 @@ class PipelineModel:
             gen = (gen + 1) & EPOCH_MAX or 1  # epoch 0 means "no grant"
             self._port_gen[port] = gen
         if cls == 0:
-            return default_kbps, 0, default_lease
+            return default_kbps, 0, default_lease, stale
         counts = [load[port] for load in loads]
         # All counts 0 although the dependency is active: it is counted at another port (its
         # sender used the dep_id toward two receivers). As in the P4, top is then 4 with load 0,
@@ -1029,8 +1045,8 @@ class PipelineModel:
             key = (port, rest, n.SHARE_WAITING)
         kbps = self._shares.get(key)
         if kbps is None:
-            return default_kbps, 0, default_lease
-        return kbps, gen, self._share_lease_us
+            return default_kbps, 0, default_lease, stale
+        return kbps, gen, self._share_lease_us, stale
 
     def read_register(self, register: str, index: int) -> int:
         """A register cell (model only: BMv2's P4Runtime cannot read registers; tests use it).
@@ -1038,7 +1054,7 @@ class PipelineModel:
         Raises:
             InvalidInput: unknown register or index out of range.
         """
-        registers = {n.DEP_CLASS: self._dep_class, n.PORT_GEN: self._port_gen,
+        registers = {n.DEP_CLASS: self._dep_class, n.PORT_GEN: self._port_gen, n.DEP_ENDED: self._dep_ended,
                      **dict(zip(n.CLASS_LOADS, self._class_loads, strict=True))}
         cells = registers.get(register)
         if cells is None:
