@@ -37,9 +37,9 @@ const bit<4> SAFS_DONE    = 4;
 const bit<8> FLAG_BACKGROUND = 0x01;   // dependency hinted as background class
 const bit<8> FLAG_LAST       = 0x02;   // DATA: the dependency has no new data after this packet
 const bit<8> FLAG_RENEW      = 0x04;   // DATA: the sender's lease is running out: send a GRANT
-const bit<8> FLAG_RESENT     = 0x10;   // DATA: a retransmitted segment (not a straggler after LAST)
 const bit<8> FLAG_DEMOTED    = 0x08;   // DATA: the sender's ToR demoted it (no admitted dependency,
                                        // over the port's unclaimed_meter): queue 1 at every switch
+const bit<8> FLAG_RESENT     = 0x10;   // DATA: a retransmitted segment (not a straggler after LAST)
 
 const qclass_t QUEUE_CONTROL     = 7;
 const qclass_t QUEUE_OVER_RATE   = 1;
