@@ -194,7 +194,6 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
             ends = hdr.safs.flow_id;
         }
         dep_ended.write(slot, ends);
-        meta.stale = 0;
         if (is_data && !last && (hdr.safs.flags & FLAG_RESENT) == 0 && ended == hdr.safs.flow_id) {
             meta.stale = 1;
         }
