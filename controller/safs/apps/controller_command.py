@@ -7,12 +7,12 @@ import argparse
 import gc
 import json
 import logging
-import signal
 import threading
 from pathlib import Path
 
 from rich.console import Console
 
+from safs.apps.signals import stop_on_signals
 from safs.control.bind import check_listen
 from safs.control.controller import ControllerApp, config_from_args
 from safs.control.metrics import parse_metrics_addr, serve_metrics
@@ -70,36 +70,34 @@ def run(args: argparse.Namespace, console: Console) -> int:
     )
     stop = threading.Event()
     metrics_server = None
-    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with stop_on_signals(stop):
         try:
-            app.start()
-        except (TargetConnectionError, TargetError) as exc:  # name the switch as the user gave it
-            if isinstance(exc, TargetConnectionError):
-                if "election id already in use" in exc.message.lower():
-                    raise InvalidInput("--election-id", f"{config.election_id[1]} is already used by another "
-                                       f"controller of {exc.switch or exc.address} (after a takeover the primary "
-                                       "runs with an id it chose: see its log); give another id") from None
-                spec = next((s for s in config.switches if s.grpc_addr == exc.address), None)
-                code, message = exc.code, f"{exc.operation} failed: {exc.message}"
-            else:
-                spec = next((s for s in config.switches if f"{s.name}:" in str(exc)), None)
-                code, message = exc.failures[0].code, exc.failures[0].message
-            if spec is None:
-                raise
-            raise InvalidInput(
-                f"--switch {spec.name}={spec.grpc_addr}", f"switch unusable ({code}): {message}"
-            ) from None
-        tune_gc()
-        if metrics_addr is not None:
-            metrics_server = serve_metrics(app, *metrics_addr)
-            logging.getLogger("safs.control.metrics").info(
-                "Prometheus metrics at http://%s:%d/metrics", *metrics_server.server_address[:2])
-        app.run(stop)
-    finally:
-        if metrics_server is not None:
-            metrics_server.shutdown()
-        app.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            try:
+                app.start()
+            except (TargetConnectionError, TargetError) as exc:  # name the switch as the user gave it
+                if isinstance(exc, TargetConnectionError):
+                    if "election id already in use" in exc.message.lower():
+                        raise InvalidInput("--election-id", f"{config.election_id[1]} is already used by another "
+                                           f"controller of {exc.switch or exc.address} (after a takeover the primary "
+                                           "runs with an id it chose: see its log); give another id") from None
+                    spec = next((s for s in config.switches if s.grpc_addr == exc.address), None)
+                    code, message = exc.code, f"{exc.operation} failed: {exc.message}"
+                else:
+                    spec = next((s for s in config.switches if f"{s.name}:" in str(exc)), None)
+                    code, message = exc.failures[0].code, exc.failures[0].message
+                if spec is None:
+                    raise
+                raise InvalidInput(
+                    f"--switch {spec.name}={spec.grpc_addr}", f"switch unusable ({code}): {message}"
+                ) from None
+            tune_gc()
+            if metrics_addr is not None:
+                metrics_server = serve_metrics(app, *metrics_addr)
+                logging.getLogger("safs.control.metrics").info(
+                    "Prometheus metrics at http://%s:%d/metrics", *metrics_server.server_address[:2])
+            app.run(stop)
+        finally:
+            if metrics_server is not None:
+                metrics_server.shutdown()
+            app.stop()
     return 0

@@ -10,12 +10,12 @@ SIGINT/SIGTERM or ``--duration-s``. docs/controller.md, "Without a switch".
 from __future__ import annotations
 
 import argparse
-import signal
 import threading
 from pathlib import Path
 
 from rich.console import Console
 
+from safs.apps.signals import stop_on_signals
 from safs.core.errors import InvalidInput
 from safs.core.topology import Topology, load_topology
 from safs.testing.fake_p4rt import FakeP4RuntimeServer
@@ -57,20 +57,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.duration_s is not None and args.duration_s < 0:
         raise InvalidInput("--duration-s", f"must be >= 0, got {args.duration_s}")
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    servers: list[tuple[str, FakeP4RuntimeServer]] = []
-    try:
-        servers = start_fake_switches(topo, args.base_port)
-        print(f"{n} fake P4Runtime switch(es) of {topo.name} on loopback (answer like BMv2's PI; "
-              "forward no packets):", flush=True)
-        for name, server in servers:
-            print(f"  {name}  {server.address}", flush=True)
-        flags = " ".join(f"--switch {name}={server.address}" for name, server in servers)
-        print(f"try: safs controller --topology {args.topology} {flags}", flush=True)
-        stop.wait(args.duration_s)
-    finally:
-        for _, server in servers:
-            server.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with stop_on_signals(stop):
+        servers: list[tuple[str, FakeP4RuntimeServer]] = []
+        try:
+            servers = start_fake_switches(topo, args.base_port)
+            print(f"{n} fake P4Runtime switch(es) of {topo.name} on loopback (answer like BMv2's PI; "
+                  "forward no packets):", flush=True)
+            for name, server in servers:
+                print(f"  {name}  {server.address}", flush=True)
+            flags = " ".join(f"--switch {name}={server.address}" for name, server in servers)
+            print(f"try: safs controller --topology {args.topology} {flags}", flush=True)
+            stop.wait(args.duration_s)
+        finally:
+            for _, server in servers:
+                server.stop()
     return 0
