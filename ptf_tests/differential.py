@@ -536,6 +536,7 @@ class ShareDifferentialTest(DiffTestBase):
                            if e.table == n.PORT_SHARE and e.match[n.F_EGRESS_PORT] == PORT_RECEIVER}
             self.assertEqual(sorted(self.shares), [(mode, load) for mode in (ALONE, TOP, WAITING)
                                                    for load in range(1, n.MAX_LOAD + 1)])
+            self.spare_levels = self.drop_spare_levels()
             self.held: dict[str, tuple[int, int]] = {}
             self.seq = 0
             self.run_share_sequence()
@@ -583,15 +584,16 @@ class ShareDifferentialTest(DiffTestBase):
                     if e.table == n.DEP_GRANT and e.match == {n.F_SRC_ADDR: ip_int(SENDERS[host][0]),
                                                               n.F_DEP_ID: dep_id})
 
-    def expect_grant(self, name: str, kind: MsgType, share: tuple[int, int] | None, **kw) -> dict:
+    def expect_grant(self, name: str, kind: MsgType, share: tuple[int, int] | None, level: int = 1, **kw) -> dict:
         """A step that must produce a GRANT with the scheduler's ``port_share`` rate of ``share``
-        = (mode, load), the default grant (epoch 0) when ``share`` is None."""
+        = (mode, load) (times the spare ``level``), the default grant (epoch 0) when ``share`` is
+        None."""
         g = self.step(name, kind, **kw)
         self.assertIsNotNone(g, f"{name} {kind.name}: a GRANT expected")
         if share is None:
             self.assertEqual((g["rate_kbps"], g["epoch"]), (DEFAULT_KBPS, 0), f"{name}: the default grant")
         else:
-            self.assertEqual(g["rate_kbps"], self.shares[share], f"{name}: GRANT rate of (mode, load) {share}")
+            self.assertEqual(g["rate_kbps"], self.shares[share] * level, f"{name}: GRANT rate of (mode, load) {share}")
             self.assertNotEqual(g["epoch"], 0, name)
         return g
 
@@ -696,6 +698,27 @@ class ShareDifferentialTest(DiffTestBase):
         self.expect_grant("A", data, (TOP, 1))
         for name, slack in (("A", LATE), ("B", FAR), ("C", SOON)):
             self.expect_none(name, flags=FLAG_LAST, slack=slack)
+        # The spare level: the scheduler's spare_level entries back on both. Steps are far more
+        # than 2 x TOP_WINDOW_NS apart, so every window is silent (0 top-class bytes): B waiting
+        # behind A gets its WAITING share times the level of 0 bytes; A's share is unchanged.
+        self.fanout.write([Update(Op.INSERT, e) for e in self.spare_levels])
+        self.gone.difference_update(e.key() for e in self.spare_levels)
+        idle = next(e.params["level"] for e in self.spare_levels
+                    if e.match[n.F_EGRESS_PORT] == PORT_RECEIVER and e.match[n.F_TOP_BYTES].low == 0)
+        self.assertGreater(idle, 1)
+        self.expect_grant("A", req, (ALONE, 1))
+        self.expect_grant("B", req, (WAITING, 1), level=idle)
+        self.expect_grant("A", data, (TOP, 1))
+        for name in ("A", "B"):
+            self.expect_none(name, flags=FLAG_LAST)
+
+    def drop_spare_levels(self) -> list[TableEntry]:
+        """Delete the scheduler's spare_level entries on both targets (the share sequence
+        checks port_share rates; the spare level has its own steps at its end); returns them."""
+        entries = [e for e in self.sched.installed(SWITCH) if e.table == n.SPARE_LEVEL]
+        self.fanout.write([Update(Op.DELETE, e) for e in entries])
+        self.gone.update(e.key() for e in entries)
+        return entries
 
     def set_class_queue(self, qclass: int, queue: int) -> None:
         """MODIFY the scheduler's slack_class entry of ``qclass`` to give ``queue`` instead (both
@@ -715,3 +738,4 @@ class ShareDifferentialTest(DiffTestBase):
         self.gone.clear()
         self.slot_bytes, self.slot_first = {}, {}  # meters configured anew: buckets full
         self.sched.reinstall(SWITCH, 0, OFFSET_NS)
+        self.drop_spare_levels()

@@ -76,6 +76,7 @@ from safs.core.protocol import (
     epoch_newer,
 )
 from safs.core.scapy_layer import SAFS, safs_data, safs_request
+from safs.core.target import Range
 from safs.core.timebase import TIME_MASK
 
 S = 1_000_000_000  # ns
@@ -125,6 +126,7 @@ class Book:
         self.cls: dict[int, int] = {}
         self.gen = 0
         self.loads = loads
+        self.level = 1  # the spare level waiting shares are multiplied by (no spare_level entry: 1)
 
     def counts(self) -> list[int]:
         return [sum(1 for c in self.cls.values() if c == u + 1) for u in range(n.URGENCY_CLASSES)]
@@ -151,6 +153,8 @@ class Book:
         """(rate, epoch, lease) the switch grants ``dep`` now: its share, or the default grant."""
         key = self.key(dep)
         rate = None if key is None else share_rate(*key, loads=self.loads)
+        if rate is not None and key is not None and key[0] == WAITING:
+            rate *= self.level
         return DEFAULT if rate is None else (rate, self.gen, SHARE_LEASE_US)
 
 
@@ -468,6 +472,33 @@ class ShareStaleTest(ShareTestBase):
         self.request(b, MID, (WAITING, 1), what="B waits behind the late retransmission")
         self.last((a, LATE), flags=FLAG_RESENT, what="the retransmission's LAST")
         self.last((b, MID), what="end")
+        self.expect_nothing()
+
+
+class ShareSpareTest(ShareTestBase):
+    """Work conservation (``spare_level``): a waiting dependency's share is the WAITING entry
+    times the level of the range holding the port's top-class DATA bytes of the last window;
+    no range: level 1. Only REQUESTs here, which count no bytes, so the port's window holds 0
+    bytes however fast BMv2 is (the window itself: tests/test_pipeline_model_share.py). The top
+    dependency's share does not change."""
+
+    def runTest(self) -> None:
+        a, b = A1, A2
+        self.start([a, b])
+        self.request(a, LATE, (ALONE, 1), what="A alone, late")
+        self.request(b, MID, (WAITING, 1), what="B waits: no spare_level entry, level 1")
+        idle = {n.F_EGRESS_PORT: PORT_RECEIVER, n.F_TOP_BYTES: Range(0, 0)}
+        self.insert(n.SPARE_LEVEL, idle, n.ACT_SET_SPARE_LEVEL, {"level": 3}, priority=3)
+        self.insert(n.SPARE_LEVEL, {n.F_EGRESS_PORT: PORT_RECEIVER, n.F_TOP_BYTES: Range(1, 10**6)},
+                    n.ACT_SET_SPARE_LEVEL, {"level": 2}, priority=2)
+        self.book.level = 3
+        self.assertEqual(self.request(b, MID, (WAITING, 1), what="B waits, the top class sent nothing: level 3")[0],
+                         3 * Q)
+        self.assertEqual(self.request(a, LATE, (TOP, 1), what="A keeps its share")[0], R - Q)
+        self.modify(n.SPARE_LEVEL, idle, n.ACT_SET_SPARE_LEVEL, {"level": 5}, priority=3)
+        self.book.level = 5
+        self.assertEqual(self.request(b, MID, (WAITING, 1), what="B waits, the entry says level 5")[0], 5 * Q)
+        self.last((a, LATE), (b, MID), what="end")
         self.expect_nothing()
 
 

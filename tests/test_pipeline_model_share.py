@@ -1,8 +1,8 @@
 """Share grants in the pipeline model (safs.targets.pipeline_model, grant_enforcer.p4's
 update_share): the cases ptf_tests/differential.py found where the model and BMv2 disagreed.
 
-Setup: sender 10.0.0.1 behind port 1, two receivers on receiver ports 2 and 3, one share
-dependency (the sender's dep_id 1, slot 5), port_share entries for loads 1..4 of each mode on
+Setup: sender 10.0.0.1 behind port 1, two receivers on receiver ports 2 and 3, two share
+dependencies (the sender's dep_ids 1 and 2, slots 5 and 6), port_share entries for loads 1..4 of each mode on
 both ports, slack classes late -> 6, slack >= 0 -> 5 (the tests rewrite that one's queue).
 """
 
@@ -27,8 +27,10 @@ def rate(mode: int, load: int) -> int:
     return {n.SHARE_ALONE: USABLE, n.SHARE_TOP: USABLE - RESERVE, n.SHARE_WAITING: RESERVE}[mode] // load
 
 
-def switch(soon_queue: int = 5) -> PipelineModel:
-    sw = PipelineModel("tor", lambda: NOW)
+def switch(soon_queue: int = 5, clock: list[int] | None = None) -> PipelineModel:
+    """The setup above; ``clock``: a one-element list holding the switch time (default NOW)."""
+    now = clock if clock is not None else [NOW]
+    sw = PipelineModel("tor", lambda: now[0])
     ups = [Update(Op.INSERT, TableEntry(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(dst, 32)}, n.ACT_SET_EGRESS,
                                         {"port": port, "dst_mac": port}))
            for dst, port in ((SENDER, 1), (RCV2, 2), (RCV3, 3))]
@@ -96,3 +98,33 @@ def test_dependency_counted_at_another_port_gets_the_default_grant() -> None:
     assert send(sw, MsgType.DATA, 1, -500, held=(DEFAULT_KBPS, 0)) == alone
     assert send(sw, MsgType.DATA, 1, -500, flags=FLAG_LAST, held=alone[:2]) is None
     assert sw.read_register(n.CLASS_LOADS[0], 2) == 0
+
+
+def test_waiting_dependencies_share_what_the_top_class_left_in_the_last_window() -> None:
+    """spare_level: a waiting dependency's rate is the SHARE_WAITING entry times the level of
+    the range holding the port's top-class DATA bytes of the last whole TOP_WINDOW_NS (default
+    level 1); a window silent throughout counts 0 bytes; waiting DATA does not count."""
+    clock = [NOW]
+    sw = switch(clock=clock)
+    sw.write([Update(Op.INSERT, TableEntry(n.SPARE_LEVEL, {n.F_EGRESS_PORT: 2, n.F_TOP_BYTES: Range(lo, hi)},
+                                           n.ACT_SET_SPARE_LEVEL, {"level": level}, priority=level))
+              for lo, hi, level in ((0, 999, 8), (1000, 1999, 3))])
+    waiting = rate(n.SHARE_WAITING, 1)
+    assert send(sw, MsgType.REQUEST, 1, -500) == (rate(n.SHARE_ALONE, 1), 1, SHARE_LEASE)  # top: late
+    assert send(sw, MsgType.REQUEST, 2, 500)[0] == 8 * waiting  # nothing counted yet: 0 bytes
+    for _ in range(10):  # 10 x 142 bytes of the top class in this window
+        send(sw, MsgType.DATA, 1, -500, held=(rate(n.SHARE_TOP, 1), 2))
+    send(sw, MsgType.DATA, 2, 500, held=(8 * waiting, 2))  # waiting bytes do not count
+    assert sw.read_register(n.PORT_WIN_BYTES, 2) == 1420
+    assert send(sw, MsgType.REQUEST, 2, 500)[0] == 8 * waiting  # the window is not over
+    clock[0] += n.TOP_WINDOW_NS
+    assert send(sw, MsgType.REQUEST, 2, 500)[0] == 3 * waiting  # 1420 bytes last window
+    assert sw.read_register(n.PORT_TOP_BYTES, 2) == 1420
+    assert sw.read_register(n.PORT_TOP_BYTES, 3) == 0  # per port
+    for _ in range(15):
+        send(sw, MsgType.DATA, 1, -500, held=(rate(n.SHARE_TOP, 1), 2))
+    clock[0] += n.TOP_WINDOW_NS
+    assert send(sw, MsgType.REQUEST, 2, 500)[0] == waiting  # 2130 bytes: no range, level 1
+    clock[0] += 2 * n.TOP_WINDOW_NS
+    assert send(sw, MsgType.REQUEST, 2, 500)[0] == 8 * waiting  # a silent window: 0 bytes
+    assert send(sw, MsgType.REQUEST, 1, -500)[0] == rate(n.SHARE_TOP, 1)  # the top class keeps its share

@@ -44,17 +44,17 @@ POLICIES = ("safs", "dctcp")
 # Pinned today's behaviour (see the module docstring before changing any of these).
 GOLDEN: dict[tuple[str, str], str] = {
     ('afd-bulk', 'safs'):
-        '81e7a7c81c6660fd6fe6ad65fe1eb6cb30a5153f66338412a49e315fd82ca1f5',  # events=85283, drops=315, data_bytes=123177108, control_bytes=234624, sim_time_ns=3032978, ecn_marked_packets=1268, flows=578
+        '3dcc9f902c6d1503223d7f682cac9a63bc2df24f9d59db080e16a369d22346b0',  # events=85364, drops=315, data_bytes=123249220, control_bytes=239460, sim_time_ns=3032377, ecn_marked_packets=1143, flows=578
     ('afd-bulk', 'dctcp'):
-        '5941326f5a4aa805e2e363572331ac3fd2d0c6beb5573b501c528cfc23b6c5ff',  # events=106703, drops=951, data_bytes=173411346, control_bytes=0, sim_time_ns=6154366, ecn_marked_packets=2824, flows=578
+        'd2435eddaa3656006d2c68ac52f5e7ecafc05d978a189b672f9a53992ecb2559',  # events=106703, drops=951, data_bytes=173411346, control_bytes=0, sim_time_ns=6154366, ecn_marked_packets=2824, flows=578
     ('afd-poisson', 'safs'):
-        '24ea2bdc650d433860bf334734c33da1f8069b76ab889a4810130f068cfa369f',  # events=42008, drops=76, data_bytes=62482679, control_bytes=140166, sim_time_ns=2213344, ecn_marked_packets=374, flows=395
+        'd6ada4048fa72f35cbddfab430ddc191fa0785f7fea2f03a3d0abc1b8b8dc618',  # events=41966, drops=76, data_bytes=62464651, control_bytes=140322, sim_time_ns=2213386, ecn_marked_packets=370, flows=395
     ('afd-poisson', 'dctcp'):
-        '1c6c332c57c9e2d651abad7327737062358f524d5e4517efa4c5186d6502b05e',  # events=50447, drops=664, data_bytes=80554755, control_bytes=0, sim_time_ns=3736265, ecn_marked_packets=1798, flows=399
+        'dcbfc8b073e9e9ba07769e56aadcaa01182c8f228025a13bd540c912c7612aeb',  # events=50447, drops=664, data_bytes=80554755, control_bytes=0, sim_time_ns=3736265, ecn_marked_packets=1798, flows=399
     ('zerobubble-bulk', 'safs'):
-        '527e82f138db47ddef6ee882f3583075794303e5c7a9839fca7ace3c01fa745b',  # events=108417, drops=75, data_bytes=128264254, control_bytes=6084, sim_time_ns=4831860, ecn_marked_packets=5019, flows=26
+        '8a831e7b04d14b3f214fa5de05c405ce67b3328ca675e52d9c7b00c77e10475e',  # events=108417, drops=75, data_bytes=128264254, control_bytes=6084, sim_time_ns=4831860, ecn_marked_packets=5019, flows=26
     ('zerobubble-bulk', 'dctcp'):
-        '1ff3bb33ac939539b56c31d7fdace5ef3eaf1faca81bf710a4c728862d93182d',  # events=230951, drops=71, data_bytes=262469692, control_bytes=0, sim_time_ns=10262051, ecn_marked_packets=11897, flows=26
+        '7a5d568ece557b69c615b3e26a8146922b258ef0e8cf9e0d86760e3a0f0f36fa',  # events=230951, drops=71, data_bytes=262469692, control_bytes=0, sim_time_ns=10262051, ecn_marked_packets=11897, flows=26
 }
 
 

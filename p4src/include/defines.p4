@@ -87,6 +87,9 @@ const port_t CPU_PORT = 255;
 #define DEP_SLOTS         4096   // meter / counter / dep_class slots (slot 0: the default grant)
 #define MAX_LOAD           128   // largest load with a port_share entry (dependencies per class or waiting)
 #define PORT_SHARE_SIZE  32768   // 64 host ports x 3 modes x MAX_LOAD loads, and spare
+#define SPARE_LEVEL_SIZE  4096   // 64 host ports x up to 64 spare levels
+#define MAX_SPARE_LEVEL     64   // largest spare level (waiting rate = level x the waiting entry)
+#define TOP_WINDOW_NS    32768   // the window over which a port's top-class bytes are counted
 #define NUM_PORTS          512
 #define QDEPTH_BUCKETS       8
 #define CLONE_SESSION_BASE   1   // clone session id = egress port + base

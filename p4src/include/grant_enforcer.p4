@@ -25,6 +25,15 @@
  *     (the controller's entries: usable / n, (usable - reserve) / n and reserve / n; waiting
  *     dependencies keep a trickle so their packets keep passing and their urgency is seen;
  *     no entry, i.e. a load above MAX_LOAD: the default grant)
+ *   work conservation: waiting dependencies share what the top class left unused in the last
+ *   TOP_WINDOW_NS, in units of the reserve:
+ *     port_top_bytes[port]  top-class DATA bytes of the last whole window (port_win_start,
+ *                           port_win_bytes: the current window's start and bytes)
+ *     spare_level(port, top bytes) -> level = floor((usable - top) / reserve) (default 1)
+ *     waiting rate = port_share(port, n_waiting, SHARE_WAITING) x level
+ *   (capacity granted to top-class senders busy elsewhere does not idle; the top class keeps
+ *   its queue priority, so a top sender that speeds up takes the port back at once and the
+ *   waiting rate follows within a window)
  *
  *   DATA    : dep_meter[slot] -> colour; not green -> queue 1 (over rate), never dropped;
  *             dep_bytes[slot] counts; unless LAST is set: the rate the packet carries is off
@@ -69,6 +78,12 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
     register<epoch_t>(NUM_PORTS) port_gen;
     @name(".SafsIngress.dep_ended")
     register<flow_id_t>(DEP_SLOTS) dep_ended;
+    @name(".SafsIngress.port_win_start")
+    register<ns_t>(NUM_PORTS) port_win_start;
+    @name(".SafsIngress.port_win_bytes")
+    register<bit<32>>(NUM_PORTS) port_win_bytes;
+    @name(".SafsIngress.port_top_bytes")
+    register<bit<32>>(NUM_PORTS) port_top_bytes;
 
     @name(".SafsIngress.set_default_grant")
     action set_default_grant(@name("rate_kbps") rate_kbps_t rate_kbps,
@@ -155,6 +170,27 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         counters = port_share_counter;
     }
 
+    // How many reserves waiting dependencies share: what the top class left of the usable rate.
+    bit<8> spare_level;
+    @name(".SafsIngress.set_spare_level")
+    action set_spare_level(@name("level") bit<8> level) {
+        spare_level = level;
+    }
+    @name(".SafsIngress.no_spare")
+    action no_spare() {
+        spare_level = 1;  // the reserve: the port was busy (or its ranges are not installed)
+    }
+    @name(".SafsIngress.spare_level")
+    table spare_level_table {
+        key = {
+            standard_metadata.egress_spec: exact @name("egress_port");
+            meta.top_bytes: range @name("top_bytes");
+        }
+        actions = { set_spare_level; @defaultonly no_spare; }
+        const default_action = no_spare();
+        size = SPARE_LEVEL_SIZE;
+    }
+
     @hidden
     action stash_grant() {
         meta.grant_rate_kbps = meta.rate_kbps;
@@ -230,6 +266,28 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         else if (n2 != 0) { top = 2; n_top = n2; }
         else if (n3 != 0) { top = 3; n_top = n3; }
         load_t rest = n0 + n1 + n2 + n3 + n4 - n_top;
+        // The port's top-class DATA bytes: a window older than TOP_WINDOW_NS closes (its bytes
+        // become the last window's, or 0 after a silent window); this packet counts if its
+        // dependency is in the top class. Registers written unconditionally (BMv2).
+        ns_t win_start;
+        port_win_start.read(win_start, port);
+        bit<32> win_bytes;
+        port_win_bytes.read(win_bytes, port);
+        bit<32> top_bytes;
+        port_top_bytes.read(top_bytes, port);
+        ns_t age = meta.now_ns - win_start;
+        if (age >= TOP_WINDOW_NS) {
+            top_bytes = age < 2 * TOP_WINDOW_NS ? win_bytes : 0;
+            win_start = meta.now_ns;
+            win_bytes = 0;
+        }
+        if (is_data && !last && meta.stale == 0 && urgency == top) {
+            win_bytes = win_bytes + standard_metadata.packet_length;
+        }
+        port_win_start.write(port, win_start);
+        port_win_bytes.write(port, win_bytes);
+        port_top_bytes.write(port, top_bytes);
+        meta.top_bytes = top_bytes;
         if (urgency == top) {
             meta.load = n_top;
             meta.share_mode = SHARE_TOP;
@@ -245,6 +303,7 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
 
     apply {
         has_share = 0;
+        spare_level = 1;
         share_lease_us = 0;
         meta.stale = 0;
         if (meta.safs_ok == 1 && meta.receiver_port == 1) {
@@ -257,6 +316,10 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
                     port_share.apply();
                     if (has_share == 0) {
                         meta.epoch = 0;  // over the largest load: the default grant stays
+                    } else if (meta.share_mode == SHARE_WAITING) {
+                        spare_level_table.apply();
+                        // level x (reserve / n) <= usable / n: fits in 32 bits
+                        meta.rate_kbps = (rate_kbps_t) ((bit<40>) meta.rate_kbps * (bit<40>) spare_level);
                     }
                 } else {
                     meta.epoch = 0;  // LAST: the default grant (never pushed)

@@ -117,6 +117,7 @@ struct metadata_t {
     bit<1>       stale;            // DATA of a transfer whose LAST already passed: changes nothing
     load_t       load;             // port_share key: dependencies sharing with this one (see mode)
     bit<2>       share_mode;       // port_share key: SHARE_ALONE, SHARE_TOP or SHARE_WAITING
+    bit<32>      top_bytes;        // spare_level key: the port's top-class DATA bytes in the last window
     rate_kbps_t  rate_kbps;
     epoch_t      epoch;
     lease_us_t   lease_us;

@@ -40,6 +40,13 @@ ACT_NO_GRANT = "SafsIngress.no_grant"  # default: use the default grant and mete
 PORT_SHARE = "SafsIngress.port_share"  # key egress_port (exact, 9), load (exact, 16), mode (exact, 2)
 ACT_SET_SHARE = "SafsIngress.set_share"  # params: rate_kbps (32)
 MAX_LOAD = 128  # largest load with a port_share entry (p4src/include/defines.p4); above: the default grant
+# Work conservation: waiting dependencies get SHARE_WAITING x level, level = how many reserves
+# the top class left unused in the last window (TOP_WINDOW_NS) of the port.
+SPARE_LEVEL = "SafsIngress.spare_level"  # key egress_port (exact, 9), top_bytes (range, 32)
+ACT_SET_SPARE_LEVEL = "SafsIngress.set_spare_level"  # params: level (8); default no_spare: level 1
+MAX_SPARE_LEVEL = 64  # MAX_SPARE_LEVEL in defines.p4: waiting dependencies get at most 64 reserves
+SPARE_LEVEL_SIZE = 4096  # SPARE_LEVEL_SIZE in defines.p4
+TOP_WINDOW_NS = 32768  # TOP_WINDOW_NS in defines.p4
 SHARE_ALONE, SHARE_TOP, SHARE_WAITING = 0, 1, 2  # port_share modes (defines.p4)
 SHARE_MODES = (SHARE_ALONE, SHARE_TOP, SHARE_WAITING)
 URGENCY_CLASSES = 5  # urgency 0 (late, slack class 6) .. 4 (slack class 2, and background)
@@ -71,6 +78,7 @@ F_SLACK_KEY = "slack_key"
 F_DEP_ID = "dep_id"
 F_LOAD = "load"
 F_MODE = "mode"
+F_TOP_BYTES = "top_bytes"
 F_PROTOCOL = "protocol"
 F_L4_SRC_PORT = "l4_src_port"
 F_L4_DST_PORT = "l4_dst_port"
@@ -88,6 +96,9 @@ CLASS_LOADS = tuple(f"SafsIngress.class_load_{u}" for u in range(URGENCY_CLASSES
 # active dependencies of urgency u
 PORT_GEN = "SafsIngress.port_gen"  # by egress port: grows whenever a class count changes (share epochs)
 DEP_ENDED = "SafsIngress.dep_ended"  # by meter_slot: flow id of the last transfer whose LAST passed
+PORT_WIN_START = "SafsIngress.port_win_start"  # by egress port: start (fabric ns) of the current window
+PORT_WIN_BYTES = "SafsIngress.port_win_bytes"  # by egress port: top-class DATA bytes of the current window
+PORT_TOP_BYTES = "SafsIngress.port_top_bytes"  # by egress port: ... of the last whole window (0 if silent)
 PORT_TX_BYTES = "SafsEgress.port_tx_bytes"  # indirect counter by egress port
 QDEPTH_HIST = "SafsEgress.qdepth_hist"  # indirect counter, index = port * 8 + bucket
 QDEPTH_BUCKETS = 8  # bucket b counts packets enqueued with depth in [2^b - 1, 2^(b+1) - 1)

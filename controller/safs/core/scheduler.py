@@ -790,6 +790,7 @@ class Scheduler:
             for port, nb in topo.ports(sw).items():
                 if topo.is_host(nb):
                     out += self._share_entries(port, topo.host_link_bps(nb), self.background_share(sw, port))
+                    out += self._spare_entries(port, topo.host_link_bps(nb))
             out.append(TableEntry(n.SHARE_LEASE, {}, n.ACT_SET_SHARE_LEASE,
                                   {"lease_us": lease_ns_to_us(cfg.share_lease_ns)}, is_default=True))
         out.append(TableEntry(n.DEFAULT_GRANT, {}, n.ACT_SET_DEFAULT_GRANT, {
@@ -873,6 +874,23 @@ class Scheduler:
         return [TableEntry(n.PORT_SHARE, {n.F_EGRESS_PORT: port, n.F_LOAD: load, n.F_MODE: mode}, n.ACT_SET_SHARE,
                            {"rate_kbps": rate_bps_to_kbps(rate // load)})
                 for mode, rate in per_mode.items() for load in range(1, n.MAX_LOAD + 1)]
+
+    def _spare_entries(self, port: int, link_bps: int) -> list[TableEntry]:
+        """``spare_level`` of one receiver port (grant_enforcer.p4): for the top class's DATA
+        bytes in the last TOP_WINDOW_NS, how many reserves waiting dependencies share, level =
+        floor((U - top) / R) in 2..MAX_SPARE_LEVEL (below 2: the default, 1), with U the bytes the
+        link's usable rate moves in a window and R the waiting share of them. U and R leave the
+        background share out, so these entries never change; the waiting entries they multiply
+        include it (the spare is scaled by 1 - background)."""
+        usable_bytes = self.allocator.config.usable_bps(link_bps) * n.TOP_WINDOW_NS // (8 * NS_PER_S)
+        reserve_bytes = max(1, int(usable_bytes * self.config.waiting_share))
+        top_level = min(usable_bytes // reserve_bytes, n.MAX_SPARE_LEVEL)
+        def top_range(level: int) -> Range:
+            low = 0 if level == top_level else usable_bytes - (level + 1) * reserve_bytes + 1
+            return Range(low, usable_bytes - level * reserve_bytes)
+        return [TableEntry(n.SPARE_LEVEL, {n.F_EGRESS_PORT: port, n.F_TOP_BYTES: top_range(level)},
+                           n.ACT_SET_SPARE_LEVEL, {"level": level}, priority=level)
+                for level in range(2, top_level + 1)]
 
     # ------------------------------------------------------------------ background share
 

@@ -202,6 +202,10 @@ _SCHEMAS: dict[str, _TableSchema] = {
         keys=((n.F_EGRESS_PORT, "exact", 9), (n.F_LOAD, "exact", 16), (n.F_MODE, "exact", 2)),
         actions={n.ACT_SET_SHARE: (("rate_kbps", 32),)},
         entry_actions=frozenset({n.ACT_SET_SHARE})),
+    n.SPARE_LEVEL: _TableSchema(
+        keys=((n.F_EGRESS_PORT, "exact", 9), (n.F_TOP_BYTES, "range", 32)),
+        actions={n.ACT_SET_SPARE_LEVEL: (("level", 8),)},
+        entry_actions=frozenset({n.ACT_SET_SPARE_LEVEL})),
     n.SHARE_LEASE: _TableSchema(
         keys=(), actions={n.ACT_SET_SHARE_LEASE: (("lease_us", 32),)},
         entry_actions=frozenset()),
@@ -235,7 +239,8 @@ _INITIAL_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
                                                 "meter_slot": n.DEFAULT_METER_SLOT}),
     n.ECN_THRESHOLD: (n.ACT_SET_ECN_THRESHOLD, {"qdepth_pkts": ECN_THRESHOLD_OFF}),
 }
-_CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.DEP_GRANT, n.PORT_SHARE, n.TRAFFIC_CLASS,
+_CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.DEP_GRANT, n.PORT_SHARE, n.SPARE_LEVEL,
+                                   n.TRAFFIC_CLASS,
                                    n.ECMP, n.HOST_PORT, n.DEP_CLAIM})
 # Counters declared CounterType.packets in P4 (their byte_count reads 0).
 _PACKET_ONLY_COUNTERS = frozenset({n.MALFORMED, n.ECN_MARKED, n.QDEPTH_HIST, n.FORGED})
@@ -382,6 +387,11 @@ class PipelineModel:
         self._class_loads = [[0] * n.NUM_PORTS for _ in range(n.URGENCY_CLASSES)]
         self._port_gen = [0] * n.NUM_PORTS
         self._dep_ended = [0] * n.DEP_SLOTS
+        self._port_win_start = [0] * n.NUM_PORTS
+        self._port_win_bytes = [0] * n.NUM_PORTS
+        self._port_top_bytes = [0] * n.NUM_PORTS
+        # spare_level: port -> (lows, highs, levels), sorted by low (ranges do not overlap)
+        self._spare_ranges: dict[int, tuple[list[int], list[int], list[int]]] = {}
         self._default_grant = (0, 0, 0, n.DEFAULT_METER_SLOT)  # (kbps, epoch 0, lease_us, slot)
         self._offset = 0
         self._ecn_threshold = ECN_THRESHOLD_OFF
@@ -702,6 +712,15 @@ class PipelineModel:
             self._shares = {
                 (cast(int, e.match[n.F_EGRESS_PORT]), cast(int, e.match[n.F_LOAD]), cast(int, e.match[n.F_MODE])):
                     e.params["rate_kbps"] for e in entries}
+        elif table == n.SPARE_LEVEL:
+            by_port: dict[int, list[tuple[int, int, int]]] = {}
+            for e in entries:
+                r = cast(Range, e.match[n.F_TOP_BYTES])
+                by_port.setdefault(cast(int, e.match[n.F_EGRESS_PORT]), []).append((r.low, r.high, e.params["level"]))
+            self._spare_ranges = {}
+            for port, rows in by_port.items():
+                rows.sort()
+                self._spare_ranges[port] = ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
         elif table == n.SHARE_LEASE:
             self._share_lease_us = default.params["lease_us"]
         elif table == n.CLOCK_OFFSET:
@@ -932,7 +951,7 @@ class PipelineModel:
             pass
         elif grant[0]:  # a share grant: the port's share at the load after this packet
             slot = grant[4]
-            kbps, epoch, lease, stale = self._share_grant(pkt, port, slot, qclass, kbps, lease)
+            kbps, epoch, lease, stale = self._share_grant(pkt, port, slot, qclass, kbps, lease, now)
         else:
             kbps, epoch, lease, slot = grant[1], grant[2], grant[3], grant[4]
         if t == _DATA:
@@ -995,14 +1014,16 @@ class PipelineModel:
         return [(port, pkt)]
 
     def _share_grant(self, pkt: Packet, port: int, slot: int, qclass: int, default_kbps: int,
-                     default_lease: int) -> tuple[int, int, int, bool]:
+                     default_lease: int, now: int) -> tuple[int, int, int, bool]:
         """A share grant's (rate_kbps, epoch, lease_us, stale) for ``pkt`` (grant_enforcer.p4's
         update_share): the dependency moves to the packet's urgency (6 - ``qclass``; 4 if
         background; idle on LAST), the port's class counts and generation follow, and the rate
         is the port_share entry for (its class's count, alone or top) or (the waiting count,
         waiting) as the most urgent non-empty class decides; no entry: the default grant.
         ``stale``: an original DATA (neither LAST nor RESENT) of the transfer whose LAST already
-        passed (``dep_ended``), which changes nothing and gets no GRANT pushed."""
+        passed (``dep_ended``), which changes nothing and gets no GRANT pushed. A waiting
+        dependency's rate is multiplied by the port's spare level: how many reserves the top
+        class left unused in the last TOP_WINDOW_NS (``now``: fabric ns)."""
         urgency = QUEUE_SLACK_MOST_URGENT - qclass
         # A class outside 2..6 (queue 7, 1 or 0 in a slack_class entry): 6 - qclass wraps in the
         # P4's 3 bits to 5..7, which count as the least urgent class, like BACKGROUND.
@@ -1031,6 +1052,14 @@ class PipelineModel:
                 loads[cls - 1][port] += 1
             gen = (gen + 1) & EPOCH_MAX or 1  # epoch 0 means "no grant"
             self._port_gen[port] = gen
+        # The port's top-class DATA bytes per window (a window silent throughout counts 0).
+        top_bytes = self._port_top_bytes[port]
+        age = (now - self._port_win_start[port]) & TIME_MASK
+        if age >= n.TOP_WINDOW_NS:
+            top_bytes = self._port_win_bytes[port] if age < 2 * n.TOP_WINDOW_NS else 0
+            self._port_top_bytes[port] = top_bytes
+            self._port_win_start[port] = now
+            self._port_win_bytes[port] = 0
         if cls == 0:
             return default_kbps, 0, default_lease, stale
         counts = [load[port] for load in loads]
@@ -1039,6 +1068,8 @@ class PipelineModel:
         # which has no port_share entry: the default grant.
         top = next((u for u, c in enumerate(counts) if c), _LEAST_URGENT)
         rest = sum(counts) - counts[top]
+        if is_data and not stale and urgency == top:  # cls != 0 here: not LAST
+            self._port_win_bytes[port] += pkt.size
         if urgency == top:
             key = (port, counts[top], n.SHARE_TOP if rest else n.SHARE_ALONE)
         else:
@@ -1046,7 +1077,18 @@ class PipelineModel:
         kbps = self._shares.get(key)
         if kbps is None:
             return default_kbps, 0, default_lease, stale
+        if urgency != top:
+            kbps *= self._spare_level(port, top_bytes)
         return kbps, gen, self._share_lease_us, stale
+
+    def _spare_level(self, port: int, top_bytes: int) -> int:
+        """spare_level(port, top_bytes): the level of the range holding ``top_bytes`` (1 if none)."""
+        ranges = self._spare_ranges.get(port)
+        if ranges is None:
+            return 1
+        lows, highs, levels = ranges
+        i = bisect_right(lows, top_bytes) - 1
+        return levels[i] if i >= 0 and top_bytes <= highs[i] else 1
 
     def read_register(self, register: str, index: int) -> int:
         """A register cell (model only: BMv2's P4Runtime cannot read registers; tests use it).
@@ -1055,6 +1097,8 @@ class PipelineModel:
             InvalidInput: unknown register or index out of range.
         """
         registers = {n.DEP_CLASS: self._dep_class, n.PORT_GEN: self._port_gen, n.DEP_ENDED: self._dep_ended,
+                     n.PORT_WIN_START: self._port_win_start, n.PORT_WIN_BYTES: self._port_win_bytes,
+                     n.PORT_TOP_BYTES: self._port_top_bytes,
                      **dict(zip(n.CLASS_LOADS, self._class_loads, strict=True))}
         cells = registers.get(register)
         if cells is None:
