@@ -233,7 +233,10 @@ class SchedulerConfig(ConfigModel):
             behind a more urgent slack class, split equally among them, in [0.001, 0.5]. They
             need some rate: the switch sees a dependency's urgency only in its packets, and a
             waiting one's grows until it shares the port. Default 1/32 (about 3 Gbit/s of
-            100 Gbit/s: a 9000-byte packet each 24 µs for one waiting dependency).
+            100 Gbit/s: a 9000-byte packet each 24 µs for one waiting dependency). It is
+            also the unit of the spare level: waiting dependencies share as many reserves as
+            the top class left unused in the last window, up to ``MAX_SPARE_LEVEL`` (64)
+            (docs/protocol.md, "Grants").
         traffic_classes: aggregates of non-SAFS traffic and their queues and meters
             (:class:`TrafficClassSpec`), installed on every switch; at most 255 (the P4
             program's ``traffic_class`` and ``aggregate_meter`` sizes). Default none: all
