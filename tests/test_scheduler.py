@@ -596,6 +596,31 @@ def test_setup_writes_port_share_per_host_port_and_the_share_lease() -> None:
     assert all(t.entries(n.PORT_SHARE) == [] for t in targets.values())
 
 
+@pytest.mark.parametrize("waiting_share", [1 / 32, 0.25, 1 / 200])
+def test_spare_levels_partition_the_top_bytes_of_a_window(waiting_share: float) -> None:
+    """spare_level of every host port: level = floor((U - top bytes) / R) for every top-bytes
+    count in 0..U - 2R (U the usable rate's bytes per TOP_WINDOW_NS, R the waiting share of
+    them, the background share left out), ranges disjoint, capped at MAX_SPARE_LEVEL; above:
+    no range (level 1). Written once: a background share change leaves them."""
+    topo, clock, targets, sched = make(SHARE.replace(waiting_share=waiting_share))
+    for tor in ("tor0", "tor1"):
+        for port, nb in topo.ports(tor).items():
+            if not topo.is_host(nb):
+                continue
+            u = sched.allocator.config.usable_bps(topo.host_link_bps(nb)) * n.TOP_WINDOW_NS // 8_000_000_000
+            r = int(u * waiting_share)
+            ranges = sorted((e.match[n.F_TOP_BYTES].low, e.match[n.F_TOP_BYTES].high, e.params["level"])
+                            for e in targets[tor].entries(n.SPARE_LEVEL) if e.match[n.F_EGRESS_PORT] == port)
+            assert ranges[0][0] == 0 and ranges[-1][1] == u - 2 * r
+            assert all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:]))  # contiguous, disjoint
+            for low, high, level in ranges:
+                for top in (low, high):
+                    assert level == min((u - top) // r, n.MAX_SPARE_LEVEL)
+    before = targets["tor1"].entries(n.SPARE_LEVEL)
+    sched.set_background_share("tor1", topo.port_of("tor1", "d"), 0.5)
+    assert targets["tor1"].entries(n.SPARE_LEVEL) == before
+
+
 def test_waiting_share_sets_the_reserve_and_is_range_checked() -> None:
     topo, clock, targets, sched = make(SHARE.replace(waiting_share=0.25))
     port = topo.port_of("tor1", "d")
