@@ -188,11 +188,15 @@ def test_safs_timers_scale_through_sim_config() -> None:
 
     cfg = SimConfig(safs_grant_poll_ns=2_000_000, safs_reorder_window_ns=5_000_000).safs_config()
     assert (cfg.grant_poll_ns, cfg.reorder_window_ns) == (2_000_000, 5_000_000)
-    assert SimConfig().safs_config().grant_poll_ns == 0  # dependency grants: senders never poll
-    # the scenario's poll is for the per-transfer design only: dependency senders never poll
+    assert SimConfig().safs_config().grant_poll_ns == 10_000  # slow grants poll, with back-off
     slow = SimConfig(safs_grant_poll_ns=2_000_000)
-    assert SafsFlows(star_topology(2), slow).safs_cfg.grant_poll_ns == 0
-    assert SafsPerTransferFlows(star_topology(2), slow).safs_cfg.grant_poll_ns == 2_000_000
+    deps = SafsFlows(star_topology(2), slow).safs_cfg
+    per_transfer = SafsPerTransferFlows(star_topology(2), slow).safs_cfg
+    assert (deps.grant_poll_ns, deps.grant_poll_backoff) == (2_000_000, 16)
+    assert (per_transfer.grant_poll_ns, per_transfer.grant_poll_backoff) == (2_000_000, 1)  # as it was
+    off = SimConfig(safs_grant_poll_ns=0)  # dependency senders never poll; per-transfer needs it
+    assert SafsFlows(star_topology(2), off).safs_cfg.grant_poll_ns == 0
+    assert SafsPerTransferFlows(star_topology(2), off).safs_cfg.grant_poll_ns == 10_000
     assert SafsPerTransferFlows(star_topology(2), SimConfig()).safs_cfg.grant_poll_ns == PER_TRANSFER_POLL_NS
     with pytest.raises(InvalidInput, match="sim.safs_grant_poll_ns"):
         SimConfig(safs_grant_poll_ns=-1)

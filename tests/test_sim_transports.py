@@ -476,18 +476,46 @@ def test_an_idle_dependency_does_not_renew_and_asks_again_only_with_data() -> No
     assert dep.epoch == 1
 
 
-@pytest.mark.parametrize("poll_ns", [0, 10_000])
-def test_a_sender_without_a_grant_polls_only_with_grant_poll_ns(poll_ns: int) -> None:
+@pytest.mark.parametrize("poll_ns, backoff", [(0, 16), (10_000, 1), (10_000, 16)])
+def test_a_sender_without_a_grant_polls_only_with_grant_poll_ns(poll_ns: int, backoff: int) -> None:
     eng, net, tor = star(2, 100 * G)
-    cfg = SafsConfig(default_rate_bps=1 * G, grant_poll_ns=poll_ns)
+    cfg = SafsConfig(default_rate_bps=1 * G, grant_poll_ns=poll_ns, grant_poll_backoff=backoff)
     stats = TransportStats()  # tor.grant None: REQUESTs go unanswered, nothing is pushed
     _, _, rec = safs_flow(eng, net, 1, 0, 1, 1_000_000, cfg, stats, nbts=10**9)
     eng.run(10**9)
     assert rec.finish_ns is not None and rec.finish_ns > 7_000_000  # at the default rate
-    if poll_ns:
-        assert tor.requests >= rec.finish_ns // poll_ns // 2  # per-transfer mode: one every poll
+    if not poll_ns:
+        assert tor.requests == 1  # no poll: the transfer's first REQUEST only
+    elif backoff == 1:
+        assert tor.requests >= rec.finish_ns // poll_ns // 2  # the per-transfer design: one every poll
     else:
-        assert tor.requests == 1  # dependency grants: no sender polls
+        # 10, 20, 40, 80 µs, then every 160 µs while the rate stays the same
+        polls = 4 + (rec.finish_ns - 150_000) // (backoff * poll_ns)
+        assert polls - 2 <= tor.requests - 1 <= polls + 2
+
+
+def test_a_slow_grant_polls_with_back_off_and_starts_over_when_its_rate_changes() -> None:
+    """A grant too slow for in-band pushes (0.5 Gbit/s: a 9000-byte DATA every ~145 µs, more
+    than 4 polls of 10 µs) polls at 10, 20, 40, 80 µs, then every 160 µs while the switch
+    answers the same rate; a GRANT with another rate brings the 10 µs poll back."""
+    eng, net, tor = star(2, 100 * G)
+    cfg = SafsConfig(default_rate_bps=1 * G, grant_poll_ns=10_000, grant_poll_backoff=16)
+    stats = TransportStats()
+    tor.grant = (G // 2, 1, 20_000_000)
+    tx, _, rec = safs_flow(eng, net, 1, 0, 1, 4_000_000, cfg, stats, nbts=10**9)
+    eng.run(5_000_000)
+    assert tx.rate_bps == G // 2
+    before = tor.requests
+    assert 25 <= before <= 40  # ~4 + 4.85 ms / 160 µs, not 500 (a fixed 10 µs poll)
+    eng.run(5_320_000)
+    assert tor.requests - before <= 3  # still every 160 µs
+    tor.grant = (G // 4, 2, 20_000_000)
+    mark = tor.requests
+    eng.run(5_500_000)  # the next poll (<= 160 µs) gets the new rate: 10, 30, 70 µs after it
+    assert tx.rate_bps == G // 4
+    assert tor.requests - mark >= 3
+    eng.run(10**9)
+    assert rec.finish_ns is not None
 
 
 def test_safs_recovers_lost_data_and_lost_done() -> None:

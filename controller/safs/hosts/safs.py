@@ -30,7 +30,8 @@ Sender (../shared/BRIEF.md, "Design decisions / How grants reach senders"):
   ``renew_fraction`` of the lease has passed (the ToR answers with a GRANT), ``FLAG_RESENT``
   on a retransmitted segment (the ToR ignores original DATA of a transfer whose LAST it has
   seen: stragglers; not retransmissions); background-class dependencies set
-  ``FLAG_BACKGROUND``. No sender polls while it waits.
+  ``FLAG_BACKGROUND``. A sender polls only while its grant is too slow for an in-band push
+  (``grant_poll_ns``, with back-off: ``SafsConfig``).
 - Urgency signal: when the head transfer's slack falls below one of the switches' slack-class
   thresholds (``SafsConfig.slack_thresholds_ns``) before the next DATA would leave, a REQUEST
   goes at that moment, so the receiver's ToR sees the dependency become more urgent then
@@ -48,8 +49,8 @@ Sender (../shared/BRIEF.md, "Design decisions / How grants reach senders"):
   policy ``safs-fifo-sender``): each dependency paces on its own into the NIC's FIFO.
 - Per-transfer mode (policy ``safs-per-transfer``, today's design kept for comparison): every
   transfer is its own dependency with a grant the controller installs (rate 0 possible while
-  more urgent transfers use the link); with ``grant_poll_ns`` > 0 a dependency holding epoch 0
-  or a grant too slow for in-band pushes re-sends a REQUEST that often.
+  more urgent transfers use the link); it polls at a fixed ``grant_poll_ns``
+  (``grant_poll_backoff`` 1).
 
 Loss recovery (defined here; not part of the P4 program): the receiver sends a DONE
 (remaining 0) once every byte has arrived, and again for any DATA arriving after that. SAFS
@@ -151,11 +152,17 @@ class SafsConfig(ConfigModel):
             grant (Homa's "unscheduled bytes", Montazeri et al., SIGCOMM 2018, sized there to one
             RTT of line rate); the rest follows the grant. Default 32 KiB (about 2.6 us at
             100 Gbit/s); should equal the scheduler's ``unscheduled_bytes`` (meter bursts).
-        grant_poll_ns: 0 (default): senders never poll. > 0 (per-transfer mode only): while a
-            dependency holds no grant of its own (epoch 0: default rate) or a grant so slow
-            that its DATA packets are more than ``SLOW_GAP_POLLS`` times this far apart (rate 0
-            included), it re-sends a REQUEST this often (the per-transfer design used 10 µs): at
-            rate 0 there is no DATA to carry the epoch for an in-band push.
+        grant_poll_ns: 0 (default): senders never poll. > 0: while a dependency holds no
+            grant of its own (epoch 0: default rate) or a grant so slow that its DATA packets
+            are more than ``SLOW_GAP_POLLS`` times this far apart (rate 0 included), it re-sends
+            a REQUEST after this long, then after twice as long each time while its rate stays
+            the same, up to ``grant_poll_backoff`` times this (a GRANT that changes the rate
+            starts over): a slow grant's DATA is too rare to carry the epoch for an in-band push,
+            and a waiting dependency would otherwise learn late that the port's more urgent
+            class has left (docs/protocol.md, sender rule 5). The simulator's dependency senders
+            use 10 µs; the per-transfer design used 10 µs without back-off.
+        grant_poll_backoff: the longest poll period as a multiple of ``grant_poll_ns``, >= 1
+            (1: a fixed period). Default 16 (10 µs .. 160 µs in the simulator).
         burst_bytes: token-bucket depth of the pacer, wire bytes: 0 (default) paces one packet
             at a time, each exactly one gap after the previous (the simulator's exact timers);
             > 0 lets a late wake-up send what the rate allowed meanwhile, up to this many bytes
@@ -188,6 +195,7 @@ class SafsConfig(ConfigModel):
     reorder_segments: int = Field(3, ge=1)
     reorder_window_ns: int = Field(200_000, ge=0)
     grant_poll_ns: int = Field(0, ge=0)
+    grant_poll_backoff: int = Field(16, ge=1)
     unscheduled_bytes: int = Field(32_768, ge=0)
     burst_bytes: int = Field(0, ge=0)
     send_order: Literal["urgency", "fifo"] = "urgency"
@@ -319,7 +327,7 @@ class SafsDependency:
 
     __slots__ = ("clock", "host", "nic", "src", "dst", "sport", "dep_id", "flags", "cfg", "seg", "burst", "stats",
                  "line_rate", "rate_bps", "epoch", "lease_expiry_ns", "transfers", "pace_token", "pacing",
-                 "next_send_ns", "last_size", "last_send_ns", "renew_token", "renew_pending", "polling",
+                 "next_send_ns", "last_size", "last_send_ns", "renew_token", "renew_pending", "polling", "poll_ns",
                  "unscheduled_left", "requests", "grants", "grants_stale", "fallbacks", "scheduler",
                  "sched_waiting", "signal_token", "signals")
 
@@ -352,7 +360,8 @@ class SafsDependency:
         self.last_send_ns = 0
         self.renew_token = 0
         self.renew_pending = False  # the lease passed renew_fraction: DATA asks for a GRANT
-        self.polling = False  # a grant-poll timer is queued (per-transfer mode)
+        self.polling = False  # a grant-poll timer is queued
+        self.poll_ns = 0  # the next poll's delay (0: grant_poll_ns); doubles while the rate stays
         self.unscheduled_left = 0  # bytes that may still go at line rate (no grant held)
         self.requests = self.grants = self.grants_stale = self.fallbacks = 0
         self.scheduler = scheduler
@@ -551,7 +560,7 @@ class SafsDependency:
     def _start_poll(self) -> None:
         if self.cfg.grant_poll_ns and not self.polling:
             self.polling = True
-            self.clock.after(self.cfg.grant_poll_ns, self._grant_poll, None)
+            self.clock.after(self.poll_ns or self.cfg.grant_poll_ns, self._grant_poll, None)
 
     def _grant_poll(self, _: object) -> None:
         self.polling = False
@@ -565,6 +574,8 @@ class SafsDependency:
                 self._schedule_pace(now)
         elif self.epoch == EPOCH_NONE or self._slow():
             self._request(head)
+            cfg = self.cfg
+            self.poll_ns = min(2 * (self.poll_ns or cfg.grant_poll_ns), cfg.grant_poll_backoff * cfg.grant_poll_ns)
         else:
             return  # a grant fast enough that DATA carries its epoch: in-band pushes take over
         self._start_poll()
@@ -591,6 +602,8 @@ class SafsDependency:
             return  # stale grant (epoch 0, the switch's default grant, always applies: rule 2)
         now = self.clock.now
         rate = pkt.rate_kbps * 1000
+        if rate != self.rate_bps:
+            self.poll_ns = 0  # polls back at the shortest period
         if epoch == EPOCH_NONE:  # the switch's default grant: no lease (the held one is gone)
             rate = rate if rate > 0 else self.cfg.default_rate_bps
             self.lease_expiry_ns = None

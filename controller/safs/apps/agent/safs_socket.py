@@ -64,7 +64,9 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
     (3/4), ``reorder_segments`` (3), ``nack_max_segments`` (128) are the simulator's;
     ``urgency_quantum_ns``, the send scheduler's deadline resolution, and
     ``slack_thresholds_ns``, the switches' slack classes (for urgency signals; empty: none),
-    are the scenario's allocator settings (the Mininet target passes them).
+    are the scenario's allocator settings (the Mininet target passes them). Polls keep a fixed
+    period (``grant_poll_backoff`` 1): on Mininet only the per-transfer design polls (the
+    Mininet target gives dependency senders ``grant_poll_ns`` 0).
 
     Raises:
         InvalidInput: a value out of :class:`SafsConfig`'s ranges (named).
@@ -74,7 +76,7 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
                       reorder_window_ns=reorder_window_ns, rto_ns=rto_ns,
                       rto_max_ns=max(500_000_000, rto_ns), unscheduled_bytes=unscheduled_bytes,
                       burst_bytes=max(1, burst), urgency_quantum_ns=urgency_quantum_ns,
-                      slack_thresholds_ns=slack_thresholds_ns)
+                      slack_thresholds_ns=slack_thresholds_ns, grant_poll_backoff=1)
 
 
 @dataclass

@@ -104,8 +104,9 @@ class SafsFlows(DctcpFlows):
 
     def __init__(self, topology: Topology, config: SimConfig) -> None:
         super().__init__(topology, config)
-        # sim.safs_grant_poll_ns is for per-transfer mode only: dependency senders never poll
-        self.safs_cfg = config.safs_config().replace(grant_poll_ns=0)
+        # Dependency senders poll (with back-off) only while their grant is too slow for an
+        # in-band push: they learn within one poll that a more urgent class left their port.
+        self.safs_cfg = config.safs_config()
         self.deps: dict[tuple[str, str], SafsDependency] = {}  # (sender, dependency name) -> sender side
         self.last_dep_id: dict[str, int] = {}  # sender -> its last dependency id
         self.schedulers: dict[str, SendScheduler] = {}  # sender -> its send scheduler (send_order urgency)
@@ -172,7 +173,7 @@ class SafsPerTransferFlows(SafsFlows):
     def __init__(self, topology: Topology, config: SimConfig) -> None:
         super().__init__(topology, config)
         # the first design as it was: REQUEST polls, no urgency signals (docs/protocol.md rule 5a)
-        self.safs_cfg = config.safs_config().replace(slack_thresholds_ns=())
+        self.safs_cfg = config.safs_config().replace(slack_thresholds_ns=(), grant_poll_backoff=1)
         if not self.safs_cfg.grant_poll_ns:
             self.safs_cfg = self.safs_cfg.replace(grant_poll_ns=PER_TRANSFER_POLL_NS)
 

@@ -52,10 +52,12 @@ class SimConfig(ConfigModel):
             poll made decode steps about 2x slower: digests are the fast path for new flows).
         renew_fraction: SAFS lease renewal point, in (0, 1), default 3/4 of the lease.
         safs_rto_ns: SAFS probe timeout, default 500 µs (docs/simulator.md "Loss recovery").
-        safs_grant_poll_ns: SAFS REQUEST poll period of waiting senders in per-transfer mode
-            only (policy ``safs-per-transfer``; ``SafsConfig.grant_poll_ns``); default 0: that
-            policy's 10 µs. Dependency grants never poll. Scale it with the fabric: it must stay
-            above a control round trip (2 ms at 10 Mbit/s, scenarios/mininet-*.yaml).
+        safs_grant_poll_ns: the shortest REQUEST poll period of SAFS senders whose grant is
+            too slow for in-band pushes (``SafsConfig.grant_poll_ns``; dependency senders back
+            off to 16x it, ``safs-per-transfer`` polls at it), default 10 µs; 0: dependency
+            senders never poll (``safs-per-transfer`` then uses 10 µs). Scale it with the
+            fabric: it must stay above a control round trip (2 ms at 10 Mbit/s,
+            scenarios/mininet-*.yaml, where only the per-transfer design polls).
         safs_reorder_window_ns: how long a missing SAFS segment may stay missing before it is
             reported lost (``SafsConfig.reorder_window_ns``), default 200 µs; scaled likewise.
         buffer_dt_alpha: dynamic-threshold alpha of switch port buffers (0 = plain shared
@@ -95,7 +97,7 @@ class SimConfig(ConfigModel):
     digest_poll_ns: int = Field(10_000, ge=1)
     renew_fraction: float = Field(0.75, gt=0, lt=1)
     safs_rto_ns: int = Field(500_000, ge=1)
-    safs_grant_poll_ns: int = Field(0, ge=0)
+    safs_grant_poll_ns: int = Field(10_000, ge=0)
     safs_reorder_window_ns: int = Field(200_000, ge=0)
     buffer_dt_alpha: float = Field(1.0, ge=0, le=64)
     dctcp: dict[str, Any] = Field(default_factory=dict)
