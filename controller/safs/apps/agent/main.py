@@ -416,8 +416,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--grant-poll-ns",
         type=_non_negative,
         default=GRANT_POLL_NS,
-        help="REQUEST period while a SAFS sender holds no usable grant, ns (0: never poll, as dependency "
-             "grants intend; sim.safs_grant_poll_ns defaults to 0)",
+        help="REQUEST period while a SAFS sender holds no usable grant, ns, fixed (0: never poll; the Mininet "
+             "target passes 0 to dependency senders and sim.safs_grant_poll_ns to the per-transfer design)",
     )
     p.add_argument(
         "--reorder-window-ns",
