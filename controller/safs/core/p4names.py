@@ -44,8 +44,7 @@ MAX_LOAD = 128  # largest load with a port_share entry (p4src/include/defines.p4
 # the top class left unused in the last window (TOP_WINDOW_NS) of the port.
 SPARE_LEVEL = "SafsIngress.spare_level"  # key egress_port (exact, 9), top_bytes (range, 32)
 ACT_SET_SPARE_LEVEL = "SafsIngress.set_spare_level"  # params: level (8); default no_spare: level 1
-MAX_SPARE_LEVEL = 64  # MAX_SPARE_LEVEL in defines.p4: waiting dependencies get at most 64 reserves
-SPARE_LEVEL_SIZE = 4096  # SPARE_LEVEL_SIZE in defines.p4
+MAX_SPARE_LEVEL = 64  # waiting dependencies get at most 64 reserves (SPARE_LEVEL_SIZE in defines.p4: 64 x 64)
 TOP_WINDOW_NS = 32768  # TOP_WINDOW_NS in defines.p4
 SHARE_ALONE, SHARE_TOP, SHARE_WAITING = 0, 1, 2  # port_share modes (defines.p4)
 SHARE_MODES = (SHARE_ALONE, SHARE_TOP, SHARE_WAITING)

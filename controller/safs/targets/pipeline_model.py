@@ -390,8 +390,8 @@ class PipelineModel:
         self._port_win_start = [0] * n.NUM_PORTS
         self._port_win_bytes = [0] * n.NUM_PORTS
         self._port_top_bytes = [0] * n.NUM_PORTS
-        # spare_level: port -> (lows, highs, levels), sorted by low (ranges do not overlap)
-        self._spare_ranges: dict[int, tuple[list[int], list[int], list[int]]] = {}
+        # spare_level: port -> (bounds, levels) as _range_partition gives them (no range: level 1)
+        self._spare_ranges: dict[int, tuple[list[int], list[int]]] = {}
         self._default_grant = (0, 0, 0, n.DEFAULT_METER_SLOT)  # (kbps, epoch 0, lease_us, slot)
         self._offset = 0
         self._ecn_threshold = ECN_THRESHOLD_OFF
@@ -713,14 +713,12 @@ class PipelineModel:
                 (cast(int, e.match[n.F_EGRESS_PORT]), cast(int, e.match[n.F_LOAD]), cast(int, e.match[n.F_MODE])):
                     e.params["rate_kbps"] for e in entries}
         elif table == n.SPARE_LEVEL:
-            by_port: dict[int, list[tuple[int, int, int]]] = {}
+            by_port: dict[int, list[tuple[int, int, int, int]]] = {}
             for e in entries:
                 r = cast(Range, e.match[n.F_TOP_BYTES])
-                by_port.setdefault(cast(int, e.match[n.F_EGRESS_PORT]), []).append((r.low, r.high, e.params["level"]))
-            self._spare_ranges = {}
-            for port, rows in by_port.items():
-                rows.sort()
-                self._spare_ranges[port] = ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+                by_port.setdefault(cast(int, e.match[n.F_EGRESS_PORT]), []).append(
+                    (e.priority, r.low, r.high, e.params["level"]))
+            self._spare_ranges = {port: _range_partition(rows, 1) for port, rows in by_port.items()}
         elif table == n.SHARE_LEASE:
             self._share_lease_us = default.params["lease_us"]
         elif table == n.CLOCK_OFFSET:
@@ -1086,9 +1084,8 @@ class PipelineModel:
         ranges = self._spare_ranges.get(port)
         if ranges is None:
             return 1
-        lows, highs, levels = ranges
-        i = bisect_right(lows, top_bytes) - 1
-        return levels[i] if i >= 0 and top_bytes <= highs[i] else 1
+        bounds, levels = ranges
+        return levels[bisect_right(bounds, top_bytes)]
 
     def read_register(self, register: str, index: int) -> int:
         """A register cell (model only: BMv2's P4Runtime cannot read registers; tests use it).
