@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 from base_test import (
     CLONE_SESSION_BASE,
+    PORT_OTHER,
     PORT_RECEIVER,
     PORT_SENDER,
     RECEIVER_IP,
@@ -127,22 +128,33 @@ class Book:
         self.gen = 0
         self.loads = loads
         self.level = 1  # the spare level waiting shares are multiplied by (no spare_level entry: 1)
+        # In-link 1 (PORT_SENDER, no host_port entry): the slots counted there (every dependency
+        # whose last packet came in on it), its link_share entries (mode, load) -> rate and level.
+        self.on_link: set[int] = set()
+        self.link: dict[tuple[int, int], int] = {}
+        self.link_level = 1
 
     def counts(self) -> list[int]:
         return [sum(1 for c in self.cls.values() if c == u + 1) for u in range(n.URGENCY_CLASSES)]
 
-    def move(self, dep: Dep, cls: int) -> None:
-        """The dependency is counted in ``cls`` after this packet (0: idle)."""
+    def move(self, dep: Dep, cls: int, on_link: bool = True) -> None:
+        """The dependency is counted in ``cls`` after this packet (0: idle), which came in on
+        in-link 1 (``on_link``) or another port."""
+        (self.on_link.add if on_link else self.on_link.discard)(dep.slot)
         if self.cls.get(dep.slot, 0) != cls:
             self.cls[dep.slot] = cls
             self.gen = (self.gen + 1) & EPOCH_MAX or 1
 
-    def key(self, dep: Dep) -> tuple[int, int] | None:
-        """(mode, load) of an active dependency's share, None when idle."""
+    def key(self, dep: Dep, link: bool = False) -> tuple[int, int] | None:
+        """(mode, load) of an active dependency's share at the port (at in-link 1 with ``link``),
+        None when idle."""
         cls = self.cls.get(dep.slot, 0)
         if cls == 0:
             return None
         counts = self.counts()
+        if link:
+            counts = [sum(1 for slot, c in self.cls.items() if c == u + 1 and slot in self.on_link)
+                      for u in range(n.URGENCY_CLASSES)]
         top = next(u for u, c in enumerate(counts) if c)
         rest = sum(counts) - counts[top]
         if cls - 1 == top:
@@ -155,6 +167,10 @@ class Book:
         rate = None if key is None else share_rate(*key, loads=self.loads)
         if rate is not None and key is not None and key[0] == WAITING:
             rate *= self.level
+        link_key = self.key(dep, link=True) if dep.slot in self.on_link else None
+        link_rate = self.link.get(link_key) if link_key is not None else None
+        if rate is not None and link_rate is not None:  # the smaller of the two shares
+            rate = min(rate, link_rate * (self.link_level if link_key[0] == WAITING else 1))
         return DEFAULT if rate is None else (rate, self.gen, SHARE_LEASE_US)
 
 
@@ -222,15 +238,17 @@ class ShareTestBase(SafsTest):
             self.held[dep] = (rate, epoch)
         return want
 
-    def request(self, dep: Dep, slack: int, want: Want, flags: int = 0, what: str = "") -> tuple[int, int, int]:
-        """A REQUEST of ``dep`` at ``slack``: it moves to that urgency; its GRANT must carry the
-        share ``want`` = (mode, load) (or the default grant); returns (rate, epoch, lease)."""
+    def request(self, dep: Dep, slack: int, want: Want, flags: int = 0, what: str = "",
+                in_port: int = PORT_SENDER) -> tuple[int, int, int]:
+        """A REQUEST of ``dep`` at ``slack`` (arriving on ``in_port``): it moves to that urgency;
+        its GRANT must carry the share ``want`` = (mode, load) (or the default grant); returns
+        (rate, epoch, lease)."""
         what = what or f"REQUEST {dep}"
         flow_id, remaining = self._ids()
         latest = (self.now + slack) & TIME_MASK
-        self.book.move(dep, urgency(slack, flags) + 1)
+        self.book.move(dep, urgency(slack, flags) + 1, on_link=in_port == PORT_SENDER)
         grant = self._expected(dep, want, what)
-        self.send(PORT_SENDER, safs_request(dep.sender, RECEIVER_IP, flow_id, remaining, latest, flags=flags,
+        self.send(in_port, safs_request(dep.sender, RECEIVER_IP, flow_id, remaining, latest, flags=flags,
                                             dep_id=dep.dep_id, **TO_SWITCH))
         return self._grant(dep, flow_id, remaining, grant, flags, what)
 
@@ -498,6 +516,42 @@ class ShareSpareTest(ShareTestBase):
         self.modify(n.SPARE_LEVEL, idle, n.ACT_SET_SPARE_LEVEL, {"level": 5}, priority=3)
         self.book.level = 5
         self.assertEqual(self.request(b, MID, (WAITING, 1), what="B waits, the entry says level 5")[0], 5 * Q)
+        self.last((a, LATE), (b, MID), what="end")
+        self.expect_nothing()
+
+
+LINK_R = 4_999_999  # kbit/s: link_share ALONE (below the port's R) ...
+LINK_Q = 600_011  # ... and WAITING (below Q); TOP 2 R (above the port's)
+
+
+class ShareLinkTest(ShareTestBase):
+    """In-link shares (``link_share``, ``link_spare_level``): port 1 faces no host here (no
+    host_port entry), so every dependency arriving on it is counted at in-link 1 as at the
+    receiver port, and with link_share entries for port 1 its rate is the smaller of its two
+    shares: ALONE and WAITING at the link are below the port's, TOP above. A link_spare_level
+    entry multiplies the link's waiting share (then above the port's). A REQUEST arriving on
+    port 3 (a new path) moves its dependency off link 1, where the other is then ALONE.
+    Only REQUESTs, which count no bytes (the windows: tests/test_pipeline_model_share.py)."""
+
+    def runTest(self) -> None:
+        a, b = A1, A2
+        self.start([a, b])
+        for mode, total in ((ALONE, LINK_R), (TOP, 2 * R), (WAITING, LINK_Q)):
+            for load in range(1, LOADS + 1):
+                self.insert(n.LINK_SHARE, {n.F_INGRESS_PORT: PORT_SENDER, n.F_LOAD: load, n.F_MODE: mode},
+                            n.ACT_SET_LINK_SHARE, {"rate_kbps": total // load})
+                self.book.link[(mode, load)] = total // load
+        self.assertEqual(self.request(a, LATE, (ALONE, 1), what="A alone: the link's ALONE")[0], LINK_R)
+        self.assertEqual(self.request(b, MID, (WAITING, 1), what="B waits: the link's WAITING")[0], LINK_Q)
+        self.assertEqual(self.request(a, LATE, (TOP, 1), what="A top: the port's TOP")[0], R - Q)
+        self.insert(n.LINK_SPARE_LEVEL, {n.F_INGRESS_PORT: PORT_SENDER, n.F_TOP_BYTES: Range(0, 0)},
+                    n.ACT_SET_LINK_SPARE_LEVEL, {"level": 3}, priority=3)
+        self.book.link_level = 3
+        self.assertEqual(self.request(b, MID, (WAITING, 1), what="B waits, link level 3: the port's WAITING")[0], Q)
+        self.assertEqual(self.request(b, MID, (WAITING, 1), what="B from port 3: off link 1",
+                                      in_port=PORT_OTHER)[0], Q)
+        self.assertEqual(self.request(a, LATE, (TOP, 1), what="A alone at link 1: the link's ALONE")[0], LINK_R)
+        self.book.link_level = 1
         self.last((a, LATE), (b, MID), what="end")
         self.expect_nothing()
 

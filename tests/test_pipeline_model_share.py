@@ -3,7 +3,8 @@ update_share): the cases ptf_tests/differential.py found where the model and BMv
 
 Setup: sender 10.0.0.1 behind port 1, two receivers on receiver ports 2 and 3, two share
 dependencies (the sender's dep_ids 1 and 2, slots 5 and 6), port_share entries for loads 1..4 of each mode on
-both ports, slack classes late -> 6, slack >= 0 -> 5 (the tests rewrite that one's queue).
+both ports, slack classes late -> 6, slack >= 0 -> 5 (the tests rewrite that one's queue). The
+in-link tests add a remote sender behind fabric ports 4 and 5 and mark port 1 a host port.
 """
 
 from __future__ import annotations
@@ -128,3 +129,93 @@ def test_waiting_dependencies_share_what_the_top_class_left_in_the_last_window()
     clock[0] += 2 * n.TOP_WINDOW_NS
     assert send(sw, MsgType.REQUEST, 2, 500)[0] == 8 * waiting  # a silent window: 0 bytes
     assert send(sw, MsgType.REQUEST, 1, -500)[0] == rate(n.SHARE_TOP, 1)  # the top class keeps its share
+
+
+REMOTE = 0x0A010001  # a sender behind the fabric: ports 4 and 5 (two paths)
+LINK_USABLE, LINK_RESERVE = 4_000_000, 500_000
+
+
+def link_rate(mode: int, load: int) -> int:
+    return {n.SHARE_ALONE: LINK_USABLE, n.SHARE_TOP: LINK_USABLE - LINK_RESERVE,
+            n.SHARE_WAITING: LINK_RESERVE}[mode] // load
+
+
+def link_switch(clock: list[int] | None = None) -> PipelineModel:
+    """switch() plus: port 1 a host port (the sender's), the remote sender's dep_ids 1..3 (slots
+    7..9) and its route back on port 4, link_share entries for in-link 4 only."""
+    sw = switch(clock=clock)
+    ups = [Update(Op.INSERT, TableEntry(n.HOST_PORT, {n.F_INGRESS_PORT: 1}, n.ACT_SET_HOST_SOURCE,
+                                        {"src_addr": SENDER})),
+           Update(Op.INSERT, TableEntry(n.GRANT_ROUTE, {n.F_SRC_ADDR: Lpm(REMOTE, 32)}, n.ACT_SET_GRANT_ROUTE,
+                                        {"port": 4, "dst_mac": 4})),
+           Update(Op.INSERT, CloneSession.for_port(4))]
+    ups += [Update(Op.INSERT, TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: REMOTE, n.F_DEP_ID: d},
+                                         n.ACT_SET_SHARE_GRANT, {"meter_slot": 6 + d})) for d in (1, 2, 3)]
+    ups += [Update(Op.INSERT, TableEntry(n.LINK_SHARE, {n.F_INGRESS_PORT: 4, n.F_LOAD: load, n.F_MODE: mode},
+                                         n.ACT_SET_LINK_SHARE, {"rate_kbps": link_rate(mode, load)}))
+            for mode in (n.SHARE_ALONE, n.SHARE_TOP, n.SHARE_WAITING) for load in range(1, 5)]
+    sw.write(ups)
+    return sw
+
+
+def send_in(sw: PipelineModel, in_port: int, dep_id: int, slack_ns: int, dst: int = RCV2, flags: int = 0,
+            src: int = REMOTE, t: MsgType = MsgType.REQUEST) -> int | None:
+    """A REQUEST (or ``t``; DATA if ``flags`` has LAST) of ``src``'s ``dep_id`` arriving on
+    ``in_port``; the rate of the GRANT it produces, if any (a DATA holds no grant: epoch 0)."""
+    p = Packet(src, dst, PROTO_UDP, SAFS_UDP_PORT, SAFS_UDP_PORT, 142, payload=64)
+    if flags & FLAG_LAST:
+        t = MsgType.DATA
+    p.safs_version, p.safs_type, p.flags, p.flow_id, p.dep_id = SAFS_VERSION, int(t), flags, 9, dep_id
+    p.ts = (sw.now() + slack_ns) & TIME_MASK
+    grants = [g.rate_kbps for _, g in sw.ingress(p, in_port) if g.safs_type == int(MsgType.GRANT)]
+    return grants[0] if grants else None
+
+
+def test_in_link_share_caps_the_dependencies_arriving_on_it() -> None:
+    """link_share: dependencies arriving on in-link 4 are counted there by urgency as at a
+    receiver port, and each gets the smaller of its port share and its link share; one from a
+    host port is not counted at any link; LAST leaves the link."""
+    sw = link_switch()
+    assert send_in(sw, 4, 1, 500, dst=RCV2) == link_rate(n.SHARE_ALONE, 1)  # < the port's USABLE
+    assert send_in(sw, 4, 2, 500, dst=RCV3) == link_rate(n.SHARE_ALONE, 2)  # two at the link, one per port
+    assert [sw.read_register(n.LINK_LOADS[1], 4), sw.read_register(n.DEP_LINK_PORT, 8)] == [2, 4]
+    # DATA from the host port: the port's share alone (two at port 2: 1 remote + this one).
+    assert send_in(sw, 1, 1, 500, dst=RCV2, src=SENDER, t=MsgType.DATA) == rate(n.SHARE_ALONE, 2)
+    assert sum(sw.read_register(n.LINK_LOADS[u], 1) for u in range(n.URGENCY_CLASSES)) == 0
+    # A late dependency on the link: TOP there; the others wait at the link's reserve (capped
+    # by the link's waiting entry, below their port shares).
+    assert send_in(sw, 4, 3, -500, dst=RCV3) == link_rate(n.SHARE_TOP, 1)
+    assert send_in(sw, 4, 1, 500, dst=RCV2) == link_rate(n.SHARE_WAITING, 2)
+    # LAST: the late one leaves the link (and its port); dep 1 is top at the link again.
+    assert send_in(sw, 4, 3, -500, dst=RCV3, flags=FLAG_LAST) is None
+    assert sw.read_register(n.LINK_LOADS[0], 4) == 0
+    assert send_in(sw, 4, 1, 500, dst=RCV2) == link_rate(n.SHARE_ALONE, 2)
+
+
+def test_a_dependency_on_a_new_path_leaves_its_old_in_link() -> None:
+    """A dependency arriving on another in-link (its path changed) is counted there and leaves
+    the one it was counted at; a link without link_share entries caps nothing."""
+    sw = link_switch()
+    assert send_in(sw, 4, 1, 500) == link_rate(n.SHARE_ALONE, 1)
+    assert send_in(sw, 4, 2, 500, dst=RCV3) == link_rate(n.SHARE_ALONE, 2)
+    assert send_in(sw, 5, 1, 500) == rate(n.SHARE_ALONE, 1)  # port 5: no entries, the port's share
+    assert [sw.read_register(n.LINK_LOADS[1], p) for p in (4, 5)] == [1, 1]
+    assert sw.read_register(n.DEP_LINK_PORT, 7) == 5
+    assert send_in(sw, 4, 2, 500, dst=RCV3) == link_rate(n.SHARE_ALONE, 1)
+
+
+def test_waiting_dependencies_on_an_in_link_share_what_its_top_class_left() -> None:
+    """link_spare_level multiplies the link's waiting rate by the level of the range holding the
+    link's top-class DATA bytes of the last window (as spare_level does at a port); the result
+    still never exceeds the port's share."""
+    clock = [NOW]
+    sw = link_switch(clock=clock)
+    sw.write([Update(Op.INSERT, TableEntry(n.LINK_SPARE_LEVEL, {n.F_INGRESS_PORT: 4, n.F_TOP_BYTES: Range(0, 999)},
+                                           n.ACT_SET_LINK_SPARE_LEVEL, {"level": 4}, priority=4))])
+    assert send_in(sw, 4, 1, 500) == link_rate(n.SHARE_ALONE, 1)
+    assert send_in(sw, 4, 3, -500, dst=RCV3) == link_rate(n.SHARE_TOP, 1)
+    assert send_in(sw, 4, 1, 500) == 4 * link_rate(n.SHARE_WAITING, 1)  # 0 top bytes so far
+    assert sw.read_register(n.DEP_LINK_CLASS, 7) == 2
+    clock[0] += n.TOP_WINDOW_NS
+    assert send_in(sw, 4, 1, 500) == 4 * link_rate(n.SHARE_WAITING, 1)
+    assert sw.read_register(n.LINK_TOP_BYTES, 4) == 0

@@ -814,7 +814,8 @@ def test_leaf_spine_routes_use_ecmp_groups_and_packets_take_the_predicted_spine(
     clock = Clock()
     targets = {sw: PipelineModel(sw, clock) for sw in topo.switches()}
     sched = Scheduler(topo, targets, SHARE)
-    assert sched.oversubscribed_links == [] and "non-blocking" not in caplog.text
+    assert sched.oversubscribed_links == [] and "no receiver's ToR shares them out" not in caplog.text
+    assert all(sched.share_links(sw) == [] for sw in topo.switches())  # link_shares "oversubscribed"
     sched.setup(0)
     leaf0 = targets["leaf0"]
     ups = topo.next_hop_ports("leaf0", "h4")
@@ -838,11 +839,34 @@ def test_leaf_spine_routes_use_ecmp_groups_and_packets_take_the_predicted_spine(
     assert targets["leaf0"].entries(n.ECMP) == [ecmp_entry]
 
 
-def test_an_oversubscribed_core_is_named_in_a_warning(caplog) -> None:
-    topo = load_topology(Path(__file__).resolve().parents[1] / "topologies" / "leaf-spine-oversub.yaml")
-    sched = Scheduler(topo, {sw: PipelineModel(sw, Clock()) for sw in topo.switches()}, SHARE)
+def test_oversubscribed_links_into_a_tor_get_link_shares_and_the_others_a_warning(caplog) -> None:
+    """leaf-spine-oversub: spine0->leafN (into a receiver's ToR) get link_share and
+    link_spare_level entries at leafN's port facing spine0, at the link's usable rate;
+    leafN->spine0 (out of one) are named in the warning. link_shares "off": every link is named
+    and no entry is written; "all" on the non-blocking leaf-spine: every uplink gets entries."""
+    root = Path(__file__).resolve().parents[1] / "topologies"
+    topo = load_topology(root / "leaf-spine-oversub.yaml")
+    targets = {sw: PipelineModel(sw, Clock()) for sw in topo.switches()}
+    sched = Scheduler(topo, targets, SHARE)
     assert ("leaf0", "spine0", 500_000_000_000, 200_000_000_000) in sched.oversubscribed_links
-    assert "leaf0->spine0 500/200 Gbit/s" in caplog.text
+    assert "leaf0->spine0 500/200 Gbit/s" in caplog.text and "spine0->leaf0" not in caplog.text
+    uplink = topo.port_of("leaf0", "spine0")
+    assert sched.share_links("leaf0") == [(uplink, 200_000_000_000)] and sched.share_links("spine0") == []
+    sched.setup(0)
+    shares = targets["leaf0"].entries(n.LINK_SHARE)
+    assert len(shares) == 3 * n.MAX_LOAD and {e.match[n.F_INGRESS_PORT] for e in shares} == {uplink}
+    alone = {e.match[n.F_LOAD]: e.params["rate_kbps"] for e in shares if e.match[n.F_MODE] == n.SHARE_ALONE}
+    assert alone[1] == sched.allocator.config.usable_bps(200_000_000_000) // 1000 and alone[4] == alone[1] // 4
+    assert targets["leaf0"].entries(n.LINK_SPARE_LEVEL) and targets["spine0"].entries(n.LINK_SHARE) == []
+    caplog.clear()
+    off = Scheduler(topo, {sw: PipelineModel(sw, Clock()) for sw in topo.switches()},
+                    SHARE.model_copy(update={"link_shares": "off"}))
+    assert "spine0->leaf0 500/200 Gbit/s" in caplog.text and off.share_links("leaf0") == []
+    flat = load_topology(root / "leaf-spine.yaml")
+    every = Scheduler(flat, {sw: PipelineModel(sw, Clock()) for sw in flat.switches()},
+                      SHARE.model_copy(update={"link_shares": "all"}))
+    assert [p for p, _ in every.share_links("leaf0")] == [
+        p for p, nb in flat.ports("leaf0").items() if not flat.is_host(nb)]
 
 
 def test_restore_keeps_stored_slots_and_gives_taken_or_bad_ones_new_slots() -> None:

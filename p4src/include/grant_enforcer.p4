@@ -34,6 +34,12 @@
  *   (capacity granted to top-class senders busy elsewhere does not idle; the top class keeps
  *   its queue priority, so a top sender that speeds up takes the port back at once and the
  *   waiting rate follows within a window)
+ *   in-links: a packet arriving on a port that does not face a host (host_port miss) counts its
+ *   dependency there too, by ingress port, in the same way (dep_link_class, dep_link_port,
+ *   link_load_u, link_win_start, link_win_bytes, link_top_bytes; a dependency that arrives on
+ *   another link, or from a host, leaves the one it was counted at); where link_share has
+ *   entries for the ingress port (a contended fabric link into this ToR, from the controller),
+ *   rate = min(port share, link_share(in port, load, mode) x link_spare_level when waiting)
  *
  *   DATA    : dep_meter[slot] -> colour; not green -> queue 1 (over rate), never dropped;
  *             dep_bytes[slot] counts; unless LAST is set: the rate the packet carries is off
@@ -42,8 +48,9 @@
  *   REQUEST : rewritten in place into a GRANT to the sender (share, fixed or default grant)
  * Elsewhere SAFS packets are not metered (colour 3 = unmetered).
  *
- * Every register array is read-modified-written at most once per packet (one RegisterAction
- * each on TNA); no division, no variable shift.
+ * Every register array but link_load_u is read-modified-written at most once per packet (one
+ * RegisterAction each on TNA; link_load_u twice, at the link a dependency leaves and at the one
+ * it joins, which a TNA port would split); no division, no variable shift.
  */
 #ifndef SAFS_GRANT_ENFORCER_P4
 #define SAFS_GRANT_ENFORCER_P4
@@ -84,6 +91,26 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
     register<bit<32>>(NUM_PORTS) port_win_bytes;
     @name(".SafsIngress.port_top_bytes")
     register<bit<32>>(NUM_PORTS) port_top_bytes;
+    @name(".SafsIngress.dep_link_class")
+    register<bit<8>>(DEP_SLOTS) dep_link_class;
+    @name(".SafsIngress.dep_link_port")
+    register<bit<16>>(DEP_SLOTS) dep_link_port;
+    @name(".SafsIngress.link_load_0")
+    register<load_t>(NUM_PORTS) link_load_0;
+    @name(".SafsIngress.link_load_1")
+    register<load_t>(NUM_PORTS) link_load_1;
+    @name(".SafsIngress.link_load_2")
+    register<load_t>(NUM_PORTS) link_load_2;
+    @name(".SafsIngress.link_load_3")
+    register<load_t>(NUM_PORTS) link_load_3;
+    @name(".SafsIngress.link_load_4")
+    register<load_t>(NUM_PORTS) link_load_4;
+    @name(".SafsIngress.link_win_start")
+    register<ns_t>(NUM_PORTS) link_win_start;
+    @name(".SafsIngress.link_win_bytes")
+    register<bit<32>>(NUM_PORTS) link_win_bytes;
+    @name(".SafsIngress.link_top_bytes")
+    register<bit<32>>(NUM_PORTS) link_top_bytes;
 
     @name(".SafsIngress.set_default_grant")
     action set_default_grant(@name("rate_kbps") rate_kbps_t rate_kbps,
@@ -191,6 +218,49 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         size = SPARE_LEVEL_SIZE;
     }
 
+    // The same for the contended in-links, by ingress port.
+    bit<1> has_link_share;
+    rate_kbps_t link_rate_kbps;
+    @name(".SafsIngress.set_link_share")
+    action set_link_share(@name("rate_kbps") rate_kbps_t rate_kbps) {
+        link_rate_kbps = rate_kbps;
+        has_link_share = 1;
+    }
+    @name(".SafsIngress.no_link_share")
+    action no_link_share() {
+        has_link_share = 0;
+    }
+    @name(".SafsIngress.link_share")
+    table link_share {
+        key = {
+            standard_metadata.ingress_port: exact @name("ingress_port");
+            meta.link_load: exact @name("load");
+            meta.link_mode: exact @name("mode");
+        }
+        actions = { set_link_share; @defaultonly no_link_share; }
+        const default_action = no_link_share();
+        size = LINK_SHARE_SIZE;
+    }
+    bit<8> link_spare;
+    @name(".SafsIngress.set_link_spare_level")
+    action set_link_spare_level(@name("level") bit<8> level) {
+        link_spare = level;
+    }
+    @name(".SafsIngress.no_link_spare")
+    action no_link_spare() {
+        link_spare = 1;
+    }
+    @name(".SafsIngress.link_spare_level")
+    table link_spare_level_table {
+        key = {
+            standard_metadata.ingress_port: exact @name("ingress_port");
+            meta.link_top_bytes: range @name("top_bytes");
+        }
+        actions = { set_link_spare_level; @defaultonly no_link_spare; }
+        const default_action = no_link_spare();
+        size = LINK_SPARE_SIZE;
+    }
+
     @hidden
     action stash_grant() {
         meta.grant_rate_kbps = meta.rate_kbps;
@@ -199,13 +269,14 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         meta.grant_now_ns = meta.now_ns;
     }
 
-    // One urgency class's count at the port after this packet: - 1 if the dependency leaves
-    // it, + 1 if it joins it (never below 0: a restart zeroes counts, not the senders' LASTs).
-#define CLASS_COUNT(U, REG, N) \
-        REG.read(N, port); \
-        if (held == U + 1 && held != cls && N != 0) { N = N - 1; } \
-        if (cls == U + 1 && held != cls) { N = N + 1; } \
-        REG.write(port, N);
+    // One urgency class's count at port IDX after this packet: - 1 if the dependency leaves
+    // it (HELD -> CLS), + 1 if it joins it (never below 0: a restart zeroes counts, not the
+    // senders' LASTs).
+#define CLASS_COUNT(U, REG, N, IDX, HELD, CLS) \
+        REG.read(N, IDX); \
+        if (HELD == U + 1 && HELD != CLS && N != 0) { N = N - 1; } \
+        if (CLS == U + 1 && HELD != CLS) { N = N + 1; } \
+        REG.write(IDX, N);
 
     // The share grant of this packet's dependency: move it to the packet's urgency (idle on
     // LAST), update the port's class counts and generation, and pick the port_share key.
@@ -241,11 +312,11 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         }
         dep_class.write(slot, cls);
         load_t n0; load_t n1; load_t n2; load_t n3; load_t n4;
-        CLASS_COUNT(0, class_load_0, n0)
-        CLASS_COUNT(1, class_load_1, n1)
-        CLASS_COUNT(2, class_load_2, n2)
-        CLASS_COUNT(3, class_load_3, n3)
-        CLASS_COUNT(4, class_load_4, n4)
+        CLASS_COUNT(0, class_load_0, n0, port, held, cls)
+        CLASS_COUNT(1, class_load_1, n1, port, held, cls)
+        CLASS_COUNT(2, class_load_2, n2, port, held, cls)
+        CLASS_COUNT(3, class_load_3, n3, port, held, cls)
+        CLASS_COUNT(4, class_load_4, n4, port, held, cls)
         epoch_t gen;
         port_gen.read(gen, port);
         if (held != cls) {
@@ -298,12 +369,91 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
             meta.load = rest;
             meta.share_mode = SHARE_WAITING;
         }
+
+        // The in-link (ingress port not facing a host): the dependency leaves the link it was
+        // counted at if it came in on another one (a new path) or from a host, then moves there
+        // as at the port (a stale packet moves nothing).
+        bool is_link = meta.host_src == 0;
+        bit<32> link = (bit<32>) standard_metadata.ingress_port;
+        bit<16> was_link;
+        dep_link_port.read(was_link, slot);
+        bit<8> link_held;
+        dep_link_class.read(link_held, slot);
+        bit<8> gone = 0;  // the class it leaves at was_link (0: none)
+        if (!is_link || (bit<32>) was_link != link) {
+            gone = link_held;
+            link_held = 0;
+        }
+        load_t o;
+        CLASS_COUNT(0, link_load_0, o, (bit<32>) was_link, gone, 0)
+        CLASS_COUNT(1, link_load_1, o, (bit<32>) was_link, gone, 0)
+        CLASS_COUNT(2, link_load_2, o, (bit<32>) was_link, gone, 0)
+        CLASS_COUNT(3, link_load_3, o, (bit<32>) was_link, gone, 0)
+        CLASS_COUNT(4, link_load_4, o, (bit<32>) was_link, gone, 0)
+        bit<8> link_cls = cls;
+        if (meta.stale == 1) {
+            link_cls = link_held;
+        }
+        if (!is_link) {
+            link_cls = 0;  // counted nowhere; dep_link_port keeps the last link
+        } else {
+            was_link = (bit<16>) link;
+        }
+        dep_link_class.write(slot, link_cls);
+        dep_link_port.write(slot, was_link);
+        load_t l0; load_t l1; load_t l2; load_t l3; load_t l4;
+        CLASS_COUNT(0, link_load_0, l0, link, link_held, link_cls)
+        CLASS_COUNT(1, link_load_1, l1, link, link_held, link_cls)
+        CLASS_COUNT(2, link_load_2, l2, link, link_held, link_cls)
+        CLASS_COUNT(3, link_load_3, l3, link, link_held, link_cls)
+        CLASS_COUNT(4, link_load_4, l4, link, link_held, link_cls)
+        bit<3> link_top = 4;
+        load_t l_top = l4;
+        if (l0 != 0) { link_top = 0; l_top = l0; }
+        else if (l1 != 0) { link_top = 1; l_top = l1; }
+        else if (l2 != 0) { link_top = 2; l_top = l2; }
+        else if (l3 != 0) { link_top = 3; l_top = l3; }
+        load_t link_rest = l0 + l1 + l2 + l3 + l4 - l_top;
+        ns_t link_start;
+        link_win_start.read(link_start, link);
+        bit<32> link_bytes;
+        link_win_bytes.read(link_bytes, link);
+        bit<32> link_top_bytes_now;
+        link_top_bytes.read(link_top_bytes_now, link);
+        ns_t link_age = meta.now_ns - link_start;
+        if (is_link && link_age >= TOP_WINDOW_NS) {
+            link_top_bytes_now = link_age < 2 * TOP_WINDOW_NS ? link_bytes : 0;
+            link_start = meta.now_ns;
+            link_bytes = 0;
+        }
+        if (is_link && is_data && !last && meta.stale == 0 && urgency == link_top) {
+            link_bytes = link_bytes + standard_metadata.packet_length;
+        }
+        link_win_start.write(link, link_start);
+        link_win_bytes.write(link, link_bytes);
+        link_top_bytes.write(link, link_top_bytes_now);
+        meta.is_link = is_link ? 1w1 : 1w0;
+        meta.link_top_bytes = link_top_bytes_now;
+        if (urgency == link_top) {
+            meta.link_load = l_top;
+            meta.link_mode = SHARE_TOP;
+            if (link_rest == 0) {
+                meta.link_mode = SHARE_ALONE;
+            }
+        } else {
+            meta.link_load = link_rest;
+            meta.link_mode = SHARE_WAITING;
+        }
     }
 #undef CLASS_COUNT
 
     apply {
         has_share = 0;
         spare_level = 1;
+        has_link_share = 0;
+        link_rate_kbps = 0;
+        link_spare = 1;
+        meta.is_link = 0;
         share_lease_us = 0;
         meta.stale = 0;
         if (meta.safs_ok == 1 && meta.receiver_port == 1) {
@@ -316,10 +466,24 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
                     port_share.apply();
                     if (has_share == 0) {
                         meta.epoch = 0;  // over the largest load: the default grant stays
-                    } else if (meta.share_mode == SHARE_WAITING) {
-                        spare_level_table.apply();
-                        // level x (reserve / n) <= usable / n: fits in 32 bits
-                        meta.rate_kbps = (rate_kbps_t) ((bit<40>) meta.rate_kbps * (bit<40>) spare_level);
+                    } else {
+                        if (meta.share_mode == SHARE_WAITING) {
+                            spare_level_table.apply();
+                            // level x (reserve / n) <= usable / n: fits in 32 bits
+                            meta.rate_kbps = (rate_kbps_t) ((bit<40>) meta.rate_kbps * (bit<40>) spare_level);
+                        }
+                        if (meta.is_link == 1) {
+                            link_share.apply();
+                            if (has_link_share == 1) {
+                                if (meta.link_mode == SHARE_WAITING) {
+                                    link_spare_level_table.apply();
+                                    link_rate_kbps = (rate_kbps_t) ((bit<40>) link_rate_kbps * (bit<40>) link_spare);
+                                }
+                                if (link_rate_kbps < meta.rate_kbps) {
+                                    meta.rate_kbps = link_rate_kbps;
+                                }
+                            }
+                        }
                     }
                 } else {
                     meta.epoch = 0;  // LAST: the default grant (never pushed)

@@ -46,6 +46,13 @@ SPARE_LEVEL = "SafsIngress.spare_level"  # key egress_port (exact, 9), top_bytes
 ACT_SET_SPARE_LEVEL = "SafsIngress.set_spare_level"  # params: level (8); default no_spare: level 1
 MAX_SPARE_LEVEL = 64  # waiting dependencies get at most 64 reserves (SPARE_LEVEL_SIZE in defines.p4: 64 x 64)
 TOP_WINDOW_NS = 32768  # TOP_WINDOW_NS in defines.p4
+# Contended in-links: the same shares for a fabric link into a receiver's ToR, by ingress port
+# (every dependency arriving on a non-host port is counted there; with entries for the port, its
+# rate is the smaller of the two shares). The controller writes them for the links it accounts.
+LINK_SHARE = "SafsIngress.link_share"  # key ingress_port (exact, 9), load (exact, 16), mode (exact, 2)
+ACT_SET_LINK_SHARE = "SafsIngress.set_link_share"  # params: rate_kbps (32)
+LINK_SPARE_LEVEL = "SafsIngress.link_spare_level"  # key ingress_port (exact, 9), top_bytes (range, 32)
+ACT_SET_LINK_SPARE_LEVEL = "SafsIngress.set_link_spare_level"  # params: level (8); default level 1
 SHARE_ALONE, SHARE_TOP, SHARE_WAITING = 0, 1, 2  # port_share modes (defines.p4)
 SHARE_MODES = (SHARE_ALONE, SHARE_TOP, SHARE_WAITING)
 URGENCY_CLASSES = 5  # urgency 0 (late, slack class 6) .. 4 (slack class 2, and background)
@@ -98,6 +105,12 @@ DEP_ENDED = "SafsIngress.dep_ended"  # by meter_slot: flow id of the last transf
 PORT_WIN_START = "SafsIngress.port_win_start"  # by egress port: start (fabric ns) of the current window
 PORT_WIN_BYTES = "SafsIngress.port_win_bytes"  # by egress port: top-class DATA bytes of the current window
 PORT_TOP_BYTES = "SafsIngress.port_top_bytes"  # by egress port: ... of the last whole window (0 if silent)
+DEP_LINK_CLASS = "SafsIngress.dep_link_class"  # by meter_slot: as dep_class, at the in-link
+DEP_LINK_PORT = "SafsIngress.dep_link_port"  # by meter_slot: the ingress port it is counted at
+LINK_LOADS = tuple(f"SafsIngress.link_load_{u}" for u in range(URGENCY_CLASSES))  # by ingress port
+LINK_WIN_START = "SafsIngress.link_win_start"  # by ingress port: as port_win_start
+LINK_WIN_BYTES = "SafsIngress.link_win_bytes"  # by ingress port: as port_win_bytes
+LINK_TOP_BYTES = "SafsIngress.link_top_bytes"  # by ingress port: as port_top_bytes
 PORT_TX_BYTES = "SafsEgress.port_tx_bytes"  # indirect counter by egress port
 QDEPTH_HIST = "SafsEgress.qdepth_hist"  # indirect counter, index = port * 8 + bucket
 QDEPTH_BUCKETS = 8  # bucket b counts packets enqueued with depth in [2^b - 1, 2^(b+1) - 1)

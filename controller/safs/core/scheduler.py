@@ -237,6 +237,12 @@ class SchedulerConfig(ConfigModel):
             also the unit of the spare level: waiting dependencies share as many reserves as
             the top class left unused in the last window, up to ``MAX_SPARE_LEVEL`` (64)
             (docs/protocol.md, "Grants").
+        link_shares: which fabric links into a receiver's ToR get share entries (``link_share``,
+            ``link_spare_level``; docs/protocol.md, "Grants"), so that the dependencies arriving
+            on one share it as a receiver port's share it and each holds the smaller of its two
+            shares: ``"oversubscribed"`` (default) the links the hose-model check names
+            (:meth:`Topology.oversubscribed_links`, none on a non-blocking fabric), ``"all"``
+            every such link, ``"off"`` none (the receiver ports alone, as before 2026-12-05).
         traffic_classes: aggregates of non-SAFS traffic and their queues and meters
             (:class:`TrafficClassSpec`), installed on every switch; at most 255 (the P4
             program's ``traffic_class`` and ``aggregate_meter`` sizes). Default none: all
@@ -280,6 +286,7 @@ class SchedulerConfig(ConfigModel):
     background_share_max: float | None = Field(None, ge=0, le=0.9)
     background_share_step: float = Field(0.05, ge=0.005, le=0.5)
     control_share: float = Field(0.01, ge=0.0001, le=0.5)
+    link_shares: Literal["oversubscribed", "all", "off"] = "oversubscribed"
     traffic_classes: list[TrafficClassSpec] = Field(default_factory=list)
 
     @field_validator("traffic_classes")
@@ -533,14 +540,18 @@ class Scheduler:
                 raise InvalidInput("targets", f"{name!r} is not a switch of topology "
                                    f"{topology.name!r}; switches: {', '.join(sorted(switches))}")
         self._targets: dict[str, Target] = dict(targets)
-        # The allocator shares out host links only (BRIEF: the non-blocking-core assumption is
-        # checked, and the links that break it are named).
+        # BRIEF: every contended link on a flow's path is accounted, or the non-blocking-core
+        # assumption is checked and the links that break it are named. The receivers' ToRs
+        # share the oversubscribed links into them (link_shares); links out of a ToR are not.
         self.oversubscribed_links = topology.oversubscribed_links()
-        if self.oversubscribed_links:
-            _log.warning("topology %r: the allocator assumes a non-blocking core, but these fabric links can "
-                         "be offered more than their rate (hose model, balanced ECMP): %s", topology.name,
+        unaccounted = [(a, b, load, rate) for a, b, load, rate in self.oversubscribed_links
+                       if self.config.link_shares == "off"
+                       or not any(topology.is_host(nb) for nb in topology.ports(b).values())]
+        if unaccounted:
+            _log.warning("topology %r: these fabric links can be offered more than their rate (hose model, "
+                         "balanced ECMP) and no receiver's ToR shares them out: %s", topology.name,
                          ", ".join(f"{a}->{b} {load / 1e9:g}/{rate / 1e9:g} Gbit/s"
-                                   for a, b, load, rate in self.oversubscribed_links))
+                                   for a, b, load, rate in unaccounted))
         hosts = topology.hosts()
         self.registry = HintRegistry({h: topology.host_ip(h) for h in hosts})
         link = {h: topology.host_link_bps(h) for h in hosts}
@@ -794,6 +805,9 @@ class Scheduler:
                 if topo.is_host(nb):
                     out += self._share_entries(port, topo.host_link_bps(nb), self.background_share(sw, port))
                     out += self._spare_entries(port, topo.host_link_bps(nb))
+            for port, rate in self.share_links(sw):
+                out += self._share_entries(port, rate, cfg.background_share, n.LINK_SHARE)
+                out += self._spare_entries(port, rate, n.LINK_SPARE_LEVEL)
             out.append(TableEntry(n.SHARE_LEASE, {}, n.ACT_SET_SHARE_LEASE,
                                   {"lease_us": lease_ns_to_us(cfg.share_lease_ns)}, is_default=True))
         out.append(TableEntry(n.DEFAULT_GRANT, {}, n.ACT_SET_DEFAULT_GRANT, {
@@ -864,8 +878,24 @@ class Scheduler:
                 return r.qclass
         return QUEUE_SLACK_LEAST_URGENT
 
-    def _share_entries(self, port: int, link_bps: int, background: float) -> list[TableEntry]:
-        """``port_share`` of one receiver port: for every load 1..MAX_LOAD the rate of one
+    def share_links(self, sw: str) -> list[tuple[int, int]]:
+        """``(ingress port, rate bit/s)`` of the fabric links into ``sw`` that get share entries
+        (``config.link_shares``); none unless ``sw`` has host ports (a receiver's ToR)."""
+        topo = self._topo
+        ports = topo.ports(sw)
+        mode = self.config.link_shares
+        if mode == "off" or not any(topo.is_host(nb) for nb in ports.values()):
+            return []
+        if mode == "all":
+            links = [nb for nb in ports.values() if not topo.is_host(nb)]
+        else:
+            links = [a for a, b, _, _ in self.oversubscribed_links if b == sw]
+        return sorted((topo.port_of(sw, a), cast(int, topo.link(a, sw)["rate_bps"])) for a in links)
+
+    def _share_entries(self, port: int, link_bps: int, background: float,
+                       table: str = n.PORT_SHARE) -> list[TableEntry]:
+        """``port_share`` of one receiver port (``link_share`` of an in-link, keyed by its
+        ingress port): for every load 1..MAX_LOAD the rate of one
         dependency in each mode (grant_enforcer.p4): alone in the most urgent class, usable /
         load; sharing it while others wait, (usable - reserve) / load; waiting, reserve / load.
         usable is the link's usable rate less the ``background`` share, reserve its waiting share;
@@ -874,25 +904,30 @@ class Scheduler:
         usable -= int(usable * background)
         reserve = int(usable * self.config.waiting_share)
         per_mode = {n.SHARE_ALONE: usable, n.SHARE_TOP: usable - reserve, n.SHARE_WAITING: reserve}
-        return [TableEntry(n.PORT_SHARE, {n.F_EGRESS_PORT: port, n.F_LOAD: load, n.F_MODE: mode}, n.ACT_SET_SHARE,
+        key, action = (n.F_EGRESS_PORT, n.ACT_SET_SHARE) if table == n.PORT_SHARE else (
+            n.F_INGRESS_PORT, n.ACT_SET_LINK_SHARE)
+        return [TableEntry(table, {key: port, n.F_LOAD: load, n.F_MODE: mode}, action,
                            {"rate_kbps": rate_bps_to_kbps(rate // load)})
                 for mode, rate in per_mode.items() for load in range(1, n.MAX_LOAD + 1)]
 
-    def _spare_entries(self, port: int, link_bps: int) -> list[TableEntry]:
-        """``spare_level`` of one receiver port (grant_enforcer.p4): for the top class's DATA
-        bytes in the last TOP_WINDOW_NS, how many reserves waiting dependencies share, level =
-        floor((U - top) / R) in 2..MAX_SPARE_LEVEL (below 2: the default, 1), with U the bytes the
-        link's usable rate moves in a window and R the waiting share of them. U and R leave the
-        background share out, so these entries never change; the waiting entries they multiply
-        include it (the spare is scaled by 1 - background)."""
+    def _spare_entries(self, port: int, link_bps: int, table: str = n.SPARE_LEVEL) -> list[TableEntry]:
+        """``spare_level`` of one receiver port (``link_spare_level`` of an in-link, keyed by its
+        ingress port; grant_enforcer.p4): for the top class's DATA bytes in the last
+        TOP_WINDOW_NS, how many reserves waiting dependencies share, level = floor((U - top) / R)
+        in 2..MAX_SPARE_LEVEL (below 2: the default, 1), with U the bytes the link's usable rate
+        moves in a window and R the waiting share of them. U and R leave the background share out,
+        so these entries never change; the waiting entries they multiply include it (the spare is
+        scaled by 1 - background)."""
         usable_bytes = self.allocator.config.usable_bps(link_bps) * n.TOP_WINDOW_NS // (8 * NS_PER_S)
         reserve_bytes = max(1, int(usable_bytes * self.config.waiting_share))
         top_level = min(usable_bytes // reserve_bytes, n.MAX_SPARE_LEVEL)
         def top_range(level: int) -> Range:
             low = 0 if level == top_level else usable_bytes - (level + 1) * reserve_bytes + 1
             return Range(low, usable_bytes - level * reserve_bytes)
-        return [TableEntry(n.SPARE_LEVEL, {n.F_EGRESS_PORT: port, n.F_TOP_BYTES: top_range(level)},
-                           n.ACT_SET_SPARE_LEVEL, {"level": level}, priority=level)
+        key, action = (n.F_EGRESS_PORT, n.ACT_SET_SPARE_LEVEL) if table == n.SPARE_LEVEL else (
+            n.F_INGRESS_PORT, n.ACT_SET_LINK_SPARE_LEVEL)
+        return [TableEntry(table, {key: port, n.F_TOP_BYTES: top_range(level)},
+                           action, {"level": level}, priority=level)
                 for level in range(2, top_level + 1)]
 
     # ------------------------------------------------------------------ background share

@@ -206,6 +206,14 @@ _SCHEMAS: dict[str, _TableSchema] = {
         keys=((n.F_EGRESS_PORT, "exact", 9), (n.F_TOP_BYTES, "range", 32)),
         actions={n.ACT_SET_SPARE_LEVEL: (("level", 8),)},
         entry_actions=frozenset({n.ACT_SET_SPARE_LEVEL})),
+    n.LINK_SHARE: _TableSchema(
+        keys=((n.F_INGRESS_PORT, "exact", 9), (n.F_LOAD, "exact", 16), (n.F_MODE, "exact", 2)),
+        actions={n.ACT_SET_LINK_SHARE: (("rate_kbps", 32),)},
+        entry_actions=frozenset({n.ACT_SET_LINK_SHARE})),
+    n.LINK_SPARE_LEVEL: _TableSchema(
+        keys=((n.F_INGRESS_PORT, "exact", 9), (n.F_TOP_BYTES, "range", 32)),
+        actions={n.ACT_SET_LINK_SPARE_LEVEL: (("level", 8),)},
+        entry_actions=frozenset({n.ACT_SET_LINK_SPARE_LEVEL})),
     n.SHARE_LEASE: _TableSchema(
         keys=(), actions={n.ACT_SET_SHARE_LEASE: (("lease_us", 32),)},
         entry_actions=frozenset()),
@@ -240,7 +248,7 @@ _INITIAL_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
     n.ECN_THRESHOLD: (n.ACT_SET_ECN_THRESHOLD, {"qdepth_pkts": ECN_THRESHOLD_OFF}),
 }
 _CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.DEP_GRANT, n.PORT_SHARE, n.SPARE_LEVEL,
-                                   n.TRAFFIC_CLASS,
+                                   n.LINK_SHARE, n.LINK_SPARE_LEVEL, n.TRAFFIC_CLASS,
                                    n.ECMP, n.HOST_PORT, n.DEP_CLAIM})
 # Counters declared CounterType.packets in P4 (their byte_count reads 0).
 _PACKET_ONLY_COUNTERS = frozenset({n.MALFORMED, n.ECN_MARKED, n.QDEPTH_HIST, n.FORGED})
@@ -318,6 +326,62 @@ class _Meter:
         return _GREEN
 
 
+class _Shares:
+    """Share state of one kind of link at a receiver's ToR (grant_enforcer.p4): receiver ports
+    (by egress port: class_load_u, port_win_*, port_top_bytes, port_share, spare_level) or
+    in-links (by ingress port: link_load_u, link_win_*, link_top_bytes, link_share,
+    link_spare_level). Registers are lists by port; ``shares``: (port, load, mode) -> kbps;
+    ``spare``: port -> (bounds, levels) as _range_partition gives them (no range: level 1)."""
+
+    __slots__ = ("loads", "win_start", "win_bytes", "top_bytes", "shares", "spare")
+
+    def __init__(self) -> None:
+        self.loads = [[0] * n.NUM_PORTS for _ in range(n.URGENCY_CLASSES)]
+        self.win_start = [0] * n.NUM_PORTS
+        self.win_bytes = [0] * n.NUM_PORTS
+        self.top_bytes = [0] * n.NUM_PORTS
+        self.shares: dict[tuple[int, int, int], int] = {}
+        self.spare: dict[int, tuple[list[int], list[int]]] = {}
+
+    def move(self, port: int, held: int, cls: int) -> None:
+        """One dependency leaves class ``held`` and joins ``cls`` (1 + urgency; 0: idle) at
+        ``port`` (a count never goes below 0: a restart zeroes counts, not the senders' LASTs)."""
+        loads = self.loads
+        if held != cls:
+            if held and loads[held - 1][port]:
+                loads[held - 1][port] -= 1
+            if cls:
+                loads[cls - 1][port] += 1
+
+    def rate(self, port: int, urgency: int, top_data: bool, size: int, now: int) -> int | None:
+        """The share, kbit/s, of a dependency of ``urgency`` at ``port`` after its counts moved
+        (None: no share entry). Rolls the port's top-class byte window (``now``: fabric ns) and
+        counts ``size`` bytes in it when ``top_data`` and the dependency is in the top class."""
+        top_bytes = self.top_bytes[port]
+        age = (now - self.win_start[port]) & TIME_MASK
+        if age >= n.TOP_WINDOW_NS:
+            top_bytes = self.win_bytes[port] if age < 2 * n.TOP_WINDOW_NS else 0
+            self.top_bytes[port] = top_bytes
+            self.win_start[port] = now
+            self.win_bytes[port] = 0
+        counts = [load[port] for load in self.loads]
+        # All counts 0 although the dependency is active: it is counted at another port (its
+        # sender used the dep_id toward two receivers). As in the P4, top is then 4 with load 0,
+        # which has no share entry: the default grant.
+        top = next((u for u, c in enumerate(counts) if c), _LEAST_URGENT)
+        rest = sum(counts) - counts[top]
+        if top_data and urgency == top:
+            self.win_bytes[port] += size
+        if urgency == top:
+            kbps = self.shares.get((port, counts[top], n.SHARE_TOP if rest else n.SHARE_ALONE))
+        else:
+            kbps = self.shares.get((port, rest, n.SHARE_WAITING))
+            ranges = self.spare.get(port)
+            if kbps is not None and ranges is not None:
+                kbps *= ranges[1][bisect_right(ranges[0], top_bytes)]
+        return kbps
+
+
 class PipelineModel:
     """The SAFS v1model pipeline in Python, one instance per switch.
 
@@ -380,18 +444,17 @@ class PipelineModel:
         self._slack_classes: list[int] = [QUEUE_SLACK_LEAST_URGENT]  # qclass
         # dep_grant: (src, dep_id) -> (share?, kbps, epoch, lease_us, slot)
         self._grants: dict[tuple[int, int], tuple[bool, int, int, int, int]] = {}
-        self._shares: dict[tuple[int, int, int], int] = {}  # port_share: (port, load, mode) -> kbps
         self._share_lease_us = 0
-        # Registers (soft state: zero at start and after restart_registers()).
+        # Registers (soft state: zero at start and after restart_registers()) and the share
+        # tables, of the receiver ports (port_share, spare_level; by egress port) and of the
+        # in-links (link_share, link_spare_level; by ingress port).
+        self._ports = _Shares()
+        self._links = _Shares()
         self._dep_class = [0] * n.DEP_SLOTS
-        self._class_loads = [[0] * n.NUM_PORTS for _ in range(n.URGENCY_CLASSES)]
+        self._dep_link_class = [0] * n.DEP_SLOTS
+        self._dep_link_port = [0] * n.DEP_SLOTS
         self._port_gen = [0] * n.NUM_PORTS
         self._dep_ended = [0] * n.DEP_SLOTS
-        self._port_win_start = [0] * n.NUM_PORTS
-        self._port_win_bytes = [0] * n.NUM_PORTS
-        self._port_top_bytes = [0] * n.NUM_PORTS
-        # spare_level: port -> (bounds, levels) as _range_partition gives them (no range: level 1)
-        self._spare_ranges: dict[int, tuple[list[int], list[int]]] = {}
         self._default_grant = (0, 0, 0, n.DEFAULT_METER_SLOT)  # (kbps, epoch 0, lease_us, slot)
         self._offset = 0
         self._ecn_threshold = ECN_THRESHOLD_OFF
@@ -708,17 +771,19 @@ class PipelineModel:
             )
         elif table == n.DEP_GRANT:
             self._grants = {_grant_key(e): _grant_tuple(e) for e in entries}
-        elif table == n.PORT_SHARE:
-            self._shares = {
-                (cast(int, e.match[n.F_EGRESS_PORT]), cast(int, e.match[n.F_LOAD]), cast(int, e.match[n.F_MODE])):
+        elif table == n.PORT_SHARE or table == n.LINK_SHARE:
+            side, field = (self._ports, n.F_EGRESS_PORT) if table == n.PORT_SHARE else (self._links, n.F_INGRESS_PORT)
+            side.shares = {
+                (cast(int, e.match[field]), cast(int, e.match[n.F_LOAD]), cast(int, e.match[n.F_MODE])):
                     e.params["rate_kbps"] for e in entries}
-        elif table == n.SPARE_LEVEL:
+        elif table == n.SPARE_LEVEL or table == n.LINK_SPARE_LEVEL:
+            side, field = (self._ports, n.F_EGRESS_PORT) if table == n.SPARE_LEVEL else (self._links, n.F_INGRESS_PORT)
             by_port: dict[int, list[tuple[int, int, int, int]]] = {}
             for e in entries:
                 r = cast(Range, e.match[n.F_TOP_BYTES])
-                by_port.setdefault(cast(int, e.match[n.F_EGRESS_PORT]), []).append(
+                by_port.setdefault(cast(int, e.match[field]), []).append(
                     (e.priority, r.low, r.high, e.params["level"]))
-            self._spare_ranges = {port: _range_partition(rows, 1) for port, rows in by_port.items()}
+            side.spare = {port: _range_partition(rows, 1) for port, rows in by_port.items()}
         elif table == n.SHARE_LEASE:
             self._share_lease_us = default.params["lease_us"]
         elif table == n.CLOCK_OFFSET:
@@ -949,7 +1014,8 @@ class PipelineModel:
             pass
         elif grant[0]:  # a share grant: the port's share at the load after this packet
             slot = grant[4]
-            kbps, epoch, lease, stale = self._share_grant(pkt, port, slot, qclass, kbps, lease, now)
+            link = -1 if host_src else in_port  # host_port hit (a host address is never 0)
+            kbps, epoch, lease, stale = self._share_grant(pkt, port, link, slot, qclass, kbps, lease, now)
         else:
             kbps, epoch, lease, slot = grant[1], grant[2], grant[3], grant[4]
         if t == _DATA:
@@ -1011,17 +1077,22 @@ class PipelineModel:
         pkt.priority = QUEUE_BEST_EFFORT
         return [(port, pkt)]
 
-    def _share_grant(self, pkt: Packet, port: int, slot: int, qclass: int, default_kbps: int,
+    def _share_grant(self, pkt: Packet, port: int, link: int, slot: int, qclass: int, default_kbps: int,
                      default_lease: int, now: int) -> tuple[int, int, int, bool]:
         """A share grant's (rate_kbps, epoch, lease_us, stale) for ``pkt`` (grant_enforcer.p4's
-        update_share): the dependency moves to the packet's urgency (6 - ``qclass``; 4 if
-        background; idle on LAST), the port's class counts and generation follow, and the rate
-        is the port_share entry for (its class's count, alone or top) or (the waiting count,
-        waiting) as the most urgent non-empty class decides; no entry: the default grant.
-        ``stale``: an original DATA (neither LAST nor RESENT) of the transfer whose LAST already
-        passed (``dep_ended``), which changes nothing and gets no GRANT pushed. A waiting
-        dependency's rate is multiplied by the port's spare level: how many reserves the top
-        class left unused in the last TOP_WINDOW_NS (``now``: fabric ns)."""
+        update_share and update_link): the dependency moves to the packet's urgency (6 -
+        ``qclass``; 4 if background; idle on LAST), the port's class counts and generation
+        follow, and the rate is the port_share entry for (its class's count, alone or top) or
+        (the waiting count, waiting) as the most urgent non-empty class decides; no entry: the
+        default grant. ``stale``: an original DATA (neither LAST nor RESENT) of the transfer
+        whose LAST already passed (``dep_ended``), which changes nothing and gets no GRANT
+        pushed. A waiting dependency's rate is multiplied by the port's spare level: how many
+        reserves the top class left unused in the last TOP_WINDOW_NS (``now``: fabric ns).
+
+        ``link``: the ingress port when it does not face a host (-1 if it does): the dependency
+        is counted there too, in its own class counts, and where link_share has an entry for
+        the link its rate is the smaller of the two shares (the in-link is a contended fabric
+        link into this ToR)."""
         urgency = QUEUE_SLACK_MOST_URGENT - qclass
         # A class outside 2..6 (queue 7, 1 or 0 in a slack_class entry): 6 - qclass wraps in the
         # P4's 3 bits to 5..7, which count as the least urgent class, like BACKGROUND.
@@ -1041,51 +1112,34 @@ class PipelineModel:
             cls = held
             urgency = held - 1
         self._dep_class[slot] = cls
-        loads = self._class_loads
         gen = self._port_gen[port]
         if held != cls:
-            if held and loads[held - 1][port]:
-                loads[held - 1][port] -= 1
-            if cls:
-                loads[cls - 1][port] += 1
+            self._ports.move(port, held, cls)
             gen = (gen + 1) & EPOCH_MAX or 1  # epoch 0 means "no grant"
             self._port_gen[port] = gen
-        # The port's top-class DATA bytes per window (a window silent throughout counts 0).
-        top_bytes = self._port_top_bytes[port]
-        age = (now - self._port_win_start[port]) & TIME_MASK
-        if age >= n.TOP_WINDOW_NS:
-            top_bytes = self._port_win_bytes[port] if age < 2 * n.TOP_WINDOW_NS else 0
-            self._port_top_bytes[port] = top_bytes
-            self._port_win_start[port] = now
-            self._port_win_bytes[port] = 0
-        if cls == 0:
-            return default_kbps, 0, default_lease, stale
-        counts = [load[port] for load in loads]
-        # All counts 0 although the dependency is active: it is counted at another port (its
-        # sender used the dep_id toward two receivers). As in the P4, top is then 4 with load 0,
-        # which has no port_share entry: the default grant.
-        top = next((u for u, c in enumerate(counts) if c), _LEAST_URGENT)
-        rest = sum(counts) - counts[top]
-        if is_data and not stale and urgency == top:  # cls != 0 here: not LAST
-            self._port_win_bytes[port] += pkt.size
-        if urgency == top:
-            key = (port, counts[top], n.SHARE_TOP if rest else n.SHARE_ALONE)
+        top_data = is_data and not stale and cls != 0  # counts in the top-class window if top
+        kbps = self._ports.rate(port, urgency, top_data, pkt.size, now)
+        # The in-link: the dependency leaves the link it was counted at if the packet came in
+        # on another one (a new path), then moves as at the port.
+        link_port = self._dep_link_port[slot]
+        link_held = self._dep_link_class[slot]
+        if link_port != link and link_held:
+            self._links.move(link_port, link_held, 0)
+            link_held = 0
+        link_kbps = None
+        if link >= 0:
+            link_cls = link_held if stale else cls
+            self._links.move(link, link_held, link_cls)
+            self._dep_link_class[slot] = link_cls
+            self._dep_link_port[slot] = link
+            link_kbps = self._links.rate(link, urgency, top_data, pkt.size, now)
         else:
-            key = (port, rest, n.SHARE_WAITING)
-        kbps = self._shares.get(key)
-        if kbps is None:
+            self._dep_link_class[slot] = 0
+        if cls == 0 or kbps is None:
             return default_kbps, 0, default_lease, stale
-        if urgency != top:
-            kbps *= self._spare_level(port, top_bytes)
+        if link_kbps is not None and link_kbps < kbps:
+            kbps = link_kbps
         return kbps, gen, self._share_lease_us, stale
-
-    def _spare_level(self, port: int, top_bytes: int) -> int:
-        """spare_level(port, top_bytes): the level of the range holding ``top_bytes`` (1 if none)."""
-        ranges = self._spare_ranges.get(port)
-        if ranges is None:
-            return 1
-        bounds, levels = ranges
-        return levels[bisect_right(bounds, top_bytes)]
 
     def read_register(self, register: str, index: int) -> int:
         """A register cell (model only: BMv2's P4Runtime cannot read registers; tests use it).
@@ -1093,10 +1147,15 @@ class PipelineModel:
         Raises:
             InvalidInput: unknown register or index out of range.
         """
+        ports, links = self._ports, self._links
         registers = {n.DEP_CLASS: self._dep_class, n.PORT_GEN: self._port_gen, n.DEP_ENDED: self._dep_ended,
-                     n.PORT_WIN_START: self._port_win_start, n.PORT_WIN_BYTES: self._port_win_bytes,
-                     n.PORT_TOP_BYTES: self._port_top_bytes,
-                     **dict(zip(n.CLASS_LOADS, self._class_loads, strict=True))}
+                     n.PORT_WIN_START: ports.win_start, n.PORT_WIN_BYTES: ports.win_bytes,
+                     n.PORT_TOP_BYTES: ports.top_bytes,
+                     **dict(zip(n.CLASS_LOADS, ports.loads, strict=True)),
+                     n.DEP_LINK_CLASS: self._dep_link_class, n.DEP_LINK_PORT: self._dep_link_port,
+                     n.LINK_WIN_START: links.win_start, n.LINK_WIN_BYTES: links.win_bytes,
+                     n.LINK_TOP_BYTES: links.top_bytes,
+                     **dict(zip(n.LINK_LOADS, links.loads, strict=True))}
         cells = registers.get(register)
         if cells is None:
             raise InvalidInput("register", f"must be one of {', '.join(registers)}, got {register!r}")
