@@ -884,3 +884,19 @@ def test_restore_keeps_stored_slots_and_gives_taken_or_bad_ones_new_slots() -> N
     assert sched.free_slots("tor1") == sched.config.meter_slots - 1 - 5
     sched.announce_dependency(DependencyHint(6, "c", "d"), 0)
     assert sched._dep_slots[("c", 6)] == ("tor1", 5)
+
+
+def test_more_shared_in_links_than_the_p4_tables_hold_is_refused() -> None:
+    """link_shares "all" on a ToR with 17 uplinks: the P4 program's link_share table holds
+    MAX_SHARE_LINKS (16) links' entries, so the scheduler refuses the configuration up front,
+    naming the setting; "oversubscribed" (none here: 17 x 100G up for 1 x 100G down) is fine."""
+    spines = [f"s{i}" for i in range(n.MAX_SHARE_LINKS + 1)]
+    raw = {"name": "wide", "switches": ["tor0", "tor1", *spines],
+           "hosts": {"a": {"ip": "10.0.0.1", "switch": "tor0"}, "b": {"ip": "10.0.1.1", "switch": "tor1"}},
+           "links": [{"a": tor, "b": s} for tor in ("tor0", "tor1") for s in spines]}
+    topo = build_topology(raw, "wide.yaml")
+    targets = {sw: PipelineModel(sw, Clock()) for sw in topo.switches()}
+    with pytest.raises(InvalidInput, match="17 shared in-links") as exc:
+        Scheduler(topo, targets, SchedulerConfig(link_shares="all"))
+    assert exc.value.field == "config.link_shares" and exc.value.source == "wide.yaml"
+    assert Scheduler(topo, targets, SHARE).share_links("tor0") == []

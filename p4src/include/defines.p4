@@ -88,7 +88,7 @@ const port_t CPU_PORT = 255;
 #define MAX_LOAD           128   // largest load with a port_share entry (dependencies per class or waiting)
 #define PORT_SHARE_SIZE  32768   // 64 host ports x 3 modes x MAX_LOAD loads, and spare
 #define SPARE_LEVEL_SIZE  4096   // 64 host ports x up to 64 spare levels
-#define LINK_SHARE_SIZE   6144   // 16 in-links x 3 modes x MAX_LOAD loads
+#define LINK_SHARE_SIZE   6144   // 16 in-links (p4names.MAX_SHARE_LINKS) x 3 modes x MAX_LOAD loads
 #define LINK_SPARE_SIZE   1024   // 16 in-links x up to 64 spare levels
 // spare levels go up to safs.core.p4names.MAX_SPARE_LEVEL (64): waiting rate = level x the entry
 #define TOP_WINDOW_NS    32768   // the window over which a port's top-class bytes are counted

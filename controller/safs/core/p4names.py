@@ -53,6 +53,7 @@ LINK_SHARE = "SafsIngress.link_share"  # key ingress_port (exact, 9), load (exac
 ACT_SET_LINK_SHARE = "SafsIngress.set_link_share"  # params: rate_kbps (32)
 LINK_SPARE_LEVEL = "SafsIngress.link_spare_level"  # key ingress_port (exact, 9), top_bytes (range, 32)
 ACT_SET_LINK_SPARE_LEVEL = "SafsIngress.set_link_spare_level"  # params: level (8); default level 1
+MAX_SHARE_LINKS = 16  # in-links with entries per switch (LINK_SHARE_SIZE, LINK_SPARE_SIZE in defines.p4)
 SHARE_ALONE, SHARE_TOP, SHARE_WAITING = 0, 1, 2  # port_share modes (defines.p4)
 SHARE_MODES = (SHARE_ALONE, SHARE_TOP, SHARE_WAITING)
 URGENCY_CLASSES = 5  # urgency 0 (late, slack class 6) .. 4 (slack class 2, and background)

@@ -552,6 +552,12 @@ class Scheduler:
                          "balanced ECMP) and no receiver's ToR shares them out: %s", topology.name,
                          ", ".join(f"{a}->{b} {load / 1e9:g}/{rate / 1e9:g} Gbit/s"
                                    for a, b, load, rate in unaccounted))
+        for sw in self._targets:
+            links = self.share_links(sw)
+            if len(links) > n.MAX_SHARE_LINKS:
+                raise InvalidInput("config.link_shares", f"{self.config.link_shares!r} gives switch {sw!r} "
+                                   f"{len(links)} shared in-links; the P4 program's link_share table holds "
+                                   f"{n.MAX_SHARE_LINKS} (use 'oversubscribed' or 'off')", topology.source)
         hosts = topology.hosts()
         self.registry = HintRegistry({h: topology.host_ip(h) for h in hosts})
         link = {h: topology.host_link_bps(h) for h in hosts}
