@@ -845,3 +845,28 @@ def test_agent_send_scheduler_takes_the_scenarios_quantum_and_the_pacing_burst()
         assert ep.scheduler.ahead_ns == cfg.burst_bytes * 8 * 10**9 // (10 * MBIT) > 0
     finally:
         ep.close()
+
+
+def test_polls_back_off_with_grant_poll_backoff(agents: Agents) -> None:
+    """--grant-poll-backoff 16 (what the Mininet target gives dependency senders): under a rate-0
+    grant that never changes, the REQUEST polls start at --grant-poll-ns (2 ms) and double up
+    to 32 ms apart: about 10 in 0.25 s, where the fixed period sends over 40."""
+    net = _subnet()
+    a_ip, b_ip, sw_ip = net + "1", net + "2", net + "3"
+    sw = GrantResponder(sw_ip, b_ip, 0, epoch=1, lease_ns=1_000_000_000)
+    try:
+        a = agents.start("a", a_ip, "--default-rate-bps", str(5 * MBIT), "--line-rate-bps", str(100 * MBIT),
+                         "--grant-poll-backoff", "16")
+        b = agents.start("b", b_ip)
+        b.expect(28, a_ip, 300_000, "safs")
+        a.send(28, sw_ip, 300_000, "safs")
+        time.sleep(0.25)
+        polls = sorted(sw.requests)
+        print(f"{len(polls)} REQUESTs in 0.25 s")
+        assert 4 <= len(polls) <= 20
+        gaps = [b_ - a_ for a_, b_ in zip(polls[1:], polls[2:])]
+        assert gaps and max(gaps) >= 0.016  # backed off (fixed: 2 ms apart)
+        sw.install(20 * MBIT, epoch=2)  # answered to the next poll: the flow resumes
+        assert _by_role(wait_events([a, b], 2))["receiver"]["bytes"] == 300_000
+    finally:
+        sw.close()

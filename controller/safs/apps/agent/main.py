@@ -71,7 +71,7 @@ class Agent:
         self.events: list[dict[str, Any]] = []
         self.cfg = emu_config(args.default_rate_bps, args.mtu_bytes, args.unscheduled_bytes,
                               args.grant_poll_ns, args.reorder_window_ns, args.rto_ns, args.pace_burst_bytes,
-                              args.urgency_quantum_ns, tuple(args.slack_thresholds_ns))
+                              args.urgency_quantum_ns, tuple(args.slack_thresholds_ns), args.grant_poll_backoff)
         with _naming(f"--ip {args.ip}: SAFS UDP socket"):
             self.safs = SafsEndpoint(self.loop, args.ip, self.cfg, args.line_rate_bps,
                                      self._sender_done("safs"), self._receiver_done("safs"),
@@ -416,8 +416,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--grant-poll-ns",
         type=_non_negative,
         default=GRANT_POLL_NS,
-        help="REQUEST period while a SAFS sender holds no usable grant, ns, fixed (0: never poll; the Mininet "
-             "target passes 0 to dependency senders and sim.safs_grant_poll_ns to the per-transfer design)",
+        help="first REQUEST poll period while a SAFS sender's grant is too slow for in-band pushes, ns "
+             "(0: never poll; the Mininet target passes sim.safs_grant_poll_ns)",
+    )
+    p.add_argument(
+        "--grant-poll-backoff",
+        type=_positive,
+        default=1,
+        help="the poll period doubles while the answered rate stays the same, up to this many times "
+             "--grant-poll-ns (default 1: a fixed period; the Mininet target passes 16 to dependency senders, "
+             "as the simulator's, and 1 to the per-transfer design)",
     )
     p.add_argument(
         "--reorder-window-ns",

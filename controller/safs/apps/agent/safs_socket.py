@@ -50,7 +50,8 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
                grant_poll_ns: int = GRANT_POLL_NS, reorder_window_ns: int = REORDER_WINDOW_NS,
                rto_ns: int = RTO_NS, burst_bytes: int | None = None,
                urgency_quantum_ns: int = SafsConfig().urgency_quantum_ns,
-               slack_thresholds_ns: tuple[int, ...] = ()) -> SafsConfig:
+               slack_thresholds_ns: tuple[int, ...] = (),
+               grant_poll_backoff: int = 1) -> SafsConfig:
     """The simulator's :class:`SafsConfig` with time constants scaled to an emulated fabric.
 
     Mininet links with BMv2 switches have RTTs of about 1 ms (software switches, tens of Mbit/s)
@@ -64,9 +65,9 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
     (3/4), ``reorder_segments`` (3), ``nack_max_segments`` (128) are the simulator's;
     ``urgency_quantum_ns``, the send scheduler's deadline resolution, and
     ``slack_thresholds_ns``, the switches' slack classes (for urgency signals; empty: none),
-    are the scenario's allocator settings (the Mininet target passes them). Polls keep a fixed
-    period (``grant_poll_backoff`` 1): on Mininet only the per-transfer design polls (the
-    Mininet target gives dependency senders ``grant_poll_ns`` 0).
+    are the scenario's allocator settings (the Mininet target passes them). Polls back off up
+    to ``grant_poll_backoff`` times ``grant_poll_ns`` (default 1: a fixed period); the Mininet
+    target passes the simulator's: 16 for dependency senders, 1 for the per-transfer design.
 
     Raises:
         InvalidInput: a value out of :class:`SafsConfig`'s ranges (named).
@@ -76,7 +77,7 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
                       reorder_window_ns=reorder_window_ns, rto_ns=rto_ns,
                       rto_max_ns=max(500_000_000, rto_ns), unscheduled_bytes=unscheduled_bytes,
                       burst_bytes=max(1, burst), urgency_quantum_ns=urgency_quantum_ns,
-                      slack_thresholds_ns=slack_thresholds_ns, grant_poll_backoff=1)
+                      slack_thresholds_ns=slack_thresholds_ns, grant_poll_backoff=grant_poll_backoff)
 
 
 @dataclass

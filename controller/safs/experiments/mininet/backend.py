@@ -57,6 +57,7 @@ from safs.experiments.mininet.driver import RealtimeNetwork
 from safs.experiments.mininet.net import PROBE_DEP_ID, PROBE_FLOW_ID, EmuError, die_with_parent, stop_process
 from safs.experiments.policies import get_policy, mininet_policies
 from safs.experiments.runs import build_run, miss_tolerance_ns
+from safs.hosts.safs import SafsConfig
 
 log = logging.getLogger(__name__)
 
@@ -386,11 +387,9 @@ def start_agents(
             the run directory).
     """
     topo = emu.topology
-    # On Mininet only the per-transfer design polls: the simulator's dependency senders poll
-    # with back-off (safs.experiments.sim.bindings), but at the emulated fabric's scaled poll
-    # (2 ms, scenarios/mininet-*.yaml) a REQUEST per poll is about 3% of a 10 Mbit/s link per
-    # waiting dependency; not measured there yet.
-    grant_poll_ns = sim_config.safs_grant_poll_ns if sched.grant_mode == "per-transfer" else 0
+    # Polls as in the simulator (safs.experiments.sim.bindings): dependency senders back off,
+    # the per-transfer design polls at a fixed period.
+    grant_poll_backoff = 1 if sched.grant_mode == "per-transfer" else SafsConfig().grant_poll_backoff
     procs, agents = [], {}
     try:
         for h in topo.hosts():
@@ -417,7 +416,9 @@ def start_agents(
                 "--unscheduled-bytes",
                 str(sched.unscheduled_bytes),
                 "--grant-poll-ns",
-                str(grant_poll_ns),
+                str(sim_config.safs_grant_poll_ns),
+                "--grant-poll-backoff",
+                str(grant_poll_backoff),
                 "--reorder-window-ns",
                 str(sim_config.safs_reorder_window_ns),
                 "--rto-ns",

@@ -57,7 +57,7 @@ class SimConfig(ConfigModel):
             off to 16x it, ``safs-per-transfer`` polls at it), default 10 µs; 0: dependency
             senders never poll (``safs-per-transfer`` then uses 10 µs). Scale it with the
             fabric: it must stay above a control round trip (2 ms at 10 Mbit/s,
-            scenarios/mininet-*.yaml, where only the per-transfer design polls).
+            scenarios/mininet-*.yaml, whose agents get the same poll and back-off).
         safs_reorder_window_ns: how long a missing SAFS segment may stay missing before it is
             reported lost (``SafsConfig.reorder_window_ns``), default 200 µs; scaled likewise.
         buffer_dt_alpha: dynamic-threshold alpha of switch port buffers (0 = plain shared
