@@ -242,7 +242,7 @@ class SchedulerConfig(ConfigModel):
             on one share it as a receiver port's share it and each holds the smaller of its two
             shares: ``"oversubscribed"`` (default) the links the hose-model check names
             (:meth:`Topology.oversubscribed_links`, none on a non-blocking fabric), ``"all"``
-            every such link, ``"off"`` none (the receiver ports alone, as before 2026-12-05).
+            every such link, ``"off"`` none (the receiver ports alone, as before 2026-12-04).
         traffic_classes: aggregates of non-SAFS traffic and their queues and meters
             (:class:`TrafficClassSpec`), installed on every switch; at most 255 (the P4
             program's ``traffic_class`` and ``aggregate_meter`` sizes). Default none: all
