@@ -18,7 +18,9 @@ from safs.core.protocol import (
     EPOCH_NONE,
     FLAG_LAST,
     FLAG_RENEW,
+    FLAG_RESENT,
     QUEUE_CONTROL,
+    SAFS_UDP_PORT,
     SAFS_VERSION,
     MsgType,
 )
@@ -532,6 +534,42 @@ def test_safs_recovers_lost_data_and_lost_done() -> None:
     assert rx.received == size
     assert stats.retransmitted_bytes >= 3 * 123
     assert stats.timeouts >= 1
+
+
+def test_a_hole_among_the_last_segments_is_nacked_after_the_reorder_window_without_a_probe() -> None:
+    eng, net, tor = star(2, 100 * G)
+    cfg = SafsConfig(default_rate_bps=10 * G, rto_ns=50_000_000, reorder_window_ns=200_000)
+    stats = TransportStats()
+    size = 10 * cfg.segment_bytes
+    tor.drop_data = {(1, 2 * cfg.segment_bytes)}  # the next-to-last segment; only the last follows it
+    tx, rx, rec = safs_flow(eng, net, 1, 0, 1, size, cfg, stats, nbts=10**9)
+    eng.run(10**9)
+    assert rec.finish_ns is not None and rx.nacks == 1 and stats.timeouts == 0
+    assert rec.finish_ns < cfg.reorder_window_ns + 100_000  # ~10 us of sending + window + RTT, not the 50 ms probe
+
+
+def _data(rx: SafsReceiver, index: int, resent: bool = False) -> Packet:
+    """DATA of segment ``index`` of ``rx``'s flow, as its sender would send it."""
+    pkt = Packet(rx.sender, rx.src, PROTO_UDP, 40000, SAFS_UDP_PORT, 9000, rx.seg)
+    pkt.safs_type, pkt.flow_id = int(MsgType.DATA), rx.flow_id
+    pkt.remaining, pkt.flags = rx.size - index * rx.seg, FLAG_RESENT if resent else 0
+    return pkt
+
+
+def test_only_the_probe_duplicate_makes_a_receiver_nack_what_it_still_misses() -> None:
+    eng, net, _tor = star(2, 100 * G)
+    cfg = SafsConfig(reorder_window_ns=200_000)
+    rec = Flow()
+    rx = SafsReceiver(eng, net.hosts["h0"], net.hosts["h1"].ip, 1, 5 * cfg.segment_bytes, 10**9, cfg,
+                      TransportStats(), rec.on_finish)
+    for i in (0, 2, 4):  # segments 1 and 3 missing, maybe still in flight
+        rx.receive(_data(rx, i))
+    rx.receive(_data(rx, 2, resent=True))  # a spurious retransmission: counted, not answered
+    assert rx.duplicates == 1 and rx.nacks == 0
+    rx.receive(_data(rx, 4, resent=True))  # the sender's probe: NACK both holes at once
+    assert rx.duplicates == 2 and rx.nacks == 1
+    eng.run(10**9)  # both holes' reorder windows then expire: one NACK each time they were found
+    assert rx.nacks == 3 and rec.finish_ns is None
 
 
 def test_safs_config_rejects_bad_values() -> None:

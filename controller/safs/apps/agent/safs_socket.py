@@ -62,7 +62,7 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
     both targets run the same timers. ``burst_bytes`` (None: half of ``unscheduled_bytes``)
     is the pacer's token-bucket depth (never below two full packets; the switch meter's burst
     is at least ``unscheduled_bytes``, so a catch-up burst stays green). ``renew_fraction``
-    (3/4), ``reorder_segments`` (3), ``nack_max_segments`` (128) are the simulator's;
+    (3/4), ``reorder_segments`` (1), ``nack_max_segments`` (128) are the simulator's;
     ``urgency_quantum_ns``, the send scheduler's deadline resolution, and
     ``slack_thresholds_ns``, the switches' slack classes (for urgency signals; empty: none),
     are the scenario's allocator settings (the Mininet target passes them). Polls back off up
