@@ -145,7 +145,9 @@ class SafsConfig(ConfigModel):
         default_rate_bps: rate before the first grant and after a lease expires (bit/s, wire
             bytes); should equal the switch's default grant.
         renew_fraction: renew the lease when this fraction of it has passed (0 < f < 1).
-        rto_ns: probe timeout after the last byte was sent without a DONE.
+        rto_ns: probe timeout after the last byte was sent without a DONE (default 250 µs: the
+            reorder window and 50 µs more; the probe finds a lost last segment, which no later
+            segment can reveal).
         rto_max_ns: cap of the doubling probe timeout.
         nack_max_segments: missing segments listed in one NACK.
         reorder_segments: a segment still missing when one this many positions later
@@ -196,7 +198,7 @@ class SafsConfig(ConfigModel):
     mtu_bytes: int = Field(9000, ge=MIN_MTU_BYTES, le=65535)
     default_rate_bps: int = Field(10_000_000_000, gt=0)
     renew_fraction: float = Field(0.75, gt=0, lt=1)
-    rto_ns: int = Field(500_000, gt=0)
+    rto_ns: int = Field(250_000, gt=0)
     rto_max_ns: int = 64_000_000
     nack_max_segments: int = Field(128, ge=1, le=NACK_MAX_SEGMENTS_LIMIT)  # a NACK fits MAX_DONE_FRAME_BYTES
     reorder_segments: int = Field(1, ge=1)

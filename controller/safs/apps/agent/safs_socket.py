@@ -57,7 +57,7 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
     Mininet links with BMv2 switches have RTTs of about 1 ms (software switches, tens of Mbit/s)
     instead of the simulator's ~10 µs, and the agent's timers are good to ~50 µs, so the
     defaults are ``grant_poll_ns`` 2 ms (simulator 10 µs), ``reorder_window_ns`` 5 ms
-    (200 µs), ``rto_ns`` 20 ms (500 µs); ``rto_max_ns`` 500 ms. The Mininet target passes the
+    (200 µs), ``rto_ns`` 20 ms (250 µs); ``rto_max_ns`` 500 ms. The Mininet target passes the
     scenario's ``sim.safs_grant_poll_ns``, ``safs_reorder_window_ns`` and ``safs_rto_ns``, so
     both targets run the same timers. ``burst_bytes`` (None: half of ``unscheduled_bytes``)
     is the pacer's token-bucket depth (never below two full packets; the switch meter's burst

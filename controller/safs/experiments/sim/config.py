@@ -51,7 +51,9 @@ class SimConfig(ConfigModel):
         digest_poll_ns: period of digest polls, default 10 µs (on the AFD benchmark a 50 µs
             poll made decode steps about 2x slower: digests are the fast path for new flows).
         renew_fraction: SAFS lease renewal point, in (0, 1), default 3/4 of the lease.
-        safs_rto_ns: SAFS probe timeout, default 500 µs (docs/simulator.md "Loss recovery").
+        safs_rto_ns: SAFS probe timeout, default 250 µs: the reorder window (200 µs) and 50 µs more, so
+            the probe comes once a lost last segment's window would have passed (docs/simulator.md
+            "Loss recovery"; 500 µs until 2026-12-04).
         safs_grant_poll_ns: the shortest REQUEST poll period of SAFS senders whose grant is
             too slow for in-band pushes (``SafsConfig.grant_poll_ns``; dependency senders back
             off to 16x it, ``safs-per-transfer`` polls at it), default 10 µs; 0: dependency
@@ -96,7 +98,7 @@ class SimConfig(ConfigModel):
     telemetry_ns: int = Field(1_000_000_000, ge=100_000, le=3_600_000_000_000)
     digest_poll_ns: int = Field(10_000, ge=1)
     renew_fraction: float = Field(0.75, gt=0, lt=1)
-    safs_rto_ns: int = Field(500_000, ge=1)
+    safs_rto_ns: int = Field(250_000, ge=1)
     safs_grant_poll_ns: int = Field(10_000, ge=0)
     safs_reorder_window_ns: int = Field(200_000, ge=0)
     buffer_dt_alpha: float = Field(1.0, ge=0, le=64)
