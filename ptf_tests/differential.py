@@ -29,7 +29,8 @@ going idle on the receiver port in several urgency classes (ALONE, TOP and WAITI
 the scheduler's 1/32 reserve pushed to a lone top dependency, a slack shrinking into the top
 class, LAST of the top class), with the push rule's boundaries, a load above the last
 ``port_share`` entry, a switch restart (registers lost; the scheduler re-installs), a slack
-class entry giving queue 7 and a dependency's DATA to another receiver port: every GRANT's rate
+class entry giving queue 7, a dependency's DATA to another receiver port and the port holder
+(two sole dependencies taking, waiting for, preempting and releasing the port): every GRANT's rate
 and epoch compared, and each rate checked against the scheduler's entry for the expected
 (mode, load).
 
@@ -87,6 +88,7 @@ from safs.core.protocol import (
     FLAG_BACKGROUND,
     FLAG_LAST,
     FLAG_RENEW,
+    FLAG_SOLE,
     NS_PER_S,
     RATE_KBPS_MAX,
     Color,
@@ -512,6 +514,7 @@ SENDERS = {"snd": (SENDER_IP, PORT_SENDER), "oth": (OTHER_IP, PORT_OTHER)}
 SHARE_THRESHOLDS_NS = (0, 1000 * NS_PER_S, 2000 * NS_PER_S, 3000 * NS_PER_S)
 LATE, SOON, MID, LAX, FAR = (s * NS_PER_S for s in (-500, 500, 1500, 2500, 5000))  # urgency 0, 1, 2, 3, 4
 DEFAULT_KBPS = 1_000_000  # the share test's default grant (SchedulerConfig default 1 Gbit/s)
+HOLD_RELEASE = 5_000  # holder_release_bytes: below the steps' 10,000 + seq remaining bytes
 ALONE, TOP, WAITING = n.SHARE_ALONE, n.SHARE_TOP, n.SHARE_WAITING
 
 
@@ -520,7 +523,7 @@ class ShareDifferentialTest(DiffTestBase):
     grant of each GRANT that reaches them (sender rule 2) and send it in their DATA."""
 
     def runTest(self) -> None:
-        cfg = SchedulerConfig(default_rate_bps=10**9, unscheduled_bytes=0,
+        cfg = SchedulerConfig(default_rate_bps=10**9, unscheduled_bytes=0, holder_release_bytes=HOLD_RELEASE,
                               allocator=AllocatorConfig(slack_thresholds_ns=SHARE_THRESHOLDS_NS))
         try:
             self.start(cfg, "10Gbps")
@@ -545,24 +548,25 @@ class ShareDifferentialTest(DiffTestBase):
             self.finish()
 
     def step(self, name: str, kind: MsgType, flags: int = 0, held: tuple[int, int] | None = None,
-             slack: int | None = None, dst: str = RECEIVER_IP) -> dict | None:
+             slack: int | None = None, dst: str = RECEIVER_IP, remaining: int | None = None) -> dict | None:
         """One packet of dependency ``name`` (REQUEST or DATA holding its sender's grant, or
-        ``held``, from then on its sender's) through both targets; returns the BMv2 GRANT's
-        fields (compared), if any."""
+        ``held``, from then on its sender's; ``remaining`` bytes, default 10,000 + the step's
+        number) through both targets; returns the BMv2 GRANT's fields (compared), if any."""
         host, dep_id, cls_slack, dep_flags = self.deps[name]
         src, port = SENDERS[host]
         flags |= dep_flags
         self.seq += 1
         self.probe()
         latest = (self.fabric_estimate(time.monotonic()) + (cls_slack if slack is None else slack)) & TIME_MASK
+        rem = 10_000 + self.seq if remaining is None else remaining
         if kind is MsgType.REQUEST:
-            pkt = safs_request(src, dst, 100 + self.seq, 10_000 + self.seq, latest, flags=flags,
+            pkt = safs_request(src, dst, 100 + self.seq, rem, latest, flags=flags,
                                dep_id=dep_id, **TO_SWITCH)
         else:
             if held is not None:
                 self.held[name] = held
             rate, epoch = self.held.get(name, (0, 0))
-            pkt = safs_data(src, dst, 100 + self.seq, 10_000 + self.seq, latest, epoch, 64, flags=flags,
+            pkt = safs_data(src, dst, 100 + self.seq, rem, latest, epoch, 64, flags=flags,
                             dep_id=dep_id, rate_kbps=rate, **TO_SWITCH)
         what = f"step {self.seq}: {name} {kind.name} flags {flags:#x}"
         grant = None
@@ -710,6 +714,32 @@ class ShareDifferentialTest(DiffTestBase):
         self.expect_grant("B", req, (WAITING, 1), level=idle)
         self.expect_grant("A", data, (TOP, 1))
         for name in ("A", "B"):
+            self.expect_none(name, flags=FLAG_LAST)
+        self.run_holder_sequence(idle)
+
+    def run_holder_sequence(self, idle: int) -> None:
+        """The port holder (scheduler defaults but ``holder_release_bytes``): A and C late and
+        sole. Steps are milliseconds apart, far beyond ``holder_idle_ns`` (10 µs), so every
+        holder is silent by the next step: a DATA takes its port, a REQUEST does not."""
+        req, data, sole = MsgType.REQUEST, MsgType.DATA, FLAG_SOLE
+        self.expect_grant("A", req, (ALONE, 1), flags=sole)  # one sole dependency: no holder
+        # C joins: two sole ones count as one (load 1) with one waiting; C takes the free port.
+        self.expect_grant("C", req, (TOP, 1), flags=sole)
+        # A's REQUEST does not take it from a silent holder: it waits, without the spare level
+        # (level 1 although the window is silent: the idle level is ``idle``).
+        self.assertGreater(idle, 1)
+        self.expect_grant("A", req, (WAITING, 1), flags=sole)
+        self.expect_grant("A", data, (TOP, 1), flags=sole)  # its DATA does: C is silent
+        self.expect_grant("C", req, (WAITING, 1), flags=sole)
+        # C finishing 200 s before A (a slack 200 s earlier, the same class) preempts it.
+        self.expect_grant("C", req, (TOP, 1), flags=sole, slack=LATE - 200 * NS_PER_S)
+        # C with at most holder_release_bytes left frees the port and keeps its share; A's
+        # REQUEST takes the free port.
+        self.expect_grant("C", req, (TOP, 1), flags=sole, remaining=HOLD_RELEASE)
+        self.expect_grant("A", req, (TOP, 1), flags=sole)
+        # A no longer sole: one sole dependency left, no holder; both share the class.
+        self.expect_grant("A", data, (ALONE, 2))
+        for name in ("A", "C"):
             self.expect_none(name, flags=FLAG_LAST)
 
     def drop_spare_levels(self) -> list[TableEntry]:

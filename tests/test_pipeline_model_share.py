@@ -13,7 +13,7 @@ import pytest
 
 from safs.core import p4names as n
 from safs.core.packet import PROTO_UDP, Packet
-from safs.core.protocol import FLAG_LAST, SAFS_UDP_PORT, SAFS_VERSION, MsgType
+from safs.core.protocol import FLAG_LAST, FLAG_RENEW, FLAG_SOLE, SAFS_UDP_PORT, SAFS_VERSION, MsgType
 from safs.core.target import CloneSession, Lpm, Op, Range, TableEntry, Update
 from safs.core.timebase import TIME_MASK, slack_to_key
 from safs.targets.pipeline_model import PipelineModel
@@ -60,11 +60,12 @@ def switch(soon_queue: int = 5, clock: list[int] | None = None) -> PipelineModel
 
 
 def send(sw: PipelineModel, t: MsgType, dep_id: int, slack_ns: int, dst: int = RCV2, flags: int = 0,
-         held: tuple[int, int] = (0, 0)) -> tuple[int, int, int] | None:
-    """One REQUEST or DATA of the sender's ``dep_id``; the (rate, epoch, lease) of the GRANT it
-    produces, if any."""
+         held: tuple[int, int] = (0, 0), remaining: int = 0) -> tuple[int, int, int] | None:
+    """One REQUEST or DATA of the sender's ``dep_id`` (``remaining`` bytes); the (rate, epoch,
+    lease) of the GRANT it produces, if any."""
     p = Packet(SENDER, dst, PROTO_UDP, SAFS_UDP_PORT, SAFS_UDP_PORT, 142, payload=64)
     p.safs_version, p.safs_type, p.flags, p.flow_id, p.dep_id = SAFS_VERSION, int(t), flags, 9, dep_id
+    p.remaining = remaining
     p.ts = (sw.now() + slack_ns) & TIME_MASK
     p.rate_kbps, p.epoch = held
     grants = [(g.rate_kbps, g.epoch, g.lease_us) for _, g in sw.ingress(p, 1) if g.safs_type == int(MsgType.GRANT)]
@@ -219,3 +220,94 @@ def test_waiting_dependencies_on_an_in_link_share_what_its_top_class_left() -> N
     clock[0] += n.TOP_WINDOW_NS
     assert send_in(sw, 4, 1, 500) == 4 * link_rate(n.SHARE_WAITING, 1)
     assert sw.read_register(n.LINK_TOP_BYTES, 4) == 0
+
+
+IDLE_NS, RELEASE, PREEMPT_NS = 10_000, 60_000, 100_000
+BIG = 1_000_000  # remaining bytes of a transfer far from its end
+
+
+def holder_on(sw: PipelineModel) -> PipelineModel:
+    sw.write([Update(Op.MODIFY, TableEntry(n.HOLDER, {}, n.ACT_SET_HOLDER, {
+        "idle_ns": IDLE_NS, "release_bytes": RELEASE, "preempt_ns": PREEMPT_NS}, is_default=True))])
+    return sw
+
+
+def test_sole_dependencies_take_the_port_one_at_a_time() -> None:
+    """Two sole dependencies in the port's most urgent class count as one (load 1, the other
+    waiting): the holder gets the TOP share, the other the WAITING share without the spare
+    level; a REQUEST does not take the port from a silent holder, a DATA does after idle_ns."""
+    clock = [NOW]
+    sw = holder_on(switch(clock=clock))
+    sw.write([Update(Op.INSERT, TableEntry(n.SPARE_LEVEL, {n.F_EGRESS_PORT: 2, n.F_TOP_BYTES: Range(0, 10**6)},
+                                           n.ACT_SET_SPARE_LEVEL, {"level": 8}, priority=1))])
+    assert send(sw, MsgType.REQUEST, 1, -500, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_ALONE, 1)
+    assert send(sw, MsgType.REQUEST, 2, -500, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_TOP, 1)
+    assert [sw.read_register(n.SOLE_LOADS[0], 2), sw.read_register(n.HOLDER_SLOT, 2)] == [2, 6]
+    assert send(sw, MsgType.DATA, 1, -500, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_WAITING, 1)
+    clock[0] += IDLE_NS  # not more than idle_ns: the holder keeps the port
+    assert send(sw, MsgType.DATA, 1, -500, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_WAITING, 1)
+    clock[0] += 1
+    assert send(sw, MsgType.REQUEST, 1, -500, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_WAITING, 1)
+    assert send(sw, MsgType.DATA, 1, -500, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_TOP, 1)
+    assert sw.read_register(n.HOLDER_SLOT, 2) == 5
+    assert send(sw, MsgType.DATA, 2, -500, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_WAITING, 1)
+    # A GRANT says FLAG_SOLE iff its dependency waits for the holder.
+    assert [grant_flags(sw, d) for d in (2, 1)] == [FLAG_SOLE, 0]
+    # No longer sole: one sole dependency left, so no holder; both share the class equally.
+    assert send(sw, MsgType.DATA, 1, -500, remaining=BIG)[0] == rate(n.SHARE_ALONE, 2)
+    assert [sw.read_register(n.SOLE_LOADS[0], 2), sw.read_register(n.HOLDER_SLOT, 2)] == [1, 0]
+    assert send(sw, MsgType.DATA, 2, -500, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_ALONE, 2)
+
+
+def grant_flags(sw: PipelineModel, dep_id: int) -> int:
+    """The flags of the GRANT a sole, late REQUEST of ``dep_id`` gets (FLAG_RENEW set in the
+    REQUEST too: a GRANT keeps the packet's other flags)."""
+    p = Packet(SENDER, RCV2, PROTO_UDP, SAFS_UDP_PORT, SAFS_UDP_PORT, 78)
+    p.safs_version, p.safs_type, p.flow_id, p.dep_id = SAFS_VERSION, int(MsgType.REQUEST), 9, dep_id
+    p.flags = FLAG_SOLE | FLAG_RENEW
+    p.ts, p.remaining = (sw.now() - 500) & TIME_MASK, BIG
+    (_, g), = sw.ingress(p, 1)
+    assert g.safs_type == int(MsgType.GRANT) and g.flags & FLAG_RENEW
+    return g.flags & FLAG_SOLE
+
+
+def test_holder_releases_near_its_end_and_an_earlier_finish_preempts_it() -> None:
+    """A holder with at most release_bytes left frees the port and keeps its TOP share; a sole
+    dependency finishing more than preempt_ns before the holder takes the port."""
+    sw = holder_on(switch())
+    send(sw, MsgType.REQUEST, 1, -500, flags=FLAG_SOLE, remaining=BIG)
+    assert send(sw, MsgType.REQUEST, 2, -500, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_TOP, 1)
+    assert send(sw, MsgType.REQUEST, 1, -500, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_WAITING, 1)
+    # 1's finish is earlier than 2's by exactly preempt_ns: not enough; 1 ns more preempts.
+    early = -500 - PREEMPT_NS
+    assert send(sw, MsgType.REQUEST, 1, early, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_WAITING, 1)
+    assert send(sw, MsgType.REQUEST, 1, early - 1, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_TOP, 1)
+    assert sw.read_register(n.HOLDER_SLOT, 2) == 5
+    assert send(sw, MsgType.REQUEST, 1, -500, flags=FLAG_SOLE, remaining=RELEASE)[0] == rate(n.SHARE_TOP, 1)
+    assert sw.read_register(n.HOLDER_SLOT, 2) == 0
+    assert send(sw, MsgType.REQUEST, 2, -500, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_TOP, 1)
+    assert sw.read_register(n.HOLDER_SLOT, 2) == 6
+    # The holder's LAST: it leaves the class and the port; the other takes it.
+    assert send(sw, MsgType.DATA, 2, -500, flags=FLAG_SOLE | FLAG_LAST) is None
+    assert sw.read_register(n.HOLDER_SLOT, 2) == 0
+    assert send(sw, MsgType.REQUEST, 1, -500, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_ALONE, 1)
+
+
+def test_without_the_holder_sole_dependencies_share_like_the_others() -> None:
+    """holder idle_ns 0 (the table's default; SchedulerConfig.holder_idle_ns 0): FLAG_SOLE is
+    counted but changes no share."""
+    sw = switch()
+    send(sw, MsgType.REQUEST, 1, -500, flags=FLAG_SOLE, remaining=BIG)
+    assert send(sw, MsgType.REQUEST, 2, -500, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_ALONE, 2)
+    assert [sw.read_register(n.SOLE_LOADS[0], 2), sw.read_register(n.HOLDER_SLOT, 2)] == [2, 0]
+
+
+def test_a_sole_dependency_behind_a_contended_in_link_is_not_grouped() -> None:
+    """A dependency arriving on an in-link with link_share entries is not counted sole (its link
+    share may be below the port's: as holder it would idle the port); one from a host port or
+    from an in-link without entries is."""
+    sw = holder_on(link_switch())
+    send_in(sw, 4, 1, -500, flags=FLAG_SOLE)
+    send_in(sw, 5, 2, -500, flags=FLAG_SOLE, dst=RCV3)
+    send_in(sw, 1, 1, -500, flags=FLAG_SOLE, src=SENDER, t=MsgType.DATA)
+    assert [sw.read_register(n.DEP_SOLE, slot) for slot in (7, 8, 5)] == [0, 1, 1]

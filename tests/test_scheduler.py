@@ -900,3 +900,24 @@ def test_more_shared_in_links_than_the_p4_tables_hold_is_refused() -> None:
         Scheduler(topo, targets, SchedulerConfig(link_shares="all"))
     assert exc.value.field == "config.link_shares" and exc.value.source == "wide.yaml"
     assert Scheduler(topo, targets, SHARE).share_links("tor0") == []
+
+
+def test_holder_settings_are_written_and_other_host_rates_warned(caplog) -> None:
+    """The holder table's default action carries SchedulerConfig.holder_* (idle 0 for the
+    safs-no-holder ablation); a topology whose host links are not the 100 Gbit/s the finish
+    estimate assumes gets a warning naming their rates, unless the holder is off."""
+    root = Path(__file__).resolve().parents[1] / "topologies"
+    topo = load_topology(root / "leaf-spine.yaml")
+    for update, want in (({}, {"idle_ns": 10_000, "release_bytes": 60_000, "preempt_ns": 100_000}),
+                         ({"holder_idle_ns": 0}, {"idle_ns": 0, "release_bytes": 60_000, "preempt_ns": 100_000})):
+        targets = {sw: PipelineModel(sw, Clock()) for sw in topo.switches()}
+        Scheduler(topo, targets, SHARE.model_copy(update=update)).setup(0)
+        assert targets["leaf0"].default_action(n.HOLDER).params == want
+    assert "finish estimate" not in caplog.text
+    slow = load_topology(root / "mininet-afd.yaml")
+    Scheduler(slow, {sw: PipelineModel(sw, Clock()) for sw in slow.switches()}, SHARE)
+    assert "host links of 0.01 Gbit/s" in caplog.text
+    caplog.clear()
+    Scheduler(slow, {sw: PipelineModel(sw, Clock()) for sw in slow.switches()},
+              SHARE.model_copy(update={"holder_idle_ns": 0}))
+    assert "finish estimate" not in caplog.text

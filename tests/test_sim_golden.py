@@ -44,17 +44,17 @@ POLICIES = ("safs", "dctcp")
 # Pinned today's behaviour (see the module docstring before changing any of these).
 GOLDEN: dict[tuple[str, str], str] = {
     ('afd-bulk', 'safs'):
-        '12c1a5cadf839d0feec35df357493586e59313f438a935107d7f38dc662c9d7e',  # events=85996, drops=315, data_bytes=123249220, control_bytes=239460, sim_time_ns=3032377, ecn_marked_packets=1143, flows=578
+        '02f90296d11c1af2758ca5df27d230237fbab4f4213f64435974118640047abe',  # events=86010, drops=315, data_bytes=123582738, control_bytes=226590, sim_time_ns=3048868, ecn_marked_packets=1259, flows=578
     ('afd-bulk', 'dctcp'):
-        'd2435eddaa3656006d2c68ac52f5e7ecafc05d978a189b672f9a53992ecb2559',  # events=106703, drops=951, data_bytes=173411346, control_bytes=0, sim_time_ns=6154366, ecn_marked_packets=2824, flows=578
+        '5497cf2223fd3286d491e26e58647c6541a33c73d3e8dbb3e53736e1f39c0839',  # events=106703, drops=951, data_bytes=173411346, control_bytes=0, sim_time_ns=6154366, ecn_marked_packets=2824, flows=578
     ('afd-poisson', 'safs'):
-        'aa8416a919a09f20d435ed414908094d8e2b999d8653a84400d870108ad69e67',  # events=42402, drops=76, data_bytes=62464651, control_bytes=140322, sim_time_ns=2213386, ecn_marked_packets=370, flows=395
+        '59d7801a314ba74181db44943405eb5309977b7c420b446fa544696dfb9ae457',  # events=42541, drops=76, data_bytes=62699015, control_bytes=138918, sim_time_ns=2230354, ecn_marked_packets=362, flows=395
     ('afd-poisson', 'dctcp'):
-        'dcbfc8b073e9e9ba07769e56aadcaa01182c8f228025a13bd540c912c7612aeb',  # events=50447, drops=664, data_bytes=80554755, control_bytes=0, sim_time_ns=3736265, ecn_marked_packets=1798, flows=399
+        '692df9e05463a708cf2ab8a8c776af13ff9c32c87f99403e1259509e311318c3',  # events=50447, drops=664, data_bytes=80554755, control_bytes=0, sim_time_ns=3736265, ecn_marked_packets=1798, flows=399
     ('zerobubble-bulk', 'safs'):
-        '5425b9675a98d89c88404f219fbb7dad10fa58e87727852262d9bb5b96deb52b',  # events=108441, drops=75, data_bytes=128264254, control_bytes=6084, sim_time_ns=4831860, ecn_marked_packets=5019, flows=26
+        'bdf189968c5d94d8079ac4a791ddc69417a419ea4a54909a1bb1a460e1c28e7e',  # events=108441, drops=75, data_bytes=128264254, control_bytes=6084, sim_time_ns=4831860, ecn_marked_packets=5019, flows=26
     ('zerobubble-bulk', 'dctcp'):
-        '7a5d568ece557b69c615b3e26a8146922b258ef0e8cf9e0d86760e3a0f0f36fa',  # events=230951, drops=71, data_bytes=262469692, control_bytes=0, sim_time_ns=10262051, ecn_marked_packets=11897, flows=26
+        '61664b1e830c23793054b7dba04599fbc4a358d335add0037afcad9d2536e835',  # events=230951, drops=71, data_bytes=262469692, control_bytes=0, sim_time_ns=10262051, ecn_marked_packets=11897, flows=26
 }
 
 

@@ -19,6 +19,7 @@ from safs.core.protocol import (
     FLAG_LAST,
     FLAG_RENEW,
     FLAG_RESENT,
+    FLAG_SOLE,
     QUEUE_CONTROL,
     SAFS_UDP_PORT,
     SAFS_VERSION,
@@ -56,6 +57,7 @@ class StandInToR:
         self.grant: tuple[int, int, int] | None = None
         self.port_grants: dict[int, tuple[int, int, int]] = {}  # receiver port -> its own grant
         self.answering = True
+        self.holder_wait = False  # GRANTs say FLAG_SOLE: "waiting for the port's holder"
         self.requests = 0
         self.request_times: list[int] = []
         self.request_slack: list[int] = []  # latest start carried by each REQUEST minus its arrival time
@@ -74,7 +76,7 @@ class StandInToR:
         g = Packet(to.dst, to.src, PROTO_UDP, to.dport, to.sport, 78)
         g.safs_version, g.safs_type, g.flow_id, g.dep_id = SAFS_VERSION, int(MsgType.GRANT), to.flow_id, to.dep_id
         g.rate_kbps, g.epoch, g.lease_us = rate // 1000, epoch, lease // 1000
-        g.flags = to.flags
+        g.flags = to.flags | FLAG_SOLE if self.holder_wait else to.flags & ~FLAG_SOLE
         g.priority = QUEUE_CONTROL
         return g
 
@@ -382,6 +384,36 @@ def test_send_scheduler_lets_a_less_urgent_dependency_use_what_the_urgent_grant_
     assert lax.finish_ns <= 1.15 * line_ns(mb, rate * 4 // 5)  # at the rest of the line rate
 
 
+@pytest.mark.parametrize("order", ["urgency", "fifo"])
+def test_a_dependency_says_sole_while_no_other_of_its_host_has_data(order: str) -> None:
+    """FLAG_SOLE on a DATA exactly while none of its host's other dependencies has data (the
+    send scheduler knows them); never without a scheduler (``send_order: fifo``)."""
+    rate = 10 * G
+    eng, net, tor = star(3, rate)
+    cfg = SafsConfig(default_rate_bps=rate // 10)
+    stats = TransportStats()
+    tor.grant = (rate, 1, 20_000_000)
+    sched = SendScheduler(eng, rate, cfg.urgency_quantum_ns) if order == "urgency" else None
+    first, second = dependency(eng, net, 1, 0, 3, cfg, stats, sched), dependency(eng, net, 1, 2, 4, cfg, stats, sched)
+    safs_flow(eng, net, 1, 0, 1, 1_000_000, cfg, stats, nbts=10**9, dep=first)
+    eng.run(50_000)
+    _, _, rec = safs_flow(eng, net, 1, 2, 2, 200_000, cfg, stats, nbts=10**9, dep=second)
+    eng.run(10**9)
+    assert rec.finish_ns is not None
+    sole = [(t, fid, bool(flags & FLAG_SOLE)) for t, fid, flags, _, _ in tor.data_log]
+    if sched is None:
+        assert not any(s for _, _, s in sole)
+        return
+    second_sent = [t for t, fid, _ in sole if fid == 2]
+    assert not any(s for _, fid, s in sole if fid == 2)  # the first always had data meanwhile
+    for t, fid, s in sole:
+        if fid == 1 and t < 50_000:
+            assert s, "alone before the second transfer started"
+        if fid == 1 and t > max(second_sent) + 10_000:
+            assert s, "alone again after the second sent its last byte"
+    assert any(fid == 1 and not s for _, fid, s in sole)
+
+
 @pytest.mark.parametrize("thresholds", [(), (0, 100_000, 1_000_000, 10_000_000)])
 def test_a_slow_dependency_signals_when_its_slack_crosses_a_class_threshold(thresholds: tuple[int, ...]) -> None:
     """A dependency held at a small (waiting) share sends a REQUEST when its head transfer's
@@ -518,6 +550,25 @@ def test_a_slow_grant_polls_with_back_off_and_starts_over_when_its_rate_changes(
     assert tor.requests - mark >= 3
     eng.run(10**9)
     assert rec.finish_ns is not None
+
+
+def test_a_dependency_waiting_for_the_holder_polls_without_back_off() -> None:
+    """GRANTs with FLAG_SOLE (the dependency waits for its port's holder): a slow grant polls
+    every grant_poll_ns instead of backing off, so it takes the port within one poll of the
+    holder leaving; once a GRANT without the flag comes, it backs off again."""
+    eng, net, tor = star(2, 100 * G)
+    cfg = SafsConfig(default_rate_bps=1 * G, grant_poll_ns=10_000, grant_poll_backoff=16)
+    stats = TransportStats()
+    tor.grant = (G // 2, 1, 20_000_000)
+    tor.holder_wait = True
+    tx, _, _ = safs_flow(eng, net, 1, 0, 1, 4_000_000, cfg, stats, nbts=10**9)
+    eng.run(1_000_000)
+    assert tx.dep.holder_wait and 90 <= tor.requests <= 102  # every 10 µs for 1 ms
+    tor.holder_wait = False
+    eng.run(1_020_000)
+    mark = tor.requests
+    eng.run(2_000_000)
+    assert not tx.dep.holder_wait and tor.requests - mark <= 12  # 20, 40, 80, then every 160 µs
 
 
 def test_safs_recovers_lost_data_and_lost_done() -> None:

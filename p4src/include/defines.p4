@@ -40,6 +40,7 @@ const bit<8> FLAG_RENEW      = 0x04;   // DATA: the sender's lease is running ou
 const bit<8> FLAG_DEMOTED    = 0x08;   // DATA: the sender's ToR demoted it (no admitted dependency,
                                        // over the port's unclaimed_meter): queue 1 at every switch
 const bit<8> FLAG_RESENT     = 0x10;   // DATA: a retransmitted segment (not a straggler after LAST)
+const bit<8> FLAG_SOLE       = 0x20;   // DATA/REQUEST: the sender's only dependency with data
 
 const qclass_t QUEUE_CONTROL     = 7;
 const qclass_t QUEUE_OVER_RATE   = 1;
@@ -92,6 +93,11 @@ const port_t CPU_PORT = 255;
 #define LINK_SPARE_SIZE   1024   // 16 in-links x up to 64 spare levels
 // spare levels go up to safs.core.p4names.MAX_SPARE_LEVEL (64): waiting rate = level x the entry
 #define TOP_WINDOW_NS    32768   // the window over which a port's top-class bytes are counted
+// A holder's finish estimate: latest start + remaining x 8 / 100 Gbit/s, as remaining / 16 +
+// remaining / 64 (2.4% short): constant shifts, so the estimate is for 100 Gbit/s receiver
+// ports (the controller warns for other rates; docs/protocol.md, "Grants").
+#define FINISH_SHIFT_A      4
+#define FINISH_SHIFT_B      6
 #define NUM_PORTS          512
 #define QDEPTH_BUCKETS       8
 #define CLONE_SESSION_BASE   1   // clone session id = egress port + base

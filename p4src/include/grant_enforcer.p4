@@ -111,6 +111,26 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
     register<bit<32>>(NUM_PORTS) link_win_bytes;
     @name(".SafsIngress.link_top_bytes")
     register<bit<32>>(NUM_PORTS) link_top_bytes;
+    @name(".SafsIngress.dep_sole")
+    register<bit<8>>(DEP_SLOTS) dep_sole;
+    @name(".SafsIngress.sole_load_0")
+    register<load_t>(NUM_PORTS) sole_load_0;
+    @name(".SafsIngress.sole_load_1")
+    register<load_t>(NUM_PORTS) sole_load_1;
+    @name(".SafsIngress.sole_load_2")
+    register<load_t>(NUM_PORTS) sole_load_2;
+    @name(".SafsIngress.sole_load_3")
+    register<load_t>(NUM_PORTS) sole_load_3;
+    @name(".SafsIngress.sole_load_4")
+    register<load_t>(NUM_PORTS) sole_load_4;
+    @name(".SafsIngress.holder_slot")
+    register<meter_slot_t>(NUM_PORTS) holder_slot;
+    @name(".SafsIngress.holder_class")
+    register<bit<8>>(NUM_PORTS) holder_class;
+    @name(".SafsIngress.holder_seen")
+    register<ns_t>(NUM_PORTS) holder_seen;
+    @name(".SafsIngress.holder_finish")
+    register<ns_t>(NUM_PORTS) holder_finish;
 
     @name(".SafsIngress.set_default_grant")
     action set_default_grant(@name("rate_kbps") rate_kbps_t rate_kbps,
@@ -137,6 +157,24 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
     table share_lease {
         actions = { set_share_lease; }
         default_action = set_share_lease(0);
+        size = 1;
+    }
+
+    // The port holder's settings (SchedulerConfig.holder_*); idle 0: no holder.
+    bit<32> hold_idle_ns;
+    bit<32> hold_release_bytes;
+    bit<32> hold_preempt_ns;
+    @name(".SafsIngress.set_holder")
+    action set_holder(@name("idle_ns") bit<32> idle_ns, @name("release_bytes") bit<32> release_bytes,
+                      @name("preempt_ns") bit<32> preempt_ns) {
+        hold_idle_ns = idle_ns;
+        hold_release_bytes = release_bytes;
+        hold_preempt_ns = preempt_ns;
+    }
+    @name(".SafsIngress.holder")
+    table holder {
+        actions = { set_holder; }
+        default_action = set_holder(0, 0, 0);
         size = 1;
     }
 
@@ -261,12 +299,22 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         size = LINK_SPARE_SIZE;
     }
 
+    // update_share's result at the port, for pick_port_share: the most urgent non-empty class,
+    // its count and the count behind it, and the urgency the dependency is counted in.
+    bit<3> port_top;
+    load_t port_n_top;
+    load_t port_rest;
+    bit<3> dep_urgency;
+    bit<1> hold_waiting;  // a sole dependency waiting for the holder: no spare level
+    bit<8> grant_flags;   // a GRANT's flags: the packet's, FLAG_SOLE set iff hold_waiting
+
     @hidden
     action stash_grant() {
         meta.grant_rate_kbps = meta.rate_kbps;
         meta.grant_epoch = meta.epoch;
         meta.grant_lease_us = meta.lease_us;
         meta.grant_now_ns = meta.now_ns;
+        meta.grant_flags = grant_flags;
     }
 
     // One urgency class's count at port IDX after this packet: - 1 if the dependency leaves
@@ -337,38 +385,10 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         else if (n2 != 0) { top = 2; n_top = n2; }
         else if (n3 != 0) { top = 3; n_top = n3; }
         load_t rest = n0 + n1 + n2 + n3 + n4 - n_top;
-        // The port's top-class DATA bytes: a window older than TOP_WINDOW_NS closes (its bytes
-        // become the last window's, or 0 after a silent window); this packet counts if its
-        // dependency is in the top class. Registers written unconditionally (BMv2).
-        ns_t win_start;
-        port_win_start.read(win_start, port);
-        bit<32> win_bytes;
-        port_win_bytes.read(win_bytes, port);
-        bit<32> top_bytes;
-        port_top_bytes.read(top_bytes, port);
-        ns_t age = meta.now_ns - win_start;
-        if (age >= TOP_WINDOW_NS) {
-            top_bytes = age < 2 * TOP_WINDOW_NS ? win_bytes : 0;
-            win_start = meta.now_ns;
-            win_bytes = 0;
-        }
-        if (is_data && !last && meta.stale == 0 && urgency == top) {
-            win_bytes = win_bytes + standard_metadata.packet_length;
-        }
-        port_win_start.write(port, win_start);
-        port_win_bytes.write(port, win_bytes);
-        port_top_bytes.write(port, top_bytes);
-        meta.top_bytes = top_bytes;
-        if (urgency == top) {
-            meta.load = n_top;
-            meta.share_mode = SHARE_TOP;
-            if (rest == 0) {
-                meta.share_mode = SHARE_ALONE;
-            }
-        } else {
-            meta.load = rest;
-            meta.share_mode = SHARE_WAITING;
-        }
+        port_top = top;
+        port_n_top = n_top;
+        port_rest = rest;
+        dep_urgency = urgency;
 
         // The in-link (ingress port not facing a host): the dependency leaves the link it was
         // counted at if it came in on another one (a new path) or from a host, then moves there
@@ -445,6 +465,128 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
             meta.link_mode = SHARE_WAITING;
         }
     }
+
+    // The port_share key (pick_port_share), with the port holder: when two or more sole
+    // dependencies (FLAG_SOLE, not behind a contended in-link) are in the port's most urgent
+    // class, they count as one, and one at a time, the holder, gets that one's share; the
+    // others wait (the waiting share without the spare level: they share the holder's queue,
+    // so it could not take back a spare they used). A sole dependency takes the port when no one
+    // holds it, the holder left the class, its DATA finds the holder silent for idle_ns, or it
+    // finishes more than preempt_ns before the holder (finish = latest start + remaining at
+    // 100 Gbit/s); a holder with at most release_bytes left frees the port and keeps its share.
+    // Then the port's top-class DATA window. A stale packet writes nothing back.
+    @hidden
+    action pick_port_share() {
+        bit<32> port = (bit<32>) standard_metadata.egress_spec;
+        bit<8> cls = meta.dep_class;
+        bit<8> sole_held;
+        dep_sole.read(sole_held, (bit<32>) meta.meter_slot);
+        bit<8> sole_cls = 0;
+        if ((hdr.safs.flags & FLAG_SOLE) != 0 && has_link_share == 0) {
+            sole_cls = cls;
+        }
+        if (meta.stale == 1) {
+            sole_cls = sole_held;
+        }
+        dep_sole.write((bit<32>) meta.meter_slot, sole_cls);
+        load_t s0; load_t s1; load_t s2; load_t s3; load_t s4;
+        CLASS_COUNT(0, sole_load_0, s0, port, sole_held, sole_cls)
+        CLASS_COUNT(1, sole_load_1, s1, port, sole_held, sole_cls)
+        CLASS_COUNT(2, sole_load_2, s2, port, sole_held, sole_cls)
+        CLASS_COUNT(3, sole_load_3, s3, port, sole_held, sole_cls)
+        CLASS_COUNT(4, sole_load_4, s4, port, sole_held, sole_cls)
+        load_t n_sole = s4;
+        if (port_top == 0) { n_sole = s0; }
+        else if (port_top == 1) { n_sole = s1; }
+        else if (port_top == 2) { n_sole = s2; }
+        else if (port_top == 3) { n_sole = s3; }
+        bool grouped = hold_idle_ns != 0 && n_sole >= 2;
+        load_t load = port_n_top;
+        load_t waiting = port_rest;
+        if (grouped) {
+            load = port_n_top - n_sole + 1;
+            waiting = port_rest + n_sole - 1;
+        }
+        bit<2> mode = SHARE_TOP;
+        if (waiting == 0) {
+            mode = SHARE_ALONE;
+        }
+        if (dep_urgency != port_top) {
+            load = waiting;
+            mode = SHARE_WAITING;
+        }
+        meter_slot_t was_slot;
+        holder_slot.read(was_slot, port);
+        bit<8> was_cls;
+        holder_class.read(was_cls, port);
+        ns_t was_seen;
+        holder_seen.read(was_seen, port);
+        ns_t was_finish;
+        holder_finish.read(was_finish, port);
+        meter_slot_t h_slot = was_slot;
+        bit<8> h_cls = was_cls;
+        ns_t h_seen = was_seen;
+        ns_t h_finish = was_finish;
+        if (h_slot == meta.meter_slot && (h_cls != cls || sole_cls == 0)) {
+            h_slot = 0;  // the holder left the class or is no longer sole
+        }
+        hold_waiting = 0;
+        if (dep_urgency == port_top && grouped && sole_cls != 0) {
+            bytes48_t rem = hdr.safs.remaining_bytes;
+            ns_t finish = hdr.safs.timestamp_ns + (rem >> FINISH_SHIFT_A) + (rem >> FINISH_SHIFT_B);
+            ns_t ahead = was_finish - finish;  // below 2^47: the claimant finishes first
+            bool silent = hdr.safs.msg_type == SAFS_DATA && meta.now_ns - was_seen > (ns_t) hold_idle_ns;
+            bool earlier = ahead > (ns_t) hold_preempt_ns && ahead < 48w0x800000000000;
+            if (rem <= (bytes48_t) hold_release_bytes) {
+                if (h_slot == meta.meter_slot) {
+                    h_slot = 0;
+                }
+            } else if (h_slot == meta.meter_slot || h_slot == 0 || h_cls != cls || silent || earlier) {
+                h_slot = meta.meter_slot;
+                h_cls = cls;
+                h_seen = meta.now_ns;
+                h_finish = finish;
+            } else {
+                load = waiting;
+                mode = SHARE_WAITING;
+                hold_waiting = 1;
+            }
+        }
+        if (meta.stale == 1) {
+            h_slot = was_slot;
+            h_cls = was_cls;
+            h_seen = was_seen;
+            h_finish = was_finish;
+        }
+        holder_slot.write(port, h_slot);
+        holder_class.write(port, h_cls);
+        holder_seen.write(port, h_seen);
+        holder_finish.write(port, h_finish);
+        meta.load = load;
+        meta.share_mode = mode;
+        // The port's top-class DATA bytes: a window older than TOP_WINDOW_NS closes (its bytes
+        // become the last window's, or 0 after a silent window); this packet counts if it has
+        // a top share. Registers written unconditionally (BMv2).
+        ns_t win_start;
+        port_win_start.read(win_start, port);
+        bit<32> win_bytes;
+        port_win_bytes.read(win_bytes, port);
+        bit<32> top_bytes;
+        port_top_bytes.read(top_bytes, port);
+        ns_t age = meta.now_ns - win_start;
+        if (age >= TOP_WINDOW_NS) {
+            top_bytes = age < 2 * TOP_WINDOW_NS ? win_bytes : 0;
+            win_start = meta.now_ns;
+            win_bytes = 0;
+        }
+        if (hdr.safs.msg_type == SAFS_DATA && cls != 0 && meta.stale == 0 && mode != SHARE_WAITING) {
+            win_bytes = win_bytes + standard_metadata.packet_length;
+        }
+        port_win_start.write(port, win_start);
+        port_win_bytes.write(port, win_bytes);
+        port_top_bytes.write(port, top_bytes);
+        meta.top_bytes = top_bytes;
+    }
 #undef CLASS_COUNT
 
     apply {
@@ -455,39 +597,56 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         link_spare = 1;
         meta.is_link = 0;
         share_lease_us = 0;
+        hold_idle_ns = 0;
+        hold_release_bytes = 0;
+        hold_preempt_ns = 0;
+        hold_waiting = 0;
+        grant_flags = 0;
+        port_top = 4;
+        port_n_top = 0;
+        port_rest = 0;
+        dep_urgency = 4;
         meta.stale = 0;
         if (meta.safs_ok == 1 && meta.receiver_port == 1) {
             default_grant.apply();
             share_lease.apply();
+            holder.apply();
             dep_grant.apply();
             if (meta.share == 1 && (hdr.safs.msg_type == SAFS_DATA || hdr.safs.msg_type == SAFS_REQUEST)) {
                 update_share();
+                if (meta.is_link == 1) {
+                    link_share.apply();
+                }
+                pick_port_share();
                 if (meta.dep_class != 0) {
                     port_share.apply();
                     if (has_share == 0) {
                         meta.epoch = 0;  // over the largest load: the default grant stays
                     } else {
-                        if (meta.share_mode == SHARE_WAITING) {
+                        if (meta.share_mode == SHARE_WAITING && hold_waiting == 0) {
                             spare_level_table.apply();
                             // level x (reserve / n) <= usable / n: fits in 32 bits
                             meta.rate_kbps = (rate_kbps_t) ((bit<40>) meta.rate_kbps * (bit<40>) spare_level);
                         }
-                        if (meta.is_link == 1) {
-                            link_share.apply();
-                            if (has_link_share == 1) {
-                                if (meta.link_mode == SHARE_WAITING) {
-                                    link_spare_level_table.apply();
-                                    link_rate_kbps = (rate_kbps_t) ((bit<40>) link_rate_kbps * (bit<40>) link_spare);
-                                }
-                                if (link_rate_kbps < meta.rate_kbps) {
-                                    meta.rate_kbps = link_rate_kbps;
-                                }
+                        if (has_link_share == 1) {
+                            if (meta.link_mode == SHARE_WAITING) {
+                                link_spare_level_table.apply();
+                                link_rate_kbps = (rate_kbps_t) ((bit<40>) link_rate_kbps * (bit<40>) link_spare);
+                            }
+                            if (link_rate_kbps < meta.rate_kbps) {
+                                meta.rate_kbps = link_rate_kbps;
                             }
                         }
                     }
                 } else {
                     meta.epoch = 0;  // LAST: the default grant (never pushed)
                 }
+            }
+            // A GRANT says FLAG_SOLE iff its dependency waits for the port's holder (its sender
+            // then polls without back-off: the first REQUEST after the holder leaves takes the port).
+            grant_flags = hdr.safs.flags & ~FLAG_SOLE;
+            if (hold_waiting == 1) {
+                grant_flags = grant_flags | FLAG_SOLE;
             }
             if (hdr.safs.msg_type == SAFS_DATA) {
                 dep_meter.execute_meter((bit<32>) meta.meter_slot, meta.color);
@@ -525,6 +684,7 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
                 hdr.ethernet.dst_addr = meta.grant_mac;
                 standard_metadata.egress_spec = meta.grant_port;
                 hdr.safs.msg_type = SAFS_GRANT;
+                hdr.safs.flags = grant_flags;
                 hdr.safs.rate_kbps = meta.rate_kbps;
                 hdr.safs.epoch = meta.epoch;
                 hdr.safs.lease_us = meta.lease_us;

@@ -136,6 +136,8 @@ struct metadata_t {
     lease_us_t   grant_lease_us;
     @field_list(1)
     ns_t         grant_now_ns;
+    @field_list(1)
+    bit<8>       grant_flags;      // the GRANT's flags: the packet's, FLAG_SOLE set iff it waits for the holder
     bit<16>      ecn_threshold;
     bit<16>      l4_src_port;      // UDP or TCP ports, 0 for other protocols (traffic_class key)
     bit<16>      l4_dst_port;

@@ -74,6 +74,7 @@ control GrantFromClone(inout headers_t hdr, inout metadata_t meta,
             hdr.safs.epoch = meta.grant_epoch;
             hdr.safs.lease_us = meta.grant_lease_us;
             hdr.safs.timestamp_ns = meta.grant_now_ns;
+            hdr.safs.flags = meta.grant_flags;
             hdr.safs.color = COLOR_UNMETERED;
             hdr.safs.qclass = (bit<8>) QUEUE_CONTROL;
             // Drop the DATA payload: a GRANT is header-only.

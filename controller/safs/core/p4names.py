@@ -46,6 +46,8 @@ SPARE_LEVEL = "SafsIngress.spare_level"  # key egress_port (exact, 9), top_bytes
 ACT_SET_SPARE_LEVEL = "SafsIngress.set_spare_level"  # params: level (8); default no_spare: level 1
 MAX_SPARE_LEVEL = 64  # waiting dependencies get at most 64 reserves (SPARE_LEVEL_SIZE in defines.p4: 64 x 64)
 TOP_WINDOW_NS = 32768  # TOP_WINDOW_NS in defines.p4
+FINISH_SHIFTS = (4, 6)  # FINISH_SHIFT_A, _B in defines.p4: finish = latest start + (rem >> 4) + (rem >> 6)
+FINISH_RATE_BPS = 100_000_000_000  # the port rate that estimate is for
 # Contended in-links: the same shares for a fabric link into a receiver's ToR, by ingress port
 # (every dependency arriving on a non-host port is counted there; with entries for the port, its
 # rate is the smaller of the two shares). The controller writes them for the links it accounts.
@@ -65,6 +67,10 @@ DEFAULT_GRANT = "SafsIngress.default_grant"
 ACT_SET_DEFAULT_GRANT = "SafsIngress.set_default_grant"  # params: rate_kbps(32) lease_us(32) meter_slot(16)
 SHARE_LEASE = "SafsIngress.share_lease"
 ACT_SET_SHARE_LEASE = "SafsIngress.set_share_lease"  # params: lease_us (32): the lease of share grants
+HOLDER = "SafsIngress.holder"
+# params: idle_ns (32; 0: no holder, sole dependencies share like the others), release_bytes (32),
+# preempt_ns (32) (SchedulerConfig.holder_*)
+ACT_SET_HOLDER = "SafsIngress.set_holder"
 ECN_THRESHOLD = "SafsEgress.ecn_threshold"
 ACT_SET_ECN_THRESHOLD = "SafsEgress.set_ecn_threshold"  # params: qdepth_pkts (19)
 
@@ -112,6 +118,15 @@ LINK_LOADS = tuple(f"SafsIngress.link_load_{u}" for u in range(URGENCY_CLASSES))
 LINK_WIN_START = "SafsIngress.link_win_start"  # by ingress port: as port_win_start
 LINK_WIN_BYTES = "SafsIngress.link_win_bytes"  # by ingress port: as port_win_bytes
 LINK_TOP_BYTES = "SafsIngress.link_top_bytes"  # by ingress port: as port_top_bytes
+# The port's holder (grant_enforcer.p4): sole dependencies (FLAG_SOLE) of the most urgent class
+# count as one in the port's share and take the full share one at a time.
+DEP_SOLE = "SafsIngress.dep_sole"  # by meter_slot: 1 + the urgency it is counted sole in (0: not sole)
+SOLE_LOADS = tuple(f"SafsIngress.sole_load_{u}" for u in range(URGENCY_CLASSES))  # by egress port:
+# sole dependencies of urgency u (a subset of class_load_u's)
+HOLDER_SLOT = "SafsIngress.holder_slot"  # by egress port: the holder's meter slot (0: none)
+HOLDER_CLASS = "SafsIngress.holder_class"  # by egress port: 1 + the holder's urgency when it took the port
+HOLDER_SEEN = "SafsIngress.holder_seen"  # by egress port: when the holder's last packet passed (fabric ns)
+HOLDER_FINISH = "SafsIngress.holder_finish"  # by egress port: its finish estimate (fabric ns)
 PORT_TX_BYTES = "SafsEgress.port_tx_bytes"  # indirect counter by egress port
 QDEPTH_HIST = "SafsEgress.qdepth_hist"  # indirect counter, index = port * 8 + bucket
 QDEPTH_BUCKETS = 8  # bucket b counts packets enqueued with depth in [2^b - 1, 2^(b+1) - 1)

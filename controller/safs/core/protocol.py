@@ -64,6 +64,10 @@ FLAG_DEMOTED = 0x08
 # DATA: a retransmitted segment. The receiver's ToR ignores an original DATA of a transfer whose
 # LAST already passed (a straggler the LAST overtook), not a retransmission (docs/protocol.md).
 FLAG_RESENT = 0x10
+# DATA/REQUEST: none of the sender's other dependencies has data to send, so this one can use
+# whatever rate its receiver's ToR grants; the ToR serves such dependencies of the most urgent
+# class one at a time (the port's holder; docs/protocol.md, "Grants").
+FLAG_SOLE = 0x20
 
 
 class MsgType(enum.IntEnum):

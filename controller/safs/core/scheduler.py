@@ -243,6 +243,21 @@ class SchedulerConfig(ConfigModel):
             shares: ``"oversubscribed"`` (default) the links the hose-model check names
             (:meth:`Topology.oversubscribed_links`, none on a non-blocking fabric), ``"all"``
             every such link, ``"off"`` none (the receiver ports alone, as before 2026-12-04).
+        holder_idle_ns: the port holder (docs/protocol.md, "Grants"): when two or more
+            dependencies in a receiver port's most urgent class are their senders' only ones
+            with data (``FLAG_SOLE``), they count as one in the port's share and take the full
+            share one at a time, so equally urgent incast transfers finish one after another
+            (as the EDF oracle's and Homa's do) instead of together near their deadline. A
+            sole dependency's DATA takes the port from a holder that sent nothing for this
+            long. Default 10 µs (about 8 packets at 100 Gbit/s); 0 turns the holder off
+            (policy ``safs-no-holder``): sole dependencies share like the others.
+        holder_release_bytes: a holder with at most this many bytes left frees the port and
+            keeps its share, so the next one ramps up while it finishes. Default 60 kB (about
+            5 µs at 100 Gbit/s; 100 kB and more overlap the two long enough to overflow a
+            1 MiB port buffer: docs/evaluation.md).
+        holder_preempt_ns: a sole dependency whose finish estimate (latest start + remaining
+            bytes at 100 Gbit/s) is more than this before the holder's takes the port (EDF
+            between holders). Default 100 µs.
         traffic_classes: aggregates of non-SAFS traffic and their queues and meters
             (:class:`TrafficClassSpec`), installed on every switch; at most 255 (the P4
             program's ``traffic_class`` and ``aggregate_meter`` sizes). Default none: all
@@ -287,6 +302,9 @@ class SchedulerConfig(ConfigModel):
     background_share_step: float = Field(0.05, ge=0.005, le=0.5)
     control_share: float = Field(0.01, ge=0.0001, le=0.5)
     link_shares: Literal["oversubscribed", "all", "off"] = "oversubscribed"
+    holder_idle_ns: int = Field(10_000, ge=0, le=2**32 - 1)
+    holder_release_bytes: int = Field(60_000, ge=0, le=2**32 - 1)
+    holder_preempt_ns: int = Field(100_000, ge=0, le=2**32 - 1)
     traffic_classes: list[TrafficClassSpec] = Field(default_factory=list)
 
     @field_validator("traffic_classes")
@@ -552,6 +570,13 @@ class Scheduler:
                          "balanced ECMP) and no receiver's ToR shares them out: %s", topology.name,
                          ", ".join(f"{a}->{b} {load / 1e9:g}/{rate / 1e9:g} Gbit/s"
                                    for a, b, load, rate in unaccounted))
+        cfg = self.config
+        off_rate = sorted({topology.host_link_bps(h) for h in topology.hosts()} - {n.FINISH_RATE_BPS})
+        if cfg.holder_idle_ns and cfg.rate_grants and cfg.grant_mode == "share" and off_rate:
+            _log.warning("topology %r: host links of %s Gbit/s; the port holder's finish estimate is for "
+                         "%g Gbit/s (FINISH_SHIFT_* in defines.p4), so its preemption compares finishes "
+                         "scaled wrong there (config.holder_idle_ns 0 turns the holder off)", topology.name,
+                         ", ".join(f"{r / 1e9:g}" for r in off_rate), n.FINISH_RATE_BPS / 1e9)
         for sw in self._targets:
             links = self.share_links(sw)
             if len(links) > n.MAX_SHARE_LINKS:
@@ -816,6 +841,9 @@ class Scheduler:
                 out += self._spare_entries(port, rate, n.LINK_SPARE_LEVEL)
             out.append(TableEntry(n.SHARE_LEASE, {}, n.ACT_SET_SHARE_LEASE,
                                   {"lease_us": lease_ns_to_us(cfg.share_lease_ns)}, is_default=True))
+            out.append(TableEntry(n.HOLDER, {}, n.ACT_SET_HOLDER,
+                                  {"idle_ns": cfg.holder_idle_ns, "release_bytes": cfg.holder_release_bytes,
+                                   "preempt_ns": cfg.holder_preempt_ns}, is_default=True))
         out.append(TableEntry(n.DEFAULT_GRANT, {}, n.ACT_SET_DEFAULT_GRANT, {
             "rate_kbps": rate_bps_to_kbps(cfg.default_rate_bps),
             "lease_us": lease_ns_to_us(cfg.default_lease_ns),

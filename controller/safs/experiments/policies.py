@@ -76,6 +76,8 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
            scheduler_overrides={"rate_grants": False}, sim=NoGrantsFlows),
     Policy("safs-no-classes", "SAFS ablation: rate grants without slack classes (one data queue)", hinted=True,
            scheduler_overrides={"slack_classes": False}, sim=SafsFlows),
+    Policy("safs-no-holder", "SAFS ablation: no port holder (equally urgent sole dependencies share the port)",
+           hinted=True, scheduler_overrides={"holder_idle_ns": 0}, sim=SafsFlows),
 )}
 
 

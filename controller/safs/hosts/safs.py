@@ -30,8 +30,11 @@ Sender (../shared/BRIEF.md, "Design decisions / How grants reach senders"):
   ``renew_fraction`` of the lease has passed (the ToR answers with a GRANT), ``FLAG_RESENT``
   on a retransmitted segment (the ToR ignores original DATA of a transfer whose LAST it has
   seen: stragglers; not retransmissions); background-class dependencies set
-  ``FLAG_BACKGROUND``. A sender polls only while its grant is too slow for an in-band push
-  (``grant_poll_ns``, with back-off: ``SafsConfig``).
+  ``FLAG_BACKGROUND``; DATA and REQUEST of a dependency that is the host's only one with data
+  set ``FLAG_SOLE`` (it can use any rate it is granted: the ToR may let it hold the port). A
+  sender polls only while its grant is too slow for an in-band push (``grant_poll_ns``, with
+  back-off: ``SafsConfig``), without back-off while its GRANTs say ``FLAG_SOLE`` (it waits
+  for the port's holder).
 - Urgency signal: when the head transfer's slack falls below one of the switches' slack-class
   thresholds (``SafsConfig.slack_thresholds_ns``) before the next DATA would leave, a REQUEST
   goes at that moment, so the receiver's ToR sees the dependency become more urgent then
@@ -104,6 +107,7 @@ from safs.core.protocol import (
     FLAG_LAST,
     FLAG_RENEW,
     FLAG_RESENT,
+    FLAG_SOLE,
     HEADER_LEN,
     NACK_MAX_SEGMENTS_LIMIT,
     SAFS_UDP_PORT,
@@ -166,10 +170,12 @@ class SafsConfig(ConfigModel):
             are more than ``SLOW_GAP_POLLS`` times this far apart (rate 0 included), it re-sends
             a REQUEST after this long, then after twice as long each time while its rate stays
             the same, up to ``grant_poll_backoff`` times this (a GRANT that changes the rate
-            starts over): a slow grant's DATA is too rare to carry the epoch for an in-band push,
-            and a waiting dependency would otherwise learn late that the port's more urgent
-            class has left (docs/protocol.md, sender rule 4). The simulator's dependency senders
-            use 10 µs; the per-transfer design used 10 µs without back-off.
+            starts over; one whose last GRANT said ``FLAG_SOLE``, waiting for its port's holder,
+            does not back off: docs/protocol.md "Grants"): a slow grant's DATA is too rare to
+            carry the epoch for an in-band push, and a waiting dependency would otherwise learn
+            late that the port's more urgent class has left (docs/protocol.md, sender rule 4).
+            The simulator's dependency senders use 10 µs; the per-transfer design used 10 µs
+            without back-off.
         grant_poll_backoff: the longest poll period as a multiple of ``grant_poll_ns``, >= 1
             (1: a fixed period). Default 16 (10 µs .. 160 µs in the simulator).
         burst_bytes: token-bucket depth of the pacer, wire bytes: 0 (default) paces one packet
@@ -262,7 +268,7 @@ class SendScheduler:
     """
 
     __slots__ = ("clock", "line_rate", "quantum", "ahead_ns", "free_at_ns", "waiting", "order", "turn",
-                 "wake_pending")
+                 "wake_pending", "deps")
 
     def __init__(self, clock: Clock, line_rate_bps: int, urgency_quantum_ns: int, burst_bytes: int = 0) -> None:
         self.clock = clock
@@ -274,6 +280,11 @@ class SendScheduler:
         self.order = 0
         self.turn: SafsDependency | None = None  # the dependency called back, allowed one packet
         self.wake_pending = False
+        self.deps: list[SafsDependency] = []  # every dependency of the host (they add themselves)
+
+    def sole(self, dep: SafsDependency) -> bool:
+        """No dependency of the host but ``dep`` has data to send (FLAG_SOLE)."""
+        return not any(d is not dep and d.has_data() for d in self.deps)
 
     def may_send(self, dep: SafsDependency, head: SafsSender, now: int) -> bool:
         """True if ``dep`` may send its next packet now; else it waits for :meth:`_wake`."""
@@ -337,7 +348,7 @@ class SafsDependency:
     __slots__ = ("clock", "host", "nic", "src", "dst", "sport", "dep_id", "flags", "cfg", "seg", "burst", "stats",
                  "line_rate", "rate_bps", "epoch", "lease_expiry_ns", "transfers", "pace_token", "pacing",
                  "next_send_ns", "last_size", "last_send_ns", "renew_token", "renew_pending", "polling", "poll_ns",
-                 "unscheduled_left", "requests", "grants", "grants_stale", "fallbacks", "scheduler",
+                 "unscheduled_left", "requests", "grants", "grants_stale", "fallbacks", "scheduler", "holder_wait",
                  "sched_waiting", "signal_token", "signals")
 
     def __init__(self, clock: Clock, host: HostPort, dst_ip: int, dep_id: int, background: bool,
@@ -371,9 +382,12 @@ class SafsDependency:
         self.renew_pending = False  # the lease passed renew_fraction: DATA asks for a GRANT
         self.polling = False  # a grant-poll timer is queued
         self.poll_ns = 0  # the next poll's delay (0: grant_poll_ns); doubles while the rate stays
+        self.holder_wait = False  # the last GRANT said FLAG_SOLE: waiting for the port's holder
         self.unscheduled_left = 0  # bytes that may still go at line rate (no grant held)
         self.requests = self.grants = self.grants_stale = self.fallbacks = 0
         self.scheduler = scheduler
+        if scheduler is not None:
+            scheduler.deps.append(self)
         self.sched_waiting = False  # queued at the scheduler for a turn
         self.signal_token = 0  # the armed urgency signal (_arm_urgency_signal)
         self.signals = 0  # urgency-signal REQUESTs sent
@@ -402,6 +416,11 @@ class SafsDependency:
         """Some transfer has bytes to send (new or to retransmit)."""
         return any(t.has_data() for t in self.transfers)
 
+    def sole(self) -> bool:
+        """The host's only dependency with data (FLAG_SOLE): it can use whatever its receiver's
+        ToR grants. False without a send scheduler (no view of the host's other dependencies)."""
+        return self.scheduler is not None and self.scheduler.sole(self)
+
     def resume(self) -> None:
         """A transfer got segments to retransmit: pace again if idle."""
         if not self.pacing and self.rate_bps > 0:
@@ -428,7 +447,7 @@ class SafsDependency:
         remaining = min(sender.size, max(1, sender.remaining_unsent()))
         pkt = _control(self.src, self.dst, self.sport, SAFS_UDP_PORT, _REQUEST, sender.flow_id, remaining,
                        latest_start_ns(sender.no_bubble, remaining, self.line_rate))
-        pkt.flags = self.flags
+        pkt.flags = self.flags | FLAG_SOLE if self.sole() else self.flags
         pkt.dep_id = self.dep_id
         self.stats.control_bytes += pkt.size
         self.stats.control_packets += 1
@@ -584,7 +603,10 @@ class SafsDependency:
         elif self.epoch == EPOCH_NONE or self._slow():
             self._request(head)
             cfg = self.cfg
-            self.poll_ns = min(2 * (self.poll_ns or cfg.grant_poll_ns), cfg.grant_poll_backoff * cfg.grant_poll_ns)
+            # One waiting for its port's holder keeps polling at grant_poll_ns: the first REQUEST
+            # after the holder frees the port takes it.
+            self.poll_ns = (cfg.grant_poll_ns if self.holder_wait else
+                            min(2 * (self.poll_ns or cfg.grant_poll_ns), cfg.grant_poll_backoff * cfg.grant_poll_ns))
         else:
             return  # a grant fast enough that DATA carries its epoch: in-band pushes take over
         self._start_poll()
@@ -611,6 +633,7 @@ class SafsDependency:
             return  # stale grant (epoch 0, the switch's default grant, always applies: rule 2)
         now = self.clock.now
         rate = pkt.rate_kbps * 1000
+        self.holder_wait = bool(pkt.flags & FLAG_SOLE)
         if rate != self.rate_bps:
             self.poll_ns = 0  # polls back at the shortest period
         if epoch == EPOCH_NONE:  # the switch's default grant: no lease (the held one is gone)
@@ -795,6 +818,8 @@ class SafsSender:
             flags |= FLAG_RENEW
         if resent:
             flags |= FLAG_RESENT
+        if dep.sole():
+            flags |= FLAG_SOLE
         pkt.flags = flags
         pkt.flow_id = self.flow_id
         pkt.dep_id = dep.dep_id

@@ -83,6 +83,7 @@ from safs.core.protocol import (
     FLAG_LAST,
     FLAG_RENEW,
     FLAG_RESENT,
+    FLAG_SOLE,
     MAX_DONE_FRAME_BYTES,
     MAX_REQUEST_FRAME_BYTES,
     NS_PER_S,
@@ -217,6 +218,9 @@ _SCHEMAS: dict[str, _TableSchema] = {
     n.SHARE_LEASE: _TableSchema(
         keys=(), actions={n.ACT_SET_SHARE_LEASE: (("lease_us", 32),)},
         entry_actions=frozenset()),
+    n.HOLDER: _TableSchema(
+        keys=(), actions={n.ACT_SET_HOLDER: (("idle_ns", 32), ("release_bytes", 32), ("preempt_ns", 32))},
+        entry_actions=frozenset()),
     n.CLOCK_OFFSET: _TableSchema(
         keys=(), actions={n.ACT_SET_CLOCK_OFFSET: (("offset_ns", 48),)},
         entry_actions=frozenset()),
@@ -242,6 +246,7 @@ _INITIAL_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
     n.IPV4_LPM: (n.ACT_DROP, {}),
     n.SLACK_CLASS: (n.ACT_SET_SLACK_CLASS, {"qclass": QUEUE_SLACK_LEAST_URGENT}),
     n.SHARE_LEASE: (n.ACT_SET_SHARE_LEASE, {"lease_us": 0}),
+    n.HOLDER: (n.ACT_SET_HOLDER, {"idle_ns": 0, "release_bytes": 0, "preempt_ns": 0}),
     n.CLOCK_OFFSET: (n.ACT_SET_CLOCK_OFFSET, {"offset_ns": 0}),
     n.DEFAULT_GRANT: (n.ACT_SET_DEFAULT_GRANT, {"rate_kbps": 0, "lease_us": 0,
                                                 "meter_slot": n.DEFAULT_METER_SLOT}),
@@ -326,6 +331,17 @@ class _Meter:
         return _GREEN
 
 
+def _move_count(loads: list[list[int]], port: int, held: int, cls: int) -> None:
+    """Class counts by urgency and port (``loads[u][port]``): one dependency leaves class
+    ``held`` and joins ``cls`` (1 + urgency; 0: none). A count never goes below 0: a restart
+    zeroes counts, not the senders' LASTs (P4: CLASS_COUNT in grant_enforcer.p4)."""
+    if held != cls:
+        if held and loads[held - 1][port]:
+            loads[held - 1][port] -= 1
+        if cls:
+            loads[cls - 1][port] += 1
+
+
 class _Shares:
     """Share state of one kind of link at a receiver's ToR (grant_enforcer.p4): receiver ports
     (by egress port: class_load_u, port_win_*, port_top_bytes, port_share, spare_level) or
@@ -345,18 +361,12 @@ class _Shares:
 
     def move(self, port: int, held: int, cls: int) -> None:
         """One dependency leaves class ``held`` and joins ``cls`` (1 + urgency; 0: idle) at
-        ``port`` (a count never goes below 0: a restart zeroes counts, not the senders' LASTs)."""
-        loads = self.loads
-        if held != cls:
-            if held and loads[held - 1][port]:
-                loads[held - 1][port] -= 1
-            if cls:
-                loads[cls - 1][port] += 1
+        ``port``."""
+        _move_count(self.loads, port, held, cls)
 
-    def rate(self, port: int, urgency: int, top_data: bool, size: int, now: int) -> int | None:
-        """The share, kbit/s, of a dependency of ``urgency`` at ``port`` after its counts moved
-        (None: no share entry). Rolls the port's top-class byte window (``now``: fabric ns) and
-        counts ``size`` bytes in it when ``top_data`` and the dependency is in the top class."""
+    def roll(self, port: int, now: int) -> int:
+        """The port's top-class DATA bytes of the last whole window, after rolling its window to
+        ``now`` (fabric ns): a window older than TOP_WINDOW_NS closes (0 after a silent one)."""
         top_bytes = self.top_bytes[port]
         age = (now - self.win_start[port]) & TIME_MASK
         if age >= n.TOP_WINDOW_NS:
@@ -364,22 +374,38 @@ class _Shares:
             self.top_bytes[port] = top_bytes
             self.win_start[port] = now
             self.win_bytes[port] = 0
+        return top_bytes
+
+    def top(self, port: int) -> tuple[int, int, int]:
+        """(top, its count, the count behind it) at ``port``: top = the most urgent non-empty
+        class. All counts 0 although a dependency is active means it is counted at another
+        port (its sender used the dep_id toward two receivers); as in the P4, top is then 4
+        with load 0, which has no share entry: the default grant."""
         counts = [load[port] for load in self.loads]
-        # All counts 0 although the dependency is active: it is counted at another port (its
-        # sender used the dep_id toward two receivers). As in the P4, top is then 4 with load 0,
-        # which has no share entry: the default grant.
         top = next((u for u, c in enumerate(counts) if c), _LEAST_URGENT)
-        rest = sum(counts) - counts[top]
-        if top_data and urgency == top:
-            self.win_bytes[port] += size
-        if urgency == top:
-            kbps = self.shares.get((port, counts[top], n.SHARE_TOP if rest else n.SHARE_ALONE))
-        else:
-            kbps = self.shares.get((port, rest, n.SHARE_WAITING))
+        return top, counts[top], sum(counts) - counts[top]
+
+    def share(self, port: int, load: int, mode: int, top_bytes: int | None) -> int | None:
+        """The share entry (port, load, mode), kbit/s (None: no entry); a waiting share is
+        multiplied by the spare level of ``top_bytes`` (None: level 1)."""
+        kbps = self.shares.get((port, load, mode))
+        if mode == n.SHARE_WAITING and kbps is not None and top_bytes is not None:
             ranges = self.spare.get(port)
-            if kbps is not None and ranges is not None:
+            if ranges is not None:
                 kbps *= ranges[1][bisect_right(ranges[0], top_bytes)]
         return kbps
+
+    def rate(self, port: int, urgency: int, top_data: bool, size: int, now: int) -> int | None:
+        """The share, kbit/s, of a dependency of ``urgency`` at ``port`` after its counts moved
+        (None: no share entry). Rolls the port's top-class byte window (``now``: fabric ns) and
+        counts ``size`` bytes in it when ``top_data`` and the dependency is in the top class."""
+        top_bytes = self.roll(port, now)
+        top, n_top, rest = self.top(port)
+        if urgency != top:
+            return self.share(port, rest, n.SHARE_WAITING, top_bytes)
+        if top_data:
+            self.win_bytes[port] += size
+        return self.share(port, n_top, n.SHARE_TOP if rest else n.SHARE_ALONE, top_bytes)
 
 
 class PipelineModel:
@@ -455,6 +481,17 @@ class PipelineModel:
         self._dep_link_port = [0] * n.DEP_SLOTS
         self._port_gen = [0] * n.NUM_PORTS
         self._dep_ended = [0] * n.DEP_SLOTS
+        # The port's holder: sole counts (as class counts, of the dependencies whose last packet
+        # said FLAG_SOLE), and per port the holder's slot (0: none), 1 + its urgency, when its
+        # last packet passed and its finish estimate (fabric ns).
+        self._dep_sole = [0] * n.DEP_SLOTS
+        self._sole_loads = [[0] * n.NUM_PORTS for _ in range(n.URGENCY_CLASSES)]
+        self._holder_slot = [0] * n.NUM_PORTS
+        self._holder_class = [0] * n.NUM_PORTS
+        self._holder_seen = [0] * n.NUM_PORTS
+        self._holder_finish = [0] * n.NUM_PORTS
+        self._holder_cfg = (0, 0, 0)  # holder table: (idle_ns, release_bytes, preempt_ns); idle 0: off
+        self._hold_waiting = False  # this packet's dependency waits for the holder (FLAG_SOLE on its GRANT)
         self._default_grant = (0, 0, 0, n.DEFAULT_METER_SLOT)  # (kbps, epoch 0, lease_us, slot)
         self._offset = 0
         self._ecn_threshold = ECN_THRESHOLD_OFF
@@ -786,6 +823,9 @@ class PipelineModel:
             side.spare = {port: _range_partition(rows, 1) for port, rows in by_port.items()}
         elif table == n.SHARE_LEASE:
             self._share_lease_us = default.params["lease_us"]
+        elif table == n.HOLDER:
+            p = default.params
+            self._holder_cfg = (p["idle_ns"], p["release_bytes"], p["preempt_ns"])
         elif table == n.CLOCK_OFFSET:
             self._offset = default.params["offset_ns"]
         elif table == n.DEFAULT_GRANT:
@@ -1010,6 +1050,7 @@ class PipelineModel:
         grant = self._grants.get((pkt.src, pkt.dep_id))
         kbps, epoch, lease, slot = self._default_grant
         stale = False
+        self._hold_waiting = False
         if grant is None:
             pass
         elif grant[0]:  # a share grant: the port's share at the load after this packet
@@ -1035,7 +1076,7 @@ class PipelineModel:
                     g = Packet(pkt.dst, pkt.src, PROTO_UDP, pkt.dport, SAFS_UDP_PORT, CONTROL_PACKET_BYTES)
                     g.safs_version = SAFS_VERSION
                     g.safs_type = _GRANT
-                    g.flags = pkt.flags
+                    g.flags = self._grant_flags(pkt.flags)
                     g.flow_id = pkt.flow_id
                     g.dep_id = pkt.dep_id
                     g.remaining = pkt.remaining
@@ -1054,9 +1095,15 @@ class PipelineModel:
             self._digests.append(RequestDigest(pkt.flow_id, pkt.src, pkt.dst, pkt.dep_id, pkt.remaining, pkt.ts))
         pkt.src, pkt.dst = pkt.dst, pkt.src
         pkt.safs_type = _GRANT
+        pkt.flags = self._grant_flags(pkt.flags)
         pkt.rate_kbps, pkt.epoch, pkt.lease_us = kbps, epoch, lease
         pkt.ts = now
         return [(gport, pkt)]
+
+    def _grant_flags(self, flags: int) -> int:
+        """A GRANT's flags: the packet's, with FLAG_SOLE set iff its dependency waits for the
+        port's holder (its sender then polls without back-off)."""
+        return flags | FLAG_SOLE if self._hold_waiting else flags & ~FLAG_SOLE
 
     def _traffic_class(self, pkt: Packet, port: int) -> list[tuple[int, Packet]]:
         """traffic_class.p4: the first (highest-priority) matching aggregate sets the queue; a
@@ -1118,7 +1165,6 @@ class PipelineModel:
             gen = (gen + 1) & EPOCH_MAX or 1  # epoch 0 means "no grant"
             self._port_gen[port] = gen
         top_data = is_data and not stale and cls != 0  # counts in the top-class window if top
-        kbps = self._ports.rate(port, urgency, top_data, pkt.size, now)
         # The in-link: the dependency leaves the link it was counted at if the packet came in
         # on another one (a new path), then moves as at the port.
         link_port = self._dep_link_port[slot]
@@ -1135,11 +1181,70 @@ class PipelineModel:
             link_kbps = self._links.rate(link, urgency, top_data, pkt.size, now)
         else:
             self._dep_link_class[slot] = 0
+        # A dependency is sole at the port if its packet says so and no contended in-link cuts
+        # its rate below the port's (a holder held back by its in-link would idle the port).
+        sole = bool(pkt.flags & FLAG_SOLE) and link_kbps is None
+        kbps = self._port_rate(pkt, port, slot, cls, urgency, sole, top_data, stale, now)
         if cls == 0 or kbps is None:
             return default_kbps, 0, default_lease, stale
         if link_kbps is not None and link_kbps < kbps:
             kbps = link_kbps
         return kbps, gen, self._share_lease_us, stale
+
+    def _port_rate(self, pkt: Packet, port: int, slot: int, cls: int, urgency: int, sole: bool,
+                   top_data: bool, stale: bool, now: int) -> int | None:
+        """The port's share for the dependency in ``slot`` (grant_enforcer.p4's pick_port_share),
+        kbit/s (None: no entry), with the holder rule: when two or more sole dependencies are in
+        the port's most urgent class they count as one, and one at a time (the holder) gets that
+        one's share; the others wait (the waiting share, without the spare level: they share
+        the holder's queue, so the holder could not take back a spare they used). A sole
+        dependency takes the port when no one holds it, the holder left the class, its DATA
+        finds the holder silent for ``idle_ns`` or it finishes more than ``preempt_ns`` before
+        the holder (finish = latest start + remaining at 100 Gbit/s); a holder with at most
+        ``release_bytes`` left frees the port and keeps its share (the next one ramps up
+        meanwhile). A stale packet moves nothing."""
+        ports = self._ports
+        top_bytes: int | None = ports.roll(port, now)
+        top, n_top, rest = ports.top(port)
+        idle_ns, release_bytes, preempt_ns = self._holder_cfg
+        held_sole = self._dep_sole[slot]
+        sole_cls = held_sole if stale else (cls if sole else 0)
+        _move_count(self._sole_loads, port, held_sole, sole_cls)
+        self._dep_sole[slot] = sole_cls
+        n_sole = self._sole_loads[top][port] if idle_ns else 0
+        load, waiting = (n_top - n_sole + 1, rest + n_sole - 1) if n_sole >= 2 else (n_top, rest)
+        mode = n.SHARE_TOP if waiting else n.SHARE_ALONE
+        if urgency != top:
+            load, mode = waiting, n.SHARE_WAITING
+        h_slot = self._holder_slot[port]
+        h_cls = self._holder_class[port]
+        if h_slot == slot and (h_cls != cls or not sole_cls):
+            h_slot = 0  # the holder left the class or is no longer sole
+        if urgency == top and n_sole >= 2 and sole_cls:
+            rem = pkt.remaining
+            if rem <= release_bytes:
+                if h_slot == slot:
+                    h_slot = 0
+            else:
+                finish = (pkt.ts + (rem >> n.FINISH_SHIFTS[0]) + (rem >> n.FINISH_SHIFTS[1])) & TIME_MASK
+                ahead = (self._holder_finish[port] - finish) & TIME_MASK  # < HALF: finishes first
+                if (h_slot == slot or h_slot == 0 or h_cls != cls
+                        or (pkt.safs_type == _DATA and (now - self._holder_seen[port]) & TIME_MASK > idle_ns)
+                        or preempt_ns < ahead < HALF):
+                    h_slot = slot
+                    if not stale:
+                        self._holder_class[port] = cls
+                        self._holder_seen[port] = now
+                        self._holder_finish[port] = finish
+                else:
+                    load, mode = waiting, n.SHARE_WAITING
+                    top_bytes = None  # a waiting sole dependency: the waiting share, no spare
+                    self._hold_waiting = True
+        if not stale:
+            self._holder_slot[port] = h_slot
+        if top_data and mode != n.SHARE_WAITING:
+            ports.win_bytes[port] += pkt.size
+        return ports.share(port, load, mode, top_bytes)
 
     def read_register(self, register: str, index: int) -> int:
         """A register cell (model only: BMv2's P4Runtime cannot read registers; tests use it).
@@ -1155,7 +1260,10 @@ class PipelineModel:
                      n.DEP_LINK_CLASS: self._dep_link_class, n.DEP_LINK_PORT: self._dep_link_port,
                      n.LINK_WIN_START: links.win_start, n.LINK_WIN_BYTES: links.win_bytes,
                      n.LINK_TOP_BYTES: links.top_bytes,
-                     **dict(zip(n.LINK_LOADS, links.loads, strict=True))}
+                     **dict(zip(n.LINK_LOADS, links.loads, strict=True)),
+                     n.DEP_SOLE: self._dep_sole, **dict(zip(n.SOLE_LOADS, self._sole_loads, strict=True)),
+                     n.HOLDER_SLOT: self._holder_slot, n.HOLDER_CLASS: self._holder_class,
+                     n.HOLDER_SEEN: self._holder_seen, n.HOLDER_FINISH: self._holder_finish}
         cells = registers.get(register)
         if cells is None:
             raise InvalidInput("register", f"must be one of {', '.join(registers)}, got {register!r}")
