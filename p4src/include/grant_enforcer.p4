@@ -40,6 +40,12 @@
  *   another link, or from a host, leaves the one it was counted at); where link_share has
  *   entries for the ingress port (a contended fabric link into this ToR, from the controller),
  *   rate = min(port share, link_share(in port, load, mode) x link_spare_level when waiting)
+ *   the port holder (holder table: idle_ns, release_bytes, preempt_ns; idle 0: off): packets
+ *   with FLAG_SOLE (the sender's only dependency with data) not behind a contended in-link
+ *   are counted in dep_sole / sole_load_u too; when top has n_sole >= 2 they count as one
+ *   (load = n_top - n_sole + 1, waiting = rest + n_sole - 1) and one of them, the holder
+ *   (holder_slot, _class, _seen, _finish by port), gets that share; the others wait, without
+ *   the spare level, and their GRANTs say FLAG_SOLE (pick_port_share has the rules)
  *
  *   DATA    : dep_meter[slot] -> colour; not green -> queue 1 (over rate), never dropped;
  *             dep_bytes[slot] counts; unless LAST is set: the rate the packet carries is off
