@@ -19,9 +19,8 @@ from safs.core.protocol import FLAG_BACKGROUND, FLAG_DEMOTED, FLAG_LAST, FLAG_SO
 from safs.core.scapy_layer import safs_data, safs_done, safs_grant, safs_request
 
 DISSECTOR = data_path("wireshark", "safs.lua")
-FIELDS = ("safs.version", "safs.type", "safs.flags.background", "safs.flags.last", "safs.flags.demoted", "safs.flags.sole",
-          "safs.qclass",
-          "safs.color",
+FIELDS = ("safs.version", "safs.type", "safs.flags.background", "safs.flags.last", "safs.flags.demoted",
+          "safs.flags.sole", "safs.qclass", "safs.color",
           "safs.flow_id", "safs.remaining_bytes", "safs.timestamp_ns", "safs.rate_kbps", "safs.epoch",
           "safs.lease_us", "safs.dep_id", "_ws.expert.message")
 
