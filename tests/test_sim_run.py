@@ -154,8 +154,10 @@ def test_every_policy_finishes_the_incast_and_safs_grants_are_reusable(incast_ru
     assert dctcp_res.control_bytes == 0 and safs_res.scheduler_control_messages > dctcp_res.scheduler_control_messages
     # Dependencies announced at launch: no switch write on the run's clock.
     assert safs_res.control.updates == 0 and safs_res.control_profile == "tofino"
-    # background flows ran through the same switch under both policies (DCTCP marks seen)
-    assert safs_res.ecn_marked_packets > 0 and dctcp_res.ecn_marked_packets > 0
+    # background flows ran through the same switch under both policies: non-SAFS data under
+    # SAFS (its port holder serves the incast one transfer at a time at the port's share, so
+    # the port's queue stays below the ECN threshold and nothing is marked), ECN marks under DCTCP
+    assert safs_res.data_bytes > safs_res.transport.safs_data_bytes and dctcp_res.ecn_marked_packets > 0
 
 
 def test_per_transfer_safs_beats_dctcp_on_urgent_incast(incast_runs) -> None:
