@@ -571,6 +571,21 @@ def test_a_dependency_waiting_for_the_holder_polls_without_back_off() -> None:
     assert not tx.dep.holder_wait and tor.requests - mark <= 12  # 20, 40, 80, then every 160 µs
 
 
+def test_a_dependency_waiting_for_the_holder_polls_however_fast_its_grant() -> None:
+    """A waiting share fast enough for in-band pushes (3 Gbit/s: a DATA every ~24 µs, under 4
+    polls) still polls every grant_poll_ns while its GRANTs say FLAG_SOLE: the holder may free
+    the port between two of its DATA packets. Without the flag it does not poll at all."""
+    for wait, lo, hi in ((True, 90, 102), (False, 0, 0)):
+        eng, net, tor = star(2, 100 * G)
+        cfg = SafsConfig(default_rate_bps=1 * G, grant_poll_ns=10_000, grant_poll_backoff=16)
+        tor.grant = (3 * G, 1, 20_000_000)
+        tor.holder_wait = wait
+        safs_flow(eng, net, 1, 0, 1, 4_000_000, cfg, TransportStats(), nbts=10**9)
+        eng.run(1_000_000)
+        polls = tor.requests - 1  # the first REQUEST is the transfer's own (no grant held yet)
+        assert lo <= polls <= hi, (wait, polls)
+
+
 def test_safs_recovers_lost_data_and_lost_done() -> None:
     eng, net, tor = star(2, 100 * G)
     cfg = SafsConfig(default_rate_bps=10 * G, rto_ns=200_000)

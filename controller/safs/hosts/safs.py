@@ -33,8 +33,8 @@ Sender (../shared/BRIEF.md, "Design decisions / How grants reach senders"):
   ``FLAG_BACKGROUND``; DATA and REQUEST of a dependency that is the host's only one with data
   set ``FLAG_SOLE`` (it can use any rate it is granted: the ToR may let it hold the port). A
   sender polls only while its grant is too slow for an in-band push (``grant_poll_ns``, with
-  back-off: ``SafsConfig``), without back-off while its GRANTs say ``FLAG_SOLE`` (it waits
-  for the port's holder).
+  back-off: ``SafsConfig``), and at ``grant_poll_ns`` whatever its rate while its GRANTs say
+  ``FLAG_SOLE`` (it waits for the port's holder).
 - Urgency signal: when the head transfer's slack falls below one of the switches' slack-class
   thresholds (``SafsConfig.slack_thresholds_ns``) before the next DATA would leave, a REQUEST
   goes at that moment, so the receiver's ToR sees the dependency become more urgent then
@@ -171,7 +171,8 @@ class SafsConfig(ConfigModel):
             a REQUEST after this long, then after twice as long each time while its rate stays
             the same, up to ``grant_poll_backoff`` times this (a GRANT that changes the rate
             starts over; one whose last GRANT said ``FLAG_SOLE``, waiting for its port's holder,
-            does not back off: docs/protocol.md "Grants"): a slow grant's DATA is too rare to
+            polls at this period however fast its grant: docs/protocol.md "Grants"): a slow
+            grant's DATA is too rare to
             carry the epoch for an in-band push, and a waiting dependency would otherwise learn
             late that the port's more urgent class has left (docs/protocol.md, sender rule 4).
             The simulator's dependency senders use 10 µs; the per-transfer design used 10 µs
@@ -600,11 +601,12 @@ class SafsDependency:
             self._fallback()  # sends a REQUEST; default rate > 0
             if not self.pacing:
                 self._schedule_pace(now)
-        elif self.epoch == EPOCH_NONE or self._slow():
+        elif self.epoch == EPOCH_NONE or self._slow() or self.holder_wait:
             self._request(head)
             cfg = self.cfg
-            # One waiting for its port's holder keeps polling at grant_poll_ns: the first REQUEST
-            # after the holder frees the port takes it.
+            # One waiting for its port's holder polls at grant_poll_ns whatever its rate (its
+            # waiting share's DATA may be 24 µs apart): the first REQUEST after the holder frees
+            # the port takes it.
             self.poll_ns = (cfg.grant_poll_ns if self.holder_wait else
                             min(2 * (self.poll_ns or cfg.grant_poll_ns), cfg.grant_poll_backoff * cfg.grant_poll_ns))
         else:
@@ -652,8 +654,10 @@ class SafsDependency:
         if rate != self.rate_bps:
             self.rate_bps = rate
             self._repace(now)
-            if self._slow():
+            if self._slow() or self.holder_wait:
                 self._start_poll()
+        elif self.holder_wait:
+            self._start_poll()
         elif not self.pacing and rate > 0 and self.has_data():
             self._repace(now)
 
