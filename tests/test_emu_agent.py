@@ -31,6 +31,7 @@ from safs.core.protocol import (
     EPOCH_NONE,
     FLAG_LAST,
     FLAG_RENEW,
+    FLAG_SOLE,
     HEADER_LEN,
     SAFS_UDP_PORT,
     MsgType,
@@ -68,7 +69,8 @@ def push_wanted(held_kbps: int, grant_kbps: int, epoch: int, flags: int) -> bool
 class GrantResponder:
     """Stands in for the receiver's ToR: answers REQUEST with the installed grant, pushes it to
     DATA by :func:`push_wanted`, forwards DATA to ``receiver_ip``. GRANTs echo the flow id, flags
-    and dep_id of the packet that triggered them.
+    and dep_id of the packet that triggered them, but not FLAG_SOLE: on a GRANT it says "wait for
+    the port's holder", and this stand-in has no holder (the P4 program clears it likewise).
 
     ``answering`` False: no GRANTs at all (a dead controller/switch path); DATA still flows.
     ``drop_every`` N > 0: drop every Nth DATA packet (never forwarded).
@@ -106,7 +108,8 @@ class GrantResponder:
     def _grant(self, addr: tuple[str, int], flow_id: int, remaining: int, flags: int, dep_id: int) -> None:
         lease = lease_ns_to_us(self.lease_ns) if self.epoch != EPOCH_NONE else 0  # the default grant: no lease
         self.sock.sendto(pack_header(MsgType.GRANT, flow_id, remaining, fabric_clock(),
-                                     rate_bps_to_kbps(self.rate_bps), self.epoch, lease, flags, dep_id), addr)
+                                     rate_bps_to_kbps(self.rate_bps), self.epoch, lease, flags & ~FLAG_SOLE,
+                                     dep_id), addr)
 
     def _run(self) -> None:
         n_data = 0
