@@ -172,11 +172,10 @@ class SafsConfig(ConfigModel):
             the same, up to ``grant_poll_backoff`` times this (a GRANT that changes the rate
             starts over; one whose last GRANT said ``FLAG_SOLE``, waiting for its port's holder,
             polls at this period however fast its grant: docs/protocol.md "Grants"): a slow
-            grant's DATA is too rare to
-            carry the epoch for an in-band push, and a waiting dependency would otherwise learn
-            late that the port's more urgent class has left (docs/protocol.md, sender rule 4).
-            The simulator's dependency senders use 10 µs; the per-transfer design used 10 µs
-            without back-off.
+            grant's DATA is too rare to carry the epoch for an in-band push, and a waiting
+            dependency would otherwise learn late that the port's more urgent class has left
+            (docs/protocol.md, sender rule 4). The simulator's dependency senders use 10 µs;
+            the per-transfer design used 10 µs without back-off.
         grant_poll_backoff: the longest poll period as a multiple of ``grant_poll_ns``, >= 1
             (1: a fixed period). Default 16 (10 µs .. 160 µs in the simulator).
         burst_bytes: token-bucket depth of the pacer, wire bytes: 0 (default) paces one packet
