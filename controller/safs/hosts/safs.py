@@ -268,7 +268,7 @@ class SendScheduler:
     """
 
     __slots__ = ("clock", "line_rate", "quantum", "ahead_ns", "free_at_ns", "waiting", "order", "turn",
-                 "wake_pending", "deps")
+                 "wake_pending", "active")
 
     def __init__(self, clock: Clock, line_rate_bps: int, urgency_quantum_ns: int, burst_bytes: int = 0) -> None:
         self.clock = clock
@@ -280,11 +280,13 @@ class SendScheduler:
         self.order = 0
         self.turn: SafsDependency | None = None  # the dependency called back, allowed one packet
         self.wake_pending = False
-        self.deps: list[SafsDependency] = []  # every dependency of the host (they add themselves)
+        # The host's dependencies with unfinished transfers (they add and drop themselves), as an
+        # ordered set: the sole check walks these, not every dependency, on each DATA packet.
+        self.active: dict[SafsDependency, None] = {}
 
     def sole(self, dep: SafsDependency) -> bool:
         """No dependency of the host but ``dep`` has data to send (FLAG_SOLE)."""
-        return not any(d is not dep and d.has_data() for d in self.deps)
+        return not any(d is not dep and d.has_data() for d in self.active)
 
     def may_send(self, dep: SafsDependency, head: SafsSender, now: int) -> bool:
         """True if ``dep`` may send its next packet now; else it waits for :meth:`_wake`."""
@@ -386,8 +388,6 @@ class SafsDependency:
         self.unscheduled_left = 0  # bytes that may still go at line rate (no grant held)
         self.requests = self.grants = self.grants_stale = self.fallbacks = 0
         self.scheduler = scheduler
-        if scheduler is not None:
-            scheduler.deps.append(self)
         self.sched_waiting = False  # queued at the scheduler for a turn
         self.signal_token = 0  # the armed urgency signal (_arm_urgency_signal)
         self.signals = 0  # urgency-signal REQUESTs sent
@@ -396,6 +396,8 @@ class SafsDependency:
     def add(self, sender: SafsSender) -> None:
         """Start ``sender``'s transfer: paced at once at the held grant, else after a REQUEST."""
         self.transfers.append(sender)
+        if self.scheduler is not None:
+            self.scheduler.active[self] = None
         now = self.clock.now
         if self.lease_expiry_ns is not None and now >= self.lease_expiry_ns:
             self._expire()
@@ -411,6 +413,8 @@ class SafsDependency:
         """Forget a finished transfer."""
         if sender in self.transfers:
             self.transfers.remove(sender)
+        if not self.transfers and self.scheduler is not None:
+            self.scheduler.active.pop(self, None)
 
     def has_data(self) -> bool:
         """Some transfer has bytes to send (new or to retransmit)."""
