@@ -86,6 +86,7 @@ from safs.core.hints import DependencyHint, FlowClass, FlowHint
 from safs.core.packet import PROTO_UDP, Packet
 from safs.core.protocol import (
     FLAG_BACKGROUND,
+    FLAG_CAPPED,
     FLAG_LAST,
     FLAG_RENEW,
     FLAG_SOLE,
@@ -96,7 +97,7 @@ from safs.core.protocol import (
     epoch_newer,
     transfer_dep_id,
 )
-from safs.core.scapy_layer import SAFS, safs_data, safs_done, safs_request
+from safs.core.scapy_layer import SAFS, safs_data, safs_done, safs_grant, safs_request
 from safs.core.scheduler import Scheduler, SchedulerConfig
 from safs.core.target import CounterValue, Op, RequestDigest, TableEntry, Update
 from safs.core.timebase import TIME_MASK, TIME_MOD
@@ -716,6 +717,7 @@ class ShareDifferentialTest(DiffTestBase):
         for name in ("A", "B"):
             self.expect_none(name, flags=FLAG_LAST)
         self.run_holder_sequence(idle)
+        self.run_out_link_sequence()
 
     def run_holder_sequence(self, idle: int) -> None:
         """The port holder (scheduler defaults but ``holder_release_bytes``): A and C late and
@@ -741,6 +743,74 @@ class ShareDifferentialTest(DiffTestBase):
         self.expect_grant("A", data, (ALONE, 2))
         for name in ("A", "C"):
             self.expect_none(name, flags=FLAG_LAST)
+
+    def out_exchange(self, pkt: Ether, in_port: int, what: str) -> dict:
+        """One packet through both targets, one packet out: its BMv2 fields, compared with the
+        model's (a forwarded GRANT keeps the timestamp it was sent with)."""
+        (m, b, _), = self.exchange([pkt], in_port=in_port)
+        self.assertEqual({k: b[k] for k in COMPARED}, {k: m[k] for k in COMPARED}, f"{what}: BMv2 vs model")
+        return b
+
+    def run_out_link_sequence(self) -> None:
+        """Out-links at the sender's ToR: port 3 becomes a fabric port (its receiver_port and
+        host_port entries deleted on both targets) with out_share entries at the receiver
+        port's rates, so the third host's address lies beyond a contended out-link. A and B
+        (the sender's, claimed with out slots) send there; GRANTs for A come back on port 3."""
+        out_port = [e for e in self.sched.installed(SWITCH)
+                    if (e.table == n.RECEIVER_PORT and e.match[n.F_EGRESS_PORT] == PORT_OTHER)
+                    or (e.table == n.HOST_PORT and e.match[n.F_INGRESS_PORT] == PORT_OTHER)]
+        self.assertEqual(len(out_port), 2)
+        self.fanout.write([Update(Op.DELETE, e) for e in out_port])
+        self.gone.update(e.key() for e in out_port)
+        for (mode, load), rate in self.shares.items():
+            self.write_extra(TableEntry(n.OUT_SHARE, {n.F_EGRESS_PORT: PORT_OTHER, n.F_LOAD: load, n.F_MODE: mode},
+                                        n.ACT_SET_OUT_SHARE, {"rate_kbps": rate}))
+        claims = {e.match[n.F_DEP_ID]: e.params["out_slot"] for e in self.sched.installed(SWITCH)
+                  if e.table == n.DEP_CLAIM and e.match[n.F_SRC_ADDR] == ip_int(SENDER_IP)}
+        self.assertEqual(claims[1], self.slot("A"), "a dependency's out slot is its meter slot")
+
+        def data(name: str, held: int, flags: int = 0, slack: int | None = None) -> dict:
+            _, dep_id, cls_slack, _ = self.deps[name]
+            self.seq += 1
+            self.probe()
+            latest = (self.fabric_estimate(time.monotonic()) + (cls_slack if slack is None else slack)) & TIME_MASK
+            pkt = safs_data(SENDER_IP, OTHER_IP, 100 + self.seq, 10_000, latest, 7, 64, flags=flags,
+                            dep_id=dep_id, rate_kbps=held, **TO_SWITCH)
+            b = self.out_exchange(pkt, PORT_SENDER, f"step {self.seq}: {name} DATA holding {held}, flags {flags:#x}")
+            self.assertEqual(b["port"], PORT_OTHER)
+            return b
+
+        def grant(rate: int, dep_id: int = 1) -> int:
+            self.seq += 1
+            pkt = safs_grant(OTHER_IP, SENDER_IP, 100 + self.seq, rate, 7, 500, 0, dep_id=dep_id, **TO_SWITCH)
+            b = self.out_exchange(pkt, PORT_OTHER, f"step {self.seq}: GRANT of dep {dep_id} at {rate}")
+            self.assertEqual((b["port"], b["type"]), (PORT_SENDER, int(MsgType.GRANT)))
+            return b["rate_kbps"]
+
+        alone, top, waiting = self.shares[(ALONE, 1)], self.shares[(TOP, 1)], self.shares[(WAITING, 1)]
+        # A alone at port 3: its cap is the ALONE share. Held above it (by more than 1/256): the
+        # DATA leaves holding 0 (the receiver's ToR will push); at it (within 1/32): CAPPED; well
+        # below: unchanged; a host's own CAPPED is cleared.
+        self.assertEqual(data("A", 2 * alone)["rate_kbps"], 0)
+        b = data("A", alone - alone // 40)
+        self.assertEqual((b["rate_kbps"], b["flags"] & FLAG_CAPPED), (alone - alone // 40, FLAG_CAPPED))
+        b = data("A", alone // 2, flags=FLAG_CAPPED)
+        self.assertEqual((b["rate_kbps"], b["flags"] & FLAG_CAPPED), (alone // 2, 0))
+        # A GRANT for A from the fabric: capped to A's share; one below it, or of an unclaimed
+        # dependency, passes unchanged.
+        self.assertEqual(grant(2 * alone), alone)
+        self.assertEqual(grant(alone // 3), alone // 3)
+        self.assertEqual(grant(2 * alone, dep_id=77), 2 * alone)
+        # B (less urgent) joins at port 3: it waits (WAITING share, no out_spare_level entries:
+        # level 1); A's next DATA holds the TOP share, which its GRANTs get.
+        self.assertEqual(data("B", 2 * waiting)["rate_kbps"], 0)
+        self.assertEqual(data("A", top)["flags"] & FLAG_CAPPED, FLAG_CAPPED)
+        self.assertEqual(grant(2 * alone), top)
+        # A's LAST: not counted, no cap; B alone again at its next DATA.
+        data("A", top, flags=FLAG_LAST)
+        self.assertEqual(grant(2 * alone), 2 * alone)
+        self.assertEqual(data("B", alone)["flags"] & FLAG_CAPPED, FLAG_CAPPED)
+        data("B", alone, flags=FLAG_LAST)
 
     def drop_spare_levels(self) -> list[TableEntry]:
         """Delete the scheduler's spare_level entries on both targets (the share sequence

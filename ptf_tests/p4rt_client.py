@@ -25,7 +25,10 @@ from p4.v1 import p4runtime_pb2
 
 from safs.core.errors import TargetConnectionError
 from safs.core.target import Lpm, Range, Ternary  # the project's match values (one place for them)
-from safs.targets.p4rt.client import SwitchClient  # the shared session (connection, arbitration, RPCs)
+from safs.targets.p4rt.client import (  # the shared session (connection, arbitration, RPCs)
+    SwitchClient,
+    bmv2_device_config,
+)
 
 
 def encode(value: int, bits: int) -> bytes:
@@ -140,8 +143,7 @@ class P4RtClient:
         req.election_id.high, req.election_id.low = self.election_id
         req.action = p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
         req.config.p4info.CopyFrom(info)
-        with open(bmv2_json_path, "rb") as f:
-            req.config.p4_device_config = f.read()
+        req.config.p4_device_config = bmv2_device_config(bmv2_json_path)
         req.config.cookie.cookie = cookie
         self.session.stub.SetForwardingPipelineConfig(req, timeout=self.timeout_s * 3)
         self.index = P4InfoIndex(info)

@@ -82,7 +82,7 @@ class SourceGuardTest(SafsTest):
         # (a 1,200-byte burst: one 1,078-byte DATA) leaves in queue 1 with FLAG_DEMOTED; the
         # claimed dependency 5 keeps its class (the least urgent: no slack_class entries)
         self.set_meter(n.UNCLAIMED_METER, PORT_SENDER, cir=1000, cburst=1200, pir=1000, pburst=1200)
-        self.insert(n.DEP_CLAIM, {n.F_SRC_ADDR: ip_int(SENDER_IP), n.F_DEP_ID: 5}, n.ACT_CLAIM)
+        self.insert(n.DEP_CLAIM, {n.F_SRC_ADDR: ip_int(SENDER_IP), n.F_DEP_ID: 5}, n.ACT_CLAIM, {"out_slot": 0})
         want = self.forged()
         want[Forged.UNCLAIMED_DATA] += 2
         for dep_id, expected in ((6, [(QUEUE_SLACK_LEAST_URGENT, 0)] + [(QUEUE_OVER_RATE, FLAG_DEMOTED)] * 2),

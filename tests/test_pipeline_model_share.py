@@ -4,7 +4,8 @@ update_share): the cases ptf_tests/differential.py found where the model and BMv
 Setup: sender 10.0.0.1 behind port 1, two receivers on receiver ports 2 and 3, two share
 dependencies (the sender's dep_ids 1 and 2, slots 5 and 6), port_share entries for loads 1..4 of each mode on
 both ports, slack classes late -> 6, slack >= 0 -> 5 (the tests rewrite that one's queue). The
-in-link tests add a remote sender behind fabric ports 4 and 5 and mark port 1 a host port.
+in-link tests add a remote sender behind fabric ports 4 and 5 and mark port 1 a host port; the
+out-link tests route the remote address out of port 4 and claim the sender's dep_ids with out slots.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 
 from safs.core import p4names as n
 from safs.core.packet import PROTO_UDP, Packet
-from safs.core.protocol import FLAG_LAST, FLAG_RENEW, FLAG_SOLE, SAFS_UDP_PORT, SAFS_VERSION, MsgType
+from safs.core.protocol import FLAG_CAPPED, FLAG_LAST, FLAG_RENEW, FLAG_SOLE, SAFS_UDP_PORT, SAFS_VERSION, MsgType
 from safs.core.target import CloneSession, Lpm, Op, Range, TableEntry, Update
 from safs.core.timebase import TIME_MASK, slack_to_key
 from safs.targets.pipeline_model import PipelineModel
@@ -311,3 +312,77 @@ def test_a_sole_dependency_behind_a_contended_in_link_is_not_grouped() -> None:
     send_in(sw, 5, 2, -500, flags=FLAG_SOLE, dst=RCV3)
     send_in(sw, 1, 1, -500, flags=FLAG_SOLE, src=SENDER, t=MsgType.DATA)
     assert [sw.read_register(n.DEP_SOLE, slot) for slot in (7, 8, 5)] == [0, 1, 1]
+
+
+def out_switch() -> PipelineModel:
+    """link_switch() plus: the remote sender's address routed out of port 4, the sender's
+    dep_ids 1 and 2 claimed with out slots 11 and 12, out_share entries for out-link 4."""
+    sw = link_switch()
+    ups = [Update(Op.INSERT, TableEntry(n.IPV4_LPM, {n.F_DST_ADDR: Lpm(REMOTE, 32)}, n.ACT_SET_EGRESS,
+                                        {"port": 4, "dst_mac": 4}))]
+    ups += [Update(Op.INSERT, TableEntry(n.DEP_CLAIM, {n.F_SRC_ADDR: SENDER, n.F_DEP_ID: d}, n.ACT_CLAIM,
+                                         {"out_slot": 10 + d})) for d in (1, 2)]
+    ups += [Update(Op.INSERT, TableEntry(n.OUT_SHARE, {n.F_EGRESS_PORT: 4, n.F_LOAD: load, n.F_MODE: mode},
+                                         n.ACT_SET_OUT_SHARE, {"rate_kbps": link_rate(mode, load)}))
+            for mode in (n.SHARE_ALONE, n.SHARE_TOP, n.SHARE_WAITING) for load in range(1, 5)]
+    sw.write(ups)
+    return sw
+
+
+def send_out(sw: PipelineModel, dep_id: int, slack_ns: int, held: int, flags: int = 0) -> Packet:
+    """A DATA of the sender's ``dep_id`` (from host port 1) to the remote host, holding rate
+    ``held``: the packet leaving on out-link 4."""
+    p = Packet(SENDER, REMOTE, PROTO_UDP, SAFS_UDP_PORT, SAFS_UDP_PORT, 142, payload=64)
+    p.safs_version, p.safs_type, p.flags, p.flow_id, p.dep_id = SAFS_VERSION, int(MsgType.DATA), flags, 9, dep_id
+    p.ts = (sw.now() + slack_ns) & TIME_MASK
+    p.rate_kbps, p.epoch = held, 3
+    (port, out), = sw.ingress(p, 1)
+    assert port == 4
+    return out
+
+
+def grant_back(sw: PipelineModel, dep_id: int, rate_kbps: int) -> int:
+    """A GRANT from the remote receiver's ToR to the sender arriving on port 4: its rate out."""
+    g = Packet(REMOTE, SENDER, PROTO_UDP, SAFS_UDP_PORT, SAFS_UDP_PORT, 142)
+    g.safs_version, g.safs_type, g.flow_id, g.dep_id = SAFS_VERSION, int(MsgType.GRANT), 9, dep_id
+    g.rate_kbps, g.epoch = rate_kbps, 3
+    (port, out), = sw.ingress(g, 4)
+    assert port == 1
+    return out.rate_kbps
+
+
+def test_out_link_share_caps_the_grants_of_the_dependencies_leaving_on_it() -> None:
+    """out_share at the sender's ToR: the host's claimed dependencies are counted at the out-link
+    their DATA leaves on, by urgency; a DATA holding more than its cap (by over 1/256) leaves
+    holding 0, one holding it (within 1/32) with FLAG_CAPPED, a host's own CAPPED is cleared;
+    GRANTs coming back are capped to the share of the dependency's last packet; LAST uncaps."""
+    sw = out_switch()
+    alone = link_rate(n.SHARE_ALONE, 1)
+    assert send_out(sw, 1, -500, 2 * alone).rate_kbps == 0
+    assert (sw.read_register(n.OUT_LOADS[0], 4), sw.read_register(n.DEP_OUT_PORT, 11)) == (1, 4)
+    out = send_out(sw, 1, -500, alone - alone // 40)
+    assert (out.rate_kbps, out.flags & FLAG_CAPPED) == (alone - alone // 40, FLAG_CAPPED)
+    out = send_out(sw, 1, -500, alone // 2, flags=FLAG_CAPPED)
+    assert (out.rate_kbps, out.flags & FLAG_CAPPED) == (alone // 2, 0)
+    assert grant_back(sw, 1, 2 * alone) == alone and grant_back(sw, 1, alone // 3) == alone // 3
+    assert grant_back(sw, 9, 2 * alone) == 2 * alone  # no claim: not capped
+    # dep 2, less urgent, waits at the link's reserve; dep 1's next DATA holds the TOP share.
+    assert send_out(sw, 2, 500, 2 * alone).rate_kbps == 0
+    assert sw.read_register(n.DEP_OUT_RATE, 12) == link_rate(n.SHARE_WAITING, 1)
+    send_out(sw, 1, -500, alone)
+    assert grant_back(sw, 1, 2 * alone) == link_rate(n.SHARE_TOP, 1)
+    send_out(sw, 1, -500, alone, flags=FLAG_LAST)
+    assert grant_back(sw, 1, 2 * alone) == 2 * alone and sw.read_register(n.OUT_LOADS[0], 4) == 0
+
+
+def test_a_receivers_tor_pushes_no_grant_for_a_held_rate_its_out_link_caps() -> None:
+    """At the receiver's ToR, a DATA holding less than its share (by over 1/32) gets a GRANT
+    pushed, unless it says FLAG_CAPPED (its sender's ToR holds it there); above the share it is
+    pushed either way."""
+    sw = switch()
+    share = send(sw, MsgType.REQUEST, 1, 500)
+    assert share is not None
+    low, high = (share[0] // 2, share[1]), (2 * share[0], share[1])
+    assert send(sw, MsgType.DATA, 1, 500, held=low) is not None
+    assert send(sw, MsgType.DATA, 1, 500, held=low, flags=FLAG_CAPPED) is None
+    assert send(sw, MsgType.DATA, 1, 500, held=high, flags=FLAG_CAPPED) is not None

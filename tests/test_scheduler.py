@@ -648,7 +648,8 @@ def test_announce_dependency_writes_a_meter_and_grant_at_the_receivers_tor_and_a
                                      n.ACT_SET_SHARE_GRANT, {"meter_slot": slot})),
     ]
     assert targets["tor0"].written == [
-        Update(Op.INSERT, TableEntry(n.DEP_CLAIM, {n.F_SRC_ADDR: topo.host_ip("a"), n.F_DEP_ID: 3}, n.ACT_CLAIM))]
+        Update(Op.INSERT, TableEntry(n.DEP_CLAIM, {n.F_SRC_ADDR: topo.host_ip("a"), n.F_DEP_ID: 3}, n.ACT_CLAIM,
+                                     {"out_slot": slot}))]
     assert writes(sched) == (before[0] + 2, before[1] + 1, before[2] + 2)  # one batch per ToR
     assert sched.stats.dependencies == 1 and sched.free_slots("tor1") == sched.config.meter_slots - 2
     meter = targets["tor1"].meter_config(slot)
@@ -839,25 +840,35 @@ def test_leaf_spine_routes_use_ecmp_groups_and_packets_take_the_predicted_spine(
     assert targets["leaf0"].entries(n.ECMP) == [ecmp_entry]
 
 
-def test_oversubscribed_links_into_a_tor_get_link_shares_and_the_others_a_warning(caplog) -> None:
-    """leaf-spine-oversub: spine0->leafN (into a receiver's ToR) get link_share and
-    link_spare_level entries at leafN's port facing spine0, at the link's usable rate;
-    leafN->spine0 (out of one) are named in the warning. link_shares "off": every link is named
-    and no entry is written; "all" on the non-blocking leaf-spine: every uplink gets entries."""
+def test_oversubscribed_links_of_a_tor_get_link_and_out_shares_and_the_others_a_warning(caplog) -> None:
+    """leaf-spine-oversub: spine0->leafN (into a ToR) get link_share and link_spare_level
+    entries at leafN's port facing spine0, at the link's usable rate; leafN->spine0 (out of it)
+    get out_share and out_spare_level entries at the same port, so no link is named in the
+    warning. link_shares "off": every link is named and no entry is written; "all" on the
+    non-blocking leaf-spine: every uplink gets entries both ways."""
     root = Path(__file__).resolve().parents[1] / "topologies"
     topo = load_topology(root / "leaf-spine-oversub.yaml")
     targets = {sw: PipelineModel(sw, Clock()) for sw in topo.switches()}
     sched = Scheduler(topo, targets, SHARE)
     assert ("leaf0", "spine0", 500_000_000_000, 200_000_000_000) in sched.oversubscribed_links
-    assert "leaf0->spine0 500/200 Gbit/s" in caplog.text and "spine0->leaf0" not in caplog.text
+    assert "500/200 Gbit/s" not in caplog.text
     uplink = topo.port_of("leaf0", "spine0")
     assert sched.share_links("leaf0") == [(uplink, 200_000_000_000)] and sched.share_links("spine0") == []
+    assert sched.share_links("leaf0", out=True) == [(uplink, 200_000_000_000)]
+    assert sched.share_links("spine0", out=True) == []
     sched.setup(0)
-    shares = targets["leaf0"].entries(n.LINK_SHARE)
-    assert len(shares) == 3 * n.MAX_LOAD and {e.match[n.F_INGRESS_PORT] for e in shares} == {uplink}
-    alone = {e.match[n.F_LOAD]: e.params["rate_kbps"] for e in shares if e.match[n.F_MODE] == n.SHARE_ALONE}
-    assert alone[1] == sched.allocator.config.usable_bps(200_000_000_000) // 1000 and alone[4] == alone[1] // 4
-    assert targets["leaf0"].entries(n.LINK_SPARE_LEVEL) and targets["spine0"].entries(n.LINK_SHARE) == []
+    usable_kbps = sched.allocator.config.usable_bps(200_000_000_000) // 1000
+    for table, key in ((n.LINK_SHARE, n.F_INGRESS_PORT), (n.OUT_SHARE, n.F_EGRESS_PORT)):
+        shares = targets["leaf0"].entries(table)
+        assert len(shares) == 3 * n.MAX_LOAD and {e.match[key] for e in shares} == {uplink}
+        alone = {e.match[n.F_LOAD]: e.params["rate_kbps"] for e in shares if e.match[n.F_MODE] == n.SHARE_ALONE}
+        assert alone[1] == usable_kbps and alone[4] == alone[1] // 4
+    assert targets["leaf0"].entries(n.LINK_SPARE_LEVEL) and targets["leaf0"].entries(n.OUT_SPARE_LEVEL)
+    assert targets["spine0"].entries(n.LINK_SHARE) == [] and targets["spine0"].entries(n.OUT_SHARE) == []
+    per_transfer = Scheduler(topo, {sw: PipelineModel(sw, Clock()) for sw in topo.switches()},
+                             SHARE.model_copy(update={"grant_mode": "per-transfer"}))
+    assert per_transfer.share_links("leaf0", out=True) == []  # out slots come with the share design
+    assert "leaf0->spine0 500/200 Gbit/s" in caplog.text and "spine0->leaf0" not in caplog.text
     caplog.clear()
     off = Scheduler(topo, {sw: PipelineModel(sw, Clock()) for sw in topo.switches()},
                     SHARE.model_copy(update={"link_shares": "off"}))
@@ -865,8 +876,31 @@ def test_oversubscribed_links_into_a_tor_get_link_shares_and_the_others_a_warnin
     flat = load_topology(root / "leaf-spine.yaml")
     every = Scheduler(flat, {sw: PipelineModel(sw, Clock()) for sw in flat.switches()},
                       SHARE.model_copy(update={"link_shares": "all"}))
-    assert [p for p, _ in every.share_links("leaf0")] == [
-        p for p, nb in flat.ports("leaf0").items() if not flat.is_host(nb)]
+    uplinks = [p for p, nb in flat.ports("leaf0").items() if not flat.is_host(nb)]
+    assert [p for p, _ in every.share_links("leaf0")] == uplinks == [p for p, _ in every.share_links("leaf0", out=True)]
+
+
+def test_a_dependencys_slot_is_free_at_its_receivers_tor_and_among_its_sender_tors_out_slots() -> None:
+    """Share design: a dependency's meter slot is also its out slot at its sender's ToR (its
+    dep_claim entry's out_slot), so no two dependencies sent from one ToR share a slot even when
+    their receivers' ToRs differ; ending one frees it at both; none left at both raises
+    InvalidInput naming the field and changes nothing."""
+    topo, clock, targets, sched = share_make()
+    sched.announce_dependency(dep(2, "a", "d"), 0)  # slot 1 at tor1, out slot 1 at tor0
+    sched.announce_dependency(dep(3, "b", "c"), 0)  # slot 1 is free at tor0 but an out slot there
+    assert {key: placed[1] for key, placed in sched._dep_slots.items()} == {("a", 2): 1, ("b", 3): 2}
+    claims = {e.match[n.F_DEP_ID]: e.params["out_slot"] for e in targets["tor0"].entries(n.DEP_CLAIM)}
+    assert claims == {2: 1, 3: 2}
+    sched.end_dependency("a", 2, 10)
+    sched.announce_dependency(dep(4, "c", "d"), 20)  # slot 1 is free at both again
+    assert sched._dep_slots[("c", 4)] == ("tor1", 1)
+    small = share_make(SHARE.replace(meter_slots=3))[3]
+    small.announce_dependency(dep(1, "a", "d"), 0)
+    small.announce_dependency(dep(2, "b", "d"), 0)
+    with pytest.raises(InvalidInput) as err:
+        small.announce_dependency(dep(3, "c", "a"), 0)  # tor0 has slots 1, 2 free, both out slots of tor0
+    assert err.value.field == "dependency.receiver" and "out slots" in err.value.message
+    assert ("c", 3) not in small.dependencies
 
 
 def test_restore_keeps_stored_slots_and_gives_taken_or_bad_ones_new_slots() -> None:

@@ -15,12 +15,12 @@ from scapy.packet import Raw
 from scapy.utils import wrpcap
 
 from safs.core.files import data_path
-from safs.core.protocol import FLAG_BACKGROUND, FLAG_DEMOTED, FLAG_LAST, FLAG_SOLE, SAFS_UDP_PORT
+from safs.core.protocol import FLAG_BACKGROUND, FLAG_CAPPED, FLAG_DEMOTED, FLAG_LAST, FLAG_SOLE, SAFS_UDP_PORT
 from safs.core.scapy_layer import safs_data, safs_done, safs_grant, safs_request
 
 DISSECTOR = data_path("wireshark", "safs.lua")
 FIELDS = ("safs.version", "safs.type", "safs.flags.background", "safs.flags.last", "safs.flags.demoted",
-          "safs.flags.sole", "safs.qclass", "safs.color",
+          "safs.flags.sole", "safs.flags.capped", "safs.qclass", "safs.color",
           "safs.flow_id", "safs.remaining_bytes", "safs.timestamp_ns", "safs.rate_kbps", "safs.epoch",
           "safs.lease_us", "safs.dep_id", "_ws.expert.message")
 
@@ -41,19 +41,19 @@ def test_every_field_of_every_message_type_is_decoded(tmp_path: Path) -> None:
         safs_data("10.0.0.1", "10.0.1.2", 7, (1 << 48) - 2, (1 << 48) - 3, 9, 100, flags=FLAG_LAST | FLAG_BACKGROUND,
                   dep_id=65535, rate_kbps=(1 << 32) - 1),
         safs_request("10.0.0.1", "10.0.1.2", 8, 4000, 77, dep_id=2, flags=FLAG_SOLE),
-        safs_data("10.0.0.1", "10.0.1.2", 9, 100, 5, 0, 100, flags=FLAG_DEMOTED),
+        safs_data("10.0.0.1", "10.0.1.2", 9, 100, 5, 0, 100, flags=FLAG_DEMOTED | FLAG_CAPPED),
         safs_grant("10.0.1.2", "10.0.0.1", 8, 1000, 3, 20000, 555, dep_id=2, qclass=7, color=3),
         safs_done("10.0.1.2", "10.0.0.1", 7, 99, missing_bytes=1500),
     ]
     wrpcap(str(tmp_path / "safs.pcap"), packets)
     rows = tshark_fields(tmp_path / "safs.pcap")
     assert rows == [
-        ["2", "1", "1", "1", "0", "0", "0", "0", "7", str((1 << 48) - 2), str((1 << 48) - 3), str((1 << 32) - 1),
-         "9", "0", "65535", ""],
-        ["2", "2", "0", "0", "0", "1", "0", "0", "8", "4000", "77", "0", "0", "0", "2", ""],
-        ["2", "1", "0", "0", "1", "0", "0", "0", "9", "100", "5", "0", "0", "0", "1", ""],
-        ["2", "3", "0", "0", "0", "0", "7", "3", "8", "0", "555", "1000", "3", "20000", "2", ""],
-        ["2", "4", "0", "0", "0", "0", "0", "0", "7", "1500", "99", "0", "0", "0", "0", ""],
+        ["2", "1", "1", "1", "0", "0", "0", "0", "0", "7", str((1 << 48) - 2), str((1 << 48) - 3),
+         str((1 << 32) - 1), "9", "0", "65535", ""],
+        ["2", "2", "0", "0", "0", "1", "0", "0", "0", "8", "4000", "77", "0", "0", "0", "2", ""],
+        ["2", "1", "0", "0", "1", "0", "1", "0", "0", "9", "100", "5", "0", "0", "0", "1", ""],
+        ["2", "3", "0", "0", "0", "0", "0", "7", "3", "8", "0", "555", "1000", "3", "20000", "2", ""],
+        ["2", "4", "0", "0", "0", "0", "0", "0", "0", "7", "1500", "99", "0", "0", "0", "0", ""],
     ]
 
 

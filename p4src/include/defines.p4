@@ -41,6 +41,8 @@ const bit<8> FLAG_DEMOTED    = 0x08;   // DATA: the sender's ToR demoted it (no 
                                        // over the port's unclaimed_meter): queue 1 at every switch
 const bit<8> FLAG_RESENT     = 0x10;   // DATA: a retransmitted segment (not a straggler after LAST)
 const bit<8> FLAG_SOLE       = 0x20;   // DATA/REQUEST: the sender's only dependency with data
+const bit<8> FLAG_CAPPED     = 0x40;   // DATA: its held rate is its out-link share at the sender's
+                                       // ToR (set there only): no push for a held rate below the grant
 
 const qclass_t QUEUE_CONTROL     = 7;
 const qclass_t QUEUE_OVER_RATE   = 1;
@@ -91,6 +93,8 @@ const port_t CPU_PORT = 255;
 #define SPARE_LEVEL_SIZE  4096   // 64 host ports x up to 64 spare levels
 #define LINK_SHARE_SIZE   6144   // 16 in-links (p4names.MAX_SHARE_LINKS) x 3 modes x MAX_LOAD loads
 #define LINK_SPARE_SIZE   1024   // 16 in-links x up to 64 spare levels
+#define OUT_SHARE_SIZE    6144   // 16 out-links (p4names.MAX_SHARE_LINKS) x 3 modes x MAX_LOAD loads
+#define OUT_SPARE_SIZE    1024   // 16 out-links x up to 64 spare levels
 // spare levels go up to safs.core.p4names.MAX_SPARE_LEVEL (64): waiting rate = level x the entry
 #define TOP_WINDOW_NS    32768   // the window over which a port's top-class bytes are counted
 // A holder's finish estimate: latest start + remaining x 8 / 100 Gbit/s, as remaining / 16 +

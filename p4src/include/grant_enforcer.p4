@@ -49,10 +49,21 @@
  *
  *   DATA    : dep_meter[slot] -> colour; not green -> queue 1 (over rate), never dropped;
  *             dep_bytes[slot] counts; unless LAST is set: the rate the packet carries is off
- *             the grant's (lower by more than 1/32 of the grant's or higher by more than 1/256),
- *             its epoch is 0 or RENEW is set -> clone a GRANT to the sender
+ *             the grant's (lower by more than 1/32 of the grant's, unless FLAG_CAPPED says it
+ *             is held down by its out-link, or higher by more than 1/256), its epoch is 0 or
+ *             RENEW is set -> clone a GRANT to the sender
  *   REQUEST : rewritten in place into a GRANT to the sender (share, fixed or default grant)
  * Elsewhere SAFS packets are not metered (colour 3 = unmetered).
+ *
+ * Out-links, at the sender's ToR (a DATA or REQUEST from a host whose dep_claim entry gives an
+ * out slot, leaving on a fabric port): the dependency is counted at its egress port as at an
+ * in-link (dep_out_class, dep_out_port by out slot; out_load_u, out_win_start, out_win_bytes,
+ * out_top_bytes by port); where out_share has entries for the port (a contended fabric link
+ * out of this ToR, from the controller) its cap = out_share(port, load, mode) x
+ * out_spare_level when waiting, kept in dep_out_rate (0: no cap). A DATA holding more than the
+ * cap (by over 1/256) leaves with held rate 0, so the receiver's ToR pushes a GRANT; one
+ * holding the cap (within 1/32) leaves with FLAG_CAPPED, so it does not. A GRANT from the
+ * fabric to a host with a claimed out slot gets rate = min(rate, dep_out_rate).
  *
  * Every register array but link_load_u is read-modified-written at most once per packet (one
  * RegisterAction each on TNA; link_load_u twice, at the link a dependency leaves and at the one
@@ -137,6 +148,28 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
     register<ns_t>(NUM_PORTS) holder_seen;
     @name(".SafsIngress.holder_finish")
     register<ns_t>(NUM_PORTS) holder_finish;
+    @name(".SafsIngress.dep_out_class")
+    register<bit<8>>(DEP_SLOTS) dep_out_class;
+    @name(".SafsIngress.dep_out_port")
+    register<bit<16>>(DEP_SLOTS) dep_out_port;
+    @name(".SafsIngress.dep_out_rate")
+    register<rate_kbps_t>(DEP_SLOTS) dep_out_rate;
+    @name(".SafsIngress.out_load_0")
+    register<load_t>(NUM_PORTS) out_load_0;
+    @name(".SafsIngress.out_load_1")
+    register<load_t>(NUM_PORTS) out_load_1;
+    @name(".SafsIngress.out_load_2")
+    register<load_t>(NUM_PORTS) out_load_2;
+    @name(".SafsIngress.out_load_3")
+    register<load_t>(NUM_PORTS) out_load_3;
+    @name(".SafsIngress.out_load_4")
+    register<load_t>(NUM_PORTS) out_load_4;
+    @name(".SafsIngress.out_win_start")
+    register<ns_t>(NUM_PORTS) out_win_start;
+    @name(".SafsIngress.out_win_bytes")
+    register<bit<32>>(NUM_PORTS) out_win_bytes;
+    @name(".SafsIngress.out_top_bytes")
+    register<bit<32>>(NUM_PORTS) out_top_bytes;
 
     @name(".SafsIngress.set_default_grant")
     action set_default_grant(@name("rate_kbps") rate_kbps_t rate_kbps,
@@ -303,6 +336,49 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         actions = { set_link_spare_level; @defaultonly no_link_spare; }
         const default_action = no_link_spare();
         size = LINK_SPARE_SIZE;
+    }
+
+    // The same for the contended out-links at the sender's ToR, by egress port.
+    bit<1> has_out_share;
+    rate_kbps_t out_rate_kbps;
+    @name(".SafsIngress.set_out_share")
+    action set_out_share(@name("rate_kbps") rate_kbps_t rate_kbps) {
+        out_rate_kbps = rate_kbps;
+        has_out_share = 1;
+    }
+    @name(".SafsIngress.no_out_share")
+    action no_out_share() {
+        has_out_share = 0;
+    }
+    @name(".SafsIngress.out_share")
+    table out_share {
+        key = {
+            standard_metadata.egress_spec: exact @name("egress_port");
+            meta.link_load: exact @name("load");
+            meta.link_mode: exact @name("mode");
+        }
+        actions = { set_out_share; @defaultonly no_out_share; }
+        const default_action = no_out_share();
+        size = OUT_SHARE_SIZE;
+    }
+    bit<8> out_spare;
+    @name(".SafsIngress.set_out_spare_level")
+    action set_out_spare_level(@name("level") bit<8> level) {
+        out_spare = level;
+    }
+    @name(".SafsIngress.no_out_spare")
+    action no_out_spare() {
+        out_spare = 1;
+    }
+    @name(".SafsIngress.out_spare_level")
+    table out_spare_level_table {
+        key = {
+            standard_metadata.egress_spec: exact @name("egress_port");
+            meta.link_top_bytes: range @name("top_bytes");
+        }
+        actions = { set_out_spare_level; @defaultonly no_out_spare; }
+        const default_action = no_out_spare();
+        size = OUT_SPARE_SIZE;
     }
 
     // update_share's result at the port, for pick_port_share: the most urgent non-empty class,
@@ -593,6 +669,85 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         port_top_bytes.write(port, top_bytes);
         meta.top_bytes = top_bytes;
     }
+    // A local sender's DATA or REQUEST at its out-link (sender's ToR): the dependency leaves the
+    // port it was counted at if it leaves on another one (a new path), then moves to the packet's
+    // urgency there (idle on LAST); sets the out_share / out_spare_level keys. No stale rule:
+    // a host's packets reach its ToR in the order it sent them.
+    @hidden
+    action update_out_link() {
+        bit<32> slot = (bit<32>) meta.out_slot;
+        bit<32> port = (bit<32>) standard_metadata.egress_spec;
+        bit<3> urgency = meta.urgency;
+        if (urgency > 4 || (hdr.safs.flags & FLAG_BACKGROUND) != 0) {
+            urgency = 4;
+        }
+        bit<8> cls = 1 + (bit<8>) urgency;
+        bool is_data = hdr.safs.msg_type == SAFS_DATA;
+        bool last = is_data && (hdr.safs.flags & FLAG_LAST) != 0;
+        if (last) {
+            cls = 0;
+        }
+        bit<16> was_port;
+        dep_out_port.read(was_port, slot);
+        bit<8> held;
+        dep_out_class.read(held, slot);
+        bit<8> gone = 0;  // the class it leaves at was_port (0: none)
+        if ((bit<32>) was_port != port) {
+            gone = held;
+            held = 0;
+        }
+        load_t o;
+        CLASS_COUNT(0, out_load_0, o, (bit<32>) was_port, gone, 0)
+        CLASS_COUNT(1, out_load_1, o, (bit<32>) was_port, gone, 0)
+        CLASS_COUNT(2, out_load_2, o, (bit<32>) was_port, gone, 0)
+        CLASS_COUNT(3, out_load_3, o, (bit<32>) was_port, gone, 0)
+        CLASS_COUNT(4, out_load_4, o, (bit<32>) was_port, gone, 0)
+        dep_out_class.write(slot, cls);
+        dep_out_port.write(slot, (bit<16>) port);
+        load_t l0; load_t l1; load_t l2; load_t l3; load_t l4;
+        CLASS_COUNT(0, out_load_0, l0, port, held, cls)
+        CLASS_COUNT(1, out_load_1, l1, port, held, cls)
+        CLASS_COUNT(2, out_load_2, l2, port, held, cls)
+        CLASS_COUNT(3, out_load_3, l3, port, held, cls)
+        CLASS_COUNT(4, out_load_4, l4, port, held, cls)
+        bit<3> top = 4;
+        load_t n_top = l4;
+        if (l0 != 0) { top = 0; n_top = l0; }
+        else if (l1 != 0) { top = 1; n_top = l1; }
+        else if (l2 != 0) { top = 2; n_top = l2; }
+        else if (l3 != 0) { top = 3; n_top = l3; }
+        load_t rest = l0 + l1 + l2 + l3 + l4 - n_top;
+        ns_t start;
+        out_win_start.read(start, port);
+        bit<32> bytes;
+        out_win_bytes.read(bytes, port);
+        bit<32> top_bytes;
+        out_top_bytes.read(top_bytes, port);
+        ns_t age = meta.now_ns - start;
+        if (age >= TOP_WINDOW_NS) {
+            top_bytes = age < 2 * TOP_WINDOW_NS ? bytes : 0;
+            start = meta.now_ns;
+            bytes = 0;
+        }
+        if (is_data && !last && urgency == top) {
+            bytes = bytes + standard_metadata.packet_length;
+        }
+        out_win_start.write(port, start);
+        out_win_bytes.write(port, bytes);
+        out_top_bytes.write(port, top_bytes);
+        meta.dep_class = cls;
+        meta.link_top_bytes = top_bytes;
+        if (urgency == top) {
+            meta.link_load = n_top;
+            meta.link_mode = SHARE_TOP;
+            if (rest == 0) {
+                meta.link_mode = SHARE_ALONE;
+            }
+        } else {
+            meta.link_load = rest;
+            meta.link_mode = SHARE_WAITING;
+        }
+    }
 #undef CLASS_COUNT
 
     apply {
@@ -601,6 +756,9 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         has_link_share = 0;
         link_rate_kbps = 0;
         link_spare = 1;
+        has_out_share = 0;
+        out_rate_kbps = 0;
+        out_spare = 1;
         meta.is_link = 0;
         share_lease_us = 0;
         hold_idle_ns = 0;
@@ -668,7 +826,8 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
                 // no 32-bit intermediate overflows.
                 rate_kbps_t held = hdr.safs.rate_kbps;
                 rate_kbps_t rate = meta.rate_kbps;
-                bool off = held < rate - (rate >> 5) || (held > rate && held - rate > (rate >> 8));
+                bool off = (held < rate - (rate >> 5) && (hdr.safs.flags & FLAG_CAPPED) == 0)
+                           || (held > rate && held - rate > (rate >> 8));
                 bool wanted = hdr.safs.epoch == 0 || (hdr.safs.flags & FLAG_RENEW) != 0;
                 if (meta.has_grant == 1 && meta.has_grant_route == 1 && (hdr.safs.flags & FLAG_LAST) == 0
                         && meta.stale == 0 && (off || wanted)) {
@@ -701,6 +860,39 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
             }
         } else if (meta.safs_ok == 1) {
             hdr.safs.color = COLOR_UNMETERED;
+            bit<32> out_slot = (bit<32>) meta.out_slot;
+            if (meta.out_slot != 0 && (hdr.safs.msg_type == SAFS_DATA || hdr.safs.msg_type == SAFS_REQUEST)) {
+                update_out_link();
+                rate_kbps_t cap = 0;
+                if (meta.dep_class != 0) {
+                    out_share.apply();
+                    if (has_out_share == 1) {
+                        cap = out_rate_kbps;
+                        if (meta.link_mode == SHARE_WAITING) {
+                            out_spare_level_table.apply();
+                            cap = (rate_kbps_t) ((bit<40>) cap * (bit<40>) out_spare);
+                        }
+                    }
+                }
+                dep_out_rate.write(out_slot, cap);
+                if (hdr.safs.msg_type == SAFS_DATA && cap != 0) {
+                    rate_kbps_t held = hdr.safs.rate_kbps;
+                    if (held > cap && held - cap > (cap >> 8)) {
+                        hdr.safs.rate_kbps = 0;  // over its cap: the receiver's ToR pushes a GRANT
+                    } else if (held >= cap - (cap >> 5)) {
+                        hdr.safs.flags = hdr.safs.flags | FLAG_CAPPED;
+                    }
+                }
+            }
+        }
+        // A GRANT from the fabric to a host of this ToR (source_guard found its claim): at most
+        // the dependency's out-link cap.
+        if (meta.safs_ok == 1 && meta.out_slot != 0 && hdr.safs.msg_type == SAFS_GRANT) {
+            rate_kbps_t cap;
+            dep_out_rate.read(cap, (bit<32>) meta.out_slot);
+            if (cap != 0 && cap < hdr.safs.rate_kbps) {
+                hdr.safs.rate_kbps = cap;
+            }
         }
     }
 }

@@ -147,6 +147,7 @@ struct metadata_t {
     bit<1>       forged;           // source_guard dropped the packet
     bit<2>       control_color;    // control_meter colour of a REQUEST/DONE from a host port
     bit<2>       claim_color;      // unclaimed_meter colour of a DATA no dep_claim entry admits
+    meter_slot_t out_slot;         // dep_claim at the sender's ToR: the dependency's out-link slot (0: none)
 }
 
 #endif

@@ -14,6 +14,9 @@
  * latest-start time into DATA nobody granted rides no slack class through the fabric; within an
  * admitted dependency its rate is enforced at the receiver's ToR (grant_enforcer.p4).
  * Ports without an entry (fabric links) are not checked: the neighbour switch checked its hosts.
+ * A DATA from a host loses FLAG_CAPPED (only its ToR sets it, grant_enforcer.p4). The dep_claim
+ * entry also gives the dependency's out-link slot (meta.out_slot) for its DATA and REQUEST from
+ * the host and for its GRANTs coming back from the fabric (keyed by their destination then).
  * Mirrored by controller/safs/targets/pipeline_model.py; counter indices are
  * safs.core.protocol.Forged.
  */
@@ -43,12 +46,15 @@ control SourceGuard(inout headers_t hdr, inout metadata_t meta,
         size = RECEIVER_PORT_SIZE;
     }
 
+    ipv4_addr_t claim_addr;  // the host end of the packet: source from a host, destination of a GRANT
     @name(".SafsIngress.claim")
-    action claim() {}
+    action claim(@name("out_slot") meter_slot_t out_slot) {
+        meta.out_slot = out_slot;
+    }
     @name(".SafsIngress.dep_claim")
     table dep_claim {
         key = {
-            hdr.ipv4.src_addr: exact @name("src_addr");
+            claim_addr: exact @name("src_addr");
             hdr.safs.dep_id: exact @name("dep_id");
         }
         actions = { claim; @defaultonly NoAction; }
@@ -58,7 +64,12 @@ control SourceGuard(inout headers_t hdr, inout metadata_t meta,
 
     apply {
         meta.forged = 0;
+        meta.out_slot = 0;
+        claim_addr = hdr.ipv4.src_addr;
+        bool look_up = false;  // dep_claim is applied once, after the checks
+        bool from_host = false;
         if (hdr.ipv4.isValid() && host_port.apply().hit) {
+            from_host = true;
             if (hdr.ipv4.src_addr != meta.host_src) {
                 forged.count(FORGED_SPOOFED_SOURCE);
                 meta.forged = 1;
@@ -80,13 +91,21 @@ control SourceGuard(inout headers_t hdr, inout metadata_t meta,
             }
             if (meta.forged == 1) {
                 mark_to_drop(standard_metadata);
-            } else if (meta.safs_ok == 1 && hdr.safs.msg_type == SAFS_DATA) {
-                if (!dep_claim.apply().hit) {
-                    unclaimed_meter.execute_meter((bit<32>) standard_metadata.ingress_port, meta.claim_color);
-                    if (meta.claim_color != 0) {  // not green, as at the receiver's ToR
-                        hdr.safs.flags = hdr.safs.flags | FLAG_DEMOTED;
-                        forged.count(FORGED_UNCLAIMED_DATA);
-                    }
+            } else if (meta.safs_ok == 1 && (hdr.safs.msg_type == SAFS_DATA || hdr.safs.msg_type == SAFS_REQUEST)) {
+                look_up = true;
+                hdr.safs.flags = hdr.safs.flags & ~FLAG_CAPPED;
+            }
+        } else if (hdr.ipv4.isValid() && meta.safs_ok == 1 && hdr.safs.msg_type == SAFS_GRANT) {
+            claim_addr = hdr.ipv4.dst_addr;
+            look_up = true;
+        }
+        if (look_up) {
+            bool claimed = dep_claim.apply().hit;
+            if (from_host && !claimed && hdr.safs.msg_type == SAFS_DATA) {
+                unclaimed_meter.execute_meter((bit<32>) standard_metadata.ingress_port, meta.claim_color);
+                if (meta.claim_color != 0) {  // not green, as at the receiver's ToR
+                    hdr.safs.flags = hdr.safs.flags | FLAG_DEMOTED;
+                    forged.count(FORGED_UNCLAIMED_DATA);
                 }
             }
         }

@@ -55,7 +55,13 @@ LINK_SHARE = "SafsIngress.link_share"  # key ingress_port (exact, 9), load (exac
 ACT_SET_LINK_SHARE = "SafsIngress.set_link_share"  # params: rate_kbps (32)
 LINK_SPARE_LEVEL = "SafsIngress.link_spare_level"  # key ingress_port (exact, 9), top_bytes (range, 32)
 ACT_SET_LINK_SPARE_LEVEL = "SafsIngress.set_link_spare_level"  # params: level (8); default level 1
-MAX_SHARE_LINKS = 16  # in-links with entries per switch (LINK_SHARE_SIZE, LINK_SPARE_SIZE in defines.p4)
+MAX_SHARE_LINKS = 16  # in-links (and out-links) with entries per switch (LINK_/OUT_SHARE_SIZE, ..._SPARE_SIZE)
+# Contended out-links: the same at the sender's ToR, by egress port, for the dependencies its
+# hosts send (a dep_claim entry gives each an out slot); a GRANT coming back is capped there.
+OUT_SHARE = "SafsIngress.out_share"  # key egress_port (exact, 9), load (exact, 16), mode (exact, 2)
+ACT_SET_OUT_SHARE = "SafsIngress.set_out_share"  # params: rate_kbps (32)
+OUT_SPARE_LEVEL = "SafsIngress.out_spare_level"  # key egress_port (exact, 9), top_bytes (range, 32)
+ACT_SET_OUT_SPARE_LEVEL = "SafsIngress.set_out_spare_level"  # params: level (8); default level 1
 SHARE_ALONE, SHARE_TOP, SHARE_WAITING = 0, 1, 2  # port_share modes (defines.p4)
 SHARE_MODES = (SHARE_ALONE, SHARE_TOP, SHARE_WAITING)
 URGENCY_CLASSES = 5  # urgency 0 (late, slack class 6) .. 4 (slack class 2, and background)
@@ -118,6 +124,13 @@ LINK_LOADS = tuple(f"SafsIngress.link_load_{u}" for u in range(URGENCY_CLASSES))
 LINK_WIN_START = "SafsIngress.link_win_start"  # by ingress port: as port_win_start
 LINK_WIN_BYTES = "SafsIngress.link_win_bytes"  # by ingress port: as port_win_bytes
 LINK_TOP_BYTES = "SafsIngress.link_top_bytes"  # by ingress port: as port_top_bytes
+DEP_OUT_CLASS = "SafsIngress.dep_out_class"  # by out slot: as dep_class, at the out-link
+DEP_OUT_PORT = "SafsIngress.dep_out_port"  # by out slot: the egress port it is counted at
+DEP_OUT_RATE = "SafsIngress.dep_out_rate"  # by out slot: its out-link cap, kbit/s (0: none)
+OUT_LOADS = tuple(f"SafsIngress.out_load_{u}" for u in range(URGENCY_CLASSES))  # by egress port
+OUT_WIN_START = "SafsIngress.out_win_start"  # by egress port: as port_win_start, at the out-link
+OUT_WIN_BYTES = "SafsIngress.out_win_bytes"  # by egress port: as port_win_bytes, at the out-link
+OUT_TOP_BYTES = "SafsIngress.out_top_bytes"  # by egress port: as port_top_bytes, at the out-link
 # The port's holder (grant_enforcer.p4): sole dependencies (FLAG_SOLE) of the most urgent class
 # count as one in the port's share and take the full share one at a time.
 DEP_SOLE = "SafsIngress.dep_sole"  # by meter_slot: 1 + the urgency it is counted sole in (0: not sole)
@@ -137,7 +150,7 @@ HOST_PORT = "SafsIngress.host_port"  # ingress port facing a host -> that host's
 # At the sender's ToR: the dependencies admitted for each of its hosts (source guard); DATA of
 # any other is metered by unclaimed_meter (by host ingress port) and demoted when not green.
 DEP_CLAIM = "SafsIngress.dep_claim"  # key src_addr (exact, 32), dep_id (exact, 16)
-ACT_CLAIM = "SafsIngress.claim"  # no params
+ACT_CLAIM = "SafsIngress.claim"  # params: out_slot (16): the dependency's out-link slot (0: none)
 UNCLAIMED_METER = "SafsIngress.unclaimed_meter"  # indirect, bytes, by host ingress port
 ACT_SET_HOST_SOURCE = "SafsIngress.set_host_source"  # params: src_addr (32)
 F_INGRESS_PORT = "ingress_port"

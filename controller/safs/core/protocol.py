@@ -68,6 +68,10 @@ FLAG_RESENT = 0x10
 # whatever rate its receiver's ToR grants; the ToR serves such dependencies of the most urgent
 # class one at a time (the port's holder; docs/protocol.md, "Grants").
 FLAG_SOLE = 0x20
+# DATA: set by the sender's ToR only (it clears the bit on DATA from its hosts): the rate the
+# packet holds is the dependency's share of a contended out-link of that ToR, so the receiver's
+# ToR pushes no GRANT for it being below the receiver's grant (docs/protocol.md, "Grants").
+FLAG_CAPPED = 0x40
 
 
 class MsgType(enum.IntEnum):

@@ -237,12 +237,16 @@ class SchedulerConfig(ConfigModel):
             also the unit of the spare level: waiting dependencies share as many reserves as
             the top class left unused in the last window, up to ``MAX_SPARE_LEVEL`` (64)
             (docs/protocol.md, "Grants").
-        link_shares: which fabric links into a receiver's ToR get share entries (``link_share``,
-            ``link_spare_level``; docs/protocol.md, "Grants"), so that the dependencies arriving
-            on one share it as a receiver port's share it and each holds the smaller of its two
-            shares: ``"oversubscribed"`` (default) the links the hose-model check names
-            (:meth:`Topology.oversubscribed_links`, none on a non-blocking fabric), ``"all"``
-            every such link, ``"off"`` none (the receiver ports alone, as before 2026-12-04).
+        link_shares: which fabric links of a ToR get share entries (docs/protocol.md, "Grants"):
+            the links into it (``link_share``, ``link_spare_level``), so that the dependencies
+            arriving on one share it as a receiver port's share it and each holds the smaller of
+            its two shares, and the links out of it (``out_share``, ``out_spare_level``), where
+            the dependencies its hosts send share the link the same way and the GRANTs coming
+            back are capped to that share: ``"oversubscribed"`` (default) the links the
+            hose-model check names (:meth:`Topology.oversubscribed_links`, none on a
+            non-blocking fabric), ``"all"`` every such link, ``"off"`` none (the receiver ports
+            alone, as before 2026-12-04). Out-links are shared in the share design only (a
+            dependency's ``dep_claim`` entry gives its out slot, the same as its meter slot).
         holder_idle_ns: the port holder (docs/protocol.md, "Grants"): when two or more
             dependencies in a receiver port's most urgent class are their senders' only ones
             with data (``FLAG_SOLE``), they count as one in the port's share and take the full
@@ -343,6 +347,19 @@ class SchedulerConfig(ConfigModel):
 _PER_DEPENDENCY_TABLES = frozenset({n.DEP_GRANT, n.DEP_CLAIM})
 # Meters other than dep_meter, each indexed by aggregate or host port.
 _PORT_METERS = (n.AGGREGATE_METER, n.CONTROL_METER, n.UNCLAIMED_METER)
+# Share and spare-level tables: the port they are keyed by and their action.
+_SHARE_TABLES = {
+    n.PORT_SHARE: (n.F_EGRESS_PORT, n.ACT_SET_SHARE), n.SPARE_LEVEL: (n.F_EGRESS_PORT, n.ACT_SET_SPARE_LEVEL),
+    n.LINK_SHARE: (n.F_INGRESS_PORT, n.ACT_SET_LINK_SHARE),
+    n.LINK_SPARE_LEVEL: (n.F_INGRESS_PORT, n.ACT_SET_LINK_SPARE_LEVEL),
+    n.OUT_SHARE: (n.F_EGRESS_PORT, n.ACT_SET_OUT_SHARE),
+    n.OUT_SPARE_LEVEL: (n.F_EGRESS_PORT, n.ACT_SET_OUT_SPARE_LEVEL),
+}
+
+
+def _is_tor(topology: Topology, sw: str) -> bool:
+    """``sw`` has a host attached (a ToR: it grants for its receivers and shares out-links)."""
+    return any(topology.is_host(nb) for nb in topology.ports(sw).values())
 
 
 DEFAULT_RATE_PERCENT = 1  # default grant, % of the fastest host link (scheduler_config_for)
@@ -559,15 +576,15 @@ class Scheduler:
                                    f"{topology.name!r}; switches: {', '.join(sorted(switches))}")
         self._targets: dict[str, Target] = dict(targets)
         # BRIEF: every contended link on a flow's path is accounted, or the non-blocking-core
-        # assumption is checked and the links that break it are named. The receivers' ToRs
-        # share the oversubscribed links into them (link_shares); links out of a ToR are not.
+        # assumption is checked and the links that break it are named. A ToR shares out the
+        # oversubscribed links into it (receiver side) and out of it (sender side): link_shares.
         self.oversubscribed_links = topology.oversubscribed_links()
         unaccounted = [(a, b, load, rate) for a, b, load, rate in self.oversubscribed_links
                        if self.config.link_shares == "off"
-                       or not any(topology.is_host(nb) for nb in topology.ports(b).values())]
+                       or not (_is_tor(topology, b) or (_is_tor(topology, a) and self.config.grant_mode == "share"))]
         if unaccounted:
             _log.warning("topology %r: these fabric links can be offered more than their rate (hose model, "
-                         "balanced ECMP) and no receiver's ToR shares them out: %s", topology.name,
+                         "balanced ECMP) and no ToR shares them out: %s", topology.name,
                          ", ".join(f"{a}->{b} {load / 1e9:g}/{rate / 1e9:g} Gbit/s"
                                    for a, b, load, rate in unaccounted))
         cfg = self.config
@@ -578,11 +595,11 @@ class Scheduler:
                          "scaled wrong there (config.holder_idle_ns 0 turns the holder off)", topology.name,
                          ", ".join(f"{r / 1e9:g}" for r in off_rate), n.FINISH_RATE_BPS / 1e9)
         for sw in self._targets:
-            links = self.share_links(sw)
-            if len(links) > n.MAX_SHARE_LINKS:
-                raise InvalidInput("config.link_shares", f"{self.config.link_shares!r} gives switch {sw!r} "
-                                   f"{len(links)} shared in-links; the P4 program's link_share table holds "
-                                   f"{n.MAX_SHARE_LINKS} (use 'oversubscribed' or 'off')", topology.source)
+            for side, links in (("in", self.share_links(sw)), ("out", self.share_links(sw, out=True))):
+                if len(links) > n.MAX_SHARE_LINKS:
+                    raise InvalidInput("config.link_shares", f"{self.config.link_shares!r} gives switch {sw!r} "
+                                       f"{len(links)} shared {side}-links; the P4 program's tables hold "
+                                       f"{n.MAX_SHARE_LINKS} (use 'oversubscribed' or 'off')", topology.source)
         hosts = topology.hosts()
         self.registry = HintRegistry({h: topology.host_ip(h) for h in hosts})
         link = {h: topology.host_link_bps(h) for h in hosts}
@@ -593,6 +610,9 @@ class Scheduler:
         self._dep_slots: dict[tuple[str, int], tuple[str, int]] = {}  # (sender, dep_id) -> (ToR, slot)
         self._free_slots: dict[str, list[int]] = {
             sw: list(range(1, self.config.meter_slots)) for sw in switches}  # heaps (sorted lists)
+        # Slots of the dependencies each ToR's hosts send (share design): a dependency's slot is
+        # also its out slot at its sender's ToR (dep_claim), so it is free at both ToRs.
+        self._out_slots: dict[str, set[int]] = {sw: set() for sw in switches}
         self._shadow: dict[str, dict[TableEntryKey, TableEntry]] = {sw: {} for sw in self._targets}
         self._shadow_meters: dict[str, dict[int, MeterConfig]] = {sw: {} for sw in self._targets}
         # the other meters (aggregate, control, unclaimed): switch -> meter name -> index -> config
@@ -839,6 +859,9 @@ class Scheduler:
             for port, rate in self.share_links(sw):
                 out += self._share_entries(port, rate, cfg.background_share, n.LINK_SHARE)
                 out += self._spare_entries(port, rate, n.LINK_SPARE_LEVEL)
+            for port, rate in self.share_links(sw, out=True):
+                out += self._share_entries(port, rate, cfg.background_share, n.OUT_SHARE)
+                out += self._spare_entries(port, rate, n.OUT_SPARE_LEVEL)
             out.append(TableEntry(n.SHARE_LEASE, {}, n.ACT_SET_SHARE_LEASE,
                                   {"lease_us": lease_ns_to_us(cfg.share_lease_ns)}, is_default=True))
             out.append(TableEntry(n.HOLDER, {}, n.ACT_SET_HOLDER,
@@ -912,19 +935,21 @@ class Scheduler:
                 return r.qclass
         return QUEUE_SLACK_LEAST_URGENT
 
-    def share_links(self, sw: str) -> list[tuple[int, int]]:
-        """``(ingress port, rate bit/s)`` of the fabric links into ``sw`` that get share entries
-        (``config.link_shares``); none unless ``sw`` has host ports (a receiver's ToR)."""
+    def share_links(self, sw: str, out: bool = False) -> list[tuple[int, int]]:
+        """``(port, rate bit/s)`` of the fabric links into ``sw`` (``out``: out of it) that get
+        share entries (``config.link_shares``; out-links in the share design only); none
+        unless ``sw`` has host ports (a ToR)."""
         topo = self._topo
-        ports = topo.ports(sw)
         mode = self.config.link_shares
-        if mode == "off" or not any(topo.is_host(nb) for nb in ports.values()):
+        if mode == "off" or not _is_tor(topo, sw) or (out and self.config.grant_mode != "share"):
             return []
         if mode == "all":
-            links = [nb for nb in ports.values() if not topo.is_host(nb)]
+            links = [nb for nb in topo.ports(sw).values() if not topo.is_host(nb)]
+        elif out:
+            links = [b for a, b, _, _ in self.oversubscribed_links if a == sw]
         else:
             links = [a for a, b, _, _ in self.oversubscribed_links if b == sw]
-        return sorted((topo.port_of(sw, a), cast(int, topo.link(a, sw)["rate_bps"])) for a in links)
+        return sorted((topo.port_of(sw, nb), cast(int, topo.link(nb, sw)["rate_bps"])) for nb in links)
 
     def _share_entries(self, port: int, link_bps: int, background: float,
                        table: str = n.PORT_SHARE) -> list[TableEntry]:
@@ -938,8 +963,7 @@ class Scheduler:
         usable -= int(usable * background)
         reserve = int(usable * self.config.waiting_share)
         per_mode = {n.SHARE_ALONE: usable, n.SHARE_TOP: usable - reserve, n.SHARE_WAITING: reserve}
-        key, action = (n.F_EGRESS_PORT, n.ACT_SET_SHARE) if table == n.PORT_SHARE else (
-            n.F_INGRESS_PORT, n.ACT_SET_LINK_SHARE)
+        key, action = _SHARE_TABLES[table]
         return [TableEntry(table, {key: port, n.F_LOAD: load, n.F_MODE: mode}, action,
                            {"rate_kbps": rate_bps_to_kbps(rate // load)})
                 for mode, rate in per_mode.items() for load in range(1, n.MAX_LOAD + 1)]
@@ -958,8 +982,7 @@ class Scheduler:
         def top_range(level: int) -> Range:
             low = 0 if level == top_level else usable_bytes - (level + 1) * reserve_bytes + 1
             return Range(low, usable_bytes - level * reserve_bytes)
-        key, action = (n.F_EGRESS_PORT, n.ACT_SET_SPARE_LEVEL) if table == n.SPARE_LEVEL else (
-            n.F_INGRESS_PORT, n.ACT_SET_LINK_SPARE_LEVEL)
+        key, action = _SHARE_TABLES[table]
         return [TableEntry(table, {key: port, n.F_TOP_BYTES: top_range(level)},
                            action, {"level": level}, priority=level)
                 for level in range(2, top_level + 1)]
@@ -1057,15 +1080,18 @@ class Scheduler:
                     continue
                 tor = self._topo.tor_of(dep.receiver)
                 tor_free = free.setdefault(tor, set(self._free_slots[tor]))
-                if slot in tor_free:
+                sent = self._out_slots[self._host_tor[dep.sender]]
+                if slot in tor_free and slot not in sent:
                     tor_free.remove(slot)
+                    sent.add(slot)
                     self._dep_slots[key] = (tor, slot)
                 else:
                     moved.append(key)
             for tor, tor_free in free.items():
                 self._free_slots[tor] = sorted(tor_free)  # a sorted list is a heap
             for key in moved:
-                self._require_slot(self._host_tor[self.dependencies.get(key).receiver], "dependency.receiver")
+                dep = self.dependencies.get(key)
+                self._require_slot(self._host_tor[dep.receiver], "dependency.receiver", self._host_tor[dep.sender])
                 self._admit_dependency(key)  # a new slot, journaled
             for hint, admitted in flows:
                 self.registry.announce(hint, now_ns)
@@ -1099,7 +1125,7 @@ class Scheduler:
         share = self.config.rate_grants and self.config.grant_mode == "share"
         before = self.dependencies.get(key) if key in self.dependencies else None
         if share and before is None:
-            self._require_slot(self._host_tor[valid.receiver], "dependency.receiver")
+            self._require_slot(self._host_tor[valid.receiver], "dependency.receiver", self._host_tor[valid.sender])
         new = self.dependencies.announce(valid, checked=True)
         if new and share:
             self._admit_dependency(key, write)
@@ -1155,14 +1181,25 @@ class Scheduler:
             return
         tor, slot = placed
         heapq.heappush(self._free_slots[tor], slot)
+        self._out_slots[self._host_tor[sender]].discard(slot)
         self._dirty_deps[(sender, dep_id)] = tor
         if write:
             self.flush_dependencies()
 
     def _admit_dependency(self, key: tuple[str, int], write: bool = True) -> None:
+        """Give a dependency the lowest slot free at its receiver's ToR and among the slots of
+        its sender's ToR (its out slot there); the caller checked one exists (_require_slot)."""
         dep = self.dependencies.get(key)
         tor = self._host_tor[dep.receiver]
-        slot = heapq.heappop(self._free_slots[tor])
+        free, sent = self._free_slots[tor], self._out_slots[self._host_tor[dep.sender]]
+        skipped = []
+        slot = heapq.heappop(free)
+        while slot in sent:
+            skipped.append(slot)
+            slot = heapq.heappop(free)
+        for other in skipped:
+            heapq.heappush(free, other)
+        sent.add(slot)
         self._dep_slots[key] = (tor, slot)
         self.stats.dependencies += 1
         self._journal_dependency(key)
@@ -1177,7 +1214,7 @@ class Scheduler:
         dep = self.dependencies.get(key)
         tor, slot = self._dep_slots[key]
         src_ip = self._host_ip[dep.sender]
-        self._plan_claim(self._host_tor[dep.sender], src_ip, dep.dep_id, plans)
+        self._plan_claim(self._host_tor[dep.sender], src_ip, dep.dep_id, plans, slot)
         if tor not in self._targets:
             return
         plan = plans.setdefault(tor, [])
@@ -1423,10 +1460,19 @@ class Scheduler:
         self.stats.batches += 1
         self.stats.control_bytes += TABLE_UPDATE_BYTES + BATCH_OVERHEAD_BYTES
 
-    def _require_slot(self, tor: str, field_name: str) -> None:
-        if not self._free_slots[tor]:
+    def _require_slot(self, tor: str, field_name: str, sender_tor: str | None = None) -> None:
+        """Raise InvalidInput unless ``tor`` has a free meter slot (with ``sender_tor``: one not
+        among the slots of the dependencies ``sender_tor``'s hosts send)."""
+        free = self._free_slots[tor]
+        if not free:
             raise InvalidInput(field_name, f"the receiver's ToR {tor!r} has no free meter slot "
                                f"({self.config.meter_slots - 1} flows in use); retry after a flow completes")
+        if sender_tor is not None:
+            sent = self._out_slots[sender_tor]
+            if all(slot in sent for slot in free):
+                raise InvalidInput(field_name, f"no meter slot is free both at the receiver's ToR {tor!r} and "
+                                   f"among the out slots of the sender's ToR {sender_tor!r} "
+                                   f"({len(sent)} dependencies sent from it); retry after one ends")
 
     def _flow_counter(self, state: _FlowState) -> CounterValue:
         """``flow_bytes[slot]`` at the flow's ToR (zero where the ToR has no target)."""
@@ -1495,13 +1541,18 @@ class Scheduler:
         # or dep_claim entry, built directly (hot path; tests/test_scheduler.py checks the two agree).
         return (table, False, ((n.F_DEP_ID, dep_id), (n.F_SRC_ADDR, src_ip)), 0)
 
-    def _plan_claim(self, sender_tor: str, src_ip: int, dep_id: int, plans: dict[str, list[Update]]) -> None:
+    def _plan_claim(self, sender_tor: str, src_ip: int, dep_id: int, plans: dict[str, list[Update]],
+                    out_slot: int = 0) -> None:
         """The ``dep_claim`` entry of an admitted dependency (or transfer) at its sender's ToR,
-        unless the shadow holds it: its DATA keeps its slack class there (source_guard.p4)."""
+        unless the shadow holds it: its DATA keeps its slack class there (source_guard.p4), and
+        a dependency of the share design is counted at its out-link in ``out_slot``."""
         shadow = self._shadow_grants.get(sender_tor)
-        if shadow is not None and self._dep_key(src_ip, dep_id, n.DEP_CLAIM) not in shadow:
-            plans.setdefault(sender_tor, []).append(Update(Op.INSERT, TableEntry(
-                n.DEP_CLAIM, {n.F_SRC_ADDR: src_ip, n.F_DEP_ID: dep_id}, n.ACT_CLAIM)))
+        if shadow is None:
+            return
+        current = shadow.get(self._dep_key(src_ip, dep_id, n.DEP_CLAIM))
+        if current is None or current.params["out_slot"] != out_slot:
+            plans.setdefault(sender_tor, []).append(Update(Op.INSERT if current is None else Op.MODIFY, TableEntry(
+                n.DEP_CLAIM, {n.F_SRC_ADDR: src_ip, n.F_DEP_ID: dep_id}, n.ACT_CLAIM, {"out_slot": out_slot})))
 
     def _grant_entry(self, state: _FlowState, flow_id: int, grant: Grant) -> TableEntry:
         return TableEntry(n.DEP_GRANT, {n.F_SRC_ADDR: state.src_ip, n.F_DEP_ID: transfer_dep_id(flow_id)},

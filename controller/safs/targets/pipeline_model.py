@@ -79,6 +79,7 @@ from safs.core.protocol import (
     ECN_ECT1,
     EPOCH_MAX,
     FLAG_BACKGROUND,
+    FLAG_CAPPED,
     FLAG_DEMOTED,
     FLAG_LAST,
     FLAG_RENEW,
@@ -182,7 +183,7 @@ _SCHEMAS: dict[str, _TableSchema] = {
         entry_actions=frozenset({n.ACT_SET_HOST_SOURCE})),
     n.DEP_CLAIM: _TableSchema(
         keys=((n.F_SRC_ADDR, "exact", 32), (n.F_DEP_ID, "exact", 16)),
-        actions={n.ACT_CLAIM: ()},
+        actions={n.ACT_CLAIM: (("out_slot", 16),)},
         entry_actions=frozenset({n.ACT_CLAIM})),
     n.RECEIVER_PORT: _TableSchema(
         keys=((n.F_EGRESS_PORT, "exact", 9),),
@@ -215,6 +216,14 @@ _SCHEMAS: dict[str, _TableSchema] = {
         keys=((n.F_INGRESS_PORT, "exact", 9), (n.F_TOP_BYTES, "range", 32)),
         actions={n.ACT_SET_LINK_SPARE_LEVEL: (("level", 8),)},
         entry_actions=frozenset({n.ACT_SET_LINK_SPARE_LEVEL})),
+    n.OUT_SHARE: _TableSchema(
+        keys=((n.F_EGRESS_PORT, "exact", 9), (n.F_LOAD, "exact", 16), (n.F_MODE, "exact", 2)),
+        actions={n.ACT_SET_OUT_SHARE: (("rate_kbps", 32),)},
+        entry_actions=frozenset({n.ACT_SET_OUT_SHARE})),
+    n.OUT_SPARE_LEVEL: _TableSchema(
+        keys=((n.F_EGRESS_PORT, "exact", 9), (n.F_TOP_BYTES, "range", 32)),
+        actions={n.ACT_SET_OUT_SPARE_LEVEL: (("level", 8),)},
+        entry_actions=frozenset({n.ACT_SET_OUT_SPARE_LEVEL})),
     n.SHARE_LEASE: _TableSchema(
         keys=(), actions={n.ACT_SET_SHARE_LEASE: (("lease_us", 32),)},
         entry_actions=frozenset()),
@@ -253,7 +262,8 @@ _INITIAL_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
     n.ECN_THRESHOLD: (n.ACT_SET_ECN_THRESHOLD, {"qdepth_pkts": ECN_THRESHOLD_OFF}),
 }
 _CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.DEP_GRANT, n.PORT_SHARE, n.SPARE_LEVEL,
-                                   n.LINK_SHARE, n.LINK_SPARE_LEVEL, n.TRAFFIC_CLASS,
+                                   n.LINK_SHARE, n.LINK_SPARE_LEVEL, n.OUT_SHARE, n.OUT_SPARE_LEVEL,
+                                   n.TRAFFIC_CLASS,
                                    n.ECMP, n.HOST_PORT, n.DEP_CLAIM})
 # Counters declared CounterType.packets in P4 (their byte_count reads 0).
 _PACKET_ONLY_COUNTERS = frozenset({n.MALFORMED, n.ECN_MARKED, n.QDEPTH_HIST, n.FORGED})
@@ -463,7 +473,7 @@ class PipelineModel:
         self._back_cache: dict[int, int] = {}  # src -> port, -1 = no route
         self._receiver_ports: frozenset[int] = frozenset()
         self._host_src: dict[int, int] = {}  # host_port: ingress port -> the host's address
-        self._claims: set[tuple[int, int]] = set()  # dep_claim: (src, dep_id)
+        self._claims: dict[tuple[int, int], int] = {}  # dep_claim: (src, dep_id) -> out slot
         # slack_class resolved into a partition of the 48-bit key space: class of the key in
         # [_slack_bounds[i-1], _slack_bounds[i]) is _slack_classes[i] (one bisect per packet).
         self._slack_bounds: list[int] = []
@@ -479,6 +489,11 @@ class PipelineModel:
         self._dep_class = [0] * n.DEP_SLOTS
         self._dep_link_class = [0] * n.DEP_SLOTS
         self._dep_link_port = [0] * n.DEP_SLOTS
+        # out-links at the sender's ToR (out_share, out_spare_level; by egress port), by out slot
+        self._outs = _Shares()
+        self._dep_out_class = [0] * n.DEP_SLOTS
+        self._dep_out_port = [0] * n.DEP_SLOTS
+        self._dep_out_rate = [0] * n.DEP_SLOTS
         self._port_gen = [0] * n.NUM_PORTS
         self._dep_ended = [0] * n.DEP_SLOTS
         # The port's holder: sole counts (as class counts, of the dependencies whose last packet
@@ -727,9 +742,9 @@ class PipelineModel:
                 self._grants[key2] = _grant_tuple(e)
         elif e.table == n.DEP_CLAIM:  # the same for dep_claim (one per dependency)
             if op is Op.DELETE:
-                self._claims.discard(_grant_key(e))
+                self._claims.pop(_grant_key(e), None)
             else:
-                self._claims.add(_grant_key(e))
+                self._claims[_grant_key(e)] = e.params["out_slot"]
 
     @staticmethod
     def _check_params(e: TableEntry, spec: tuple[tuple[str, int], ...], want: frozenset[str]) -> None:
@@ -796,7 +811,7 @@ class PipelineModel:
         elif table == n.HOST_PORT:
             self._host_src = {cast(int, e.match[n.F_INGRESS_PORT]): e.params["src_addr"] for e in entries}
         elif table == n.DEP_CLAIM:
-            self._claims = {_grant_key(e) for e in entries}
+            self._claims = {_grant_key(e): e.params["out_slot"] for e in entries}
         elif table == n.SLACK_CLASS:
             self._slack_bounds, self._slack_classes = _range_partition(
                 [
@@ -808,13 +823,13 @@ class PipelineModel:
             )
         elif table == n.DEP_GRANT:
             self._grants = {_grant_key(e): _grant_tuple(e) for e in entries}
-        elif table == n.PORT_SHARE or table == n.LINK_SHARE:
-            side, field = (self._ports, n.F_EGRESS_PORT) if table == n.PORT_SHARE else (self._links, n.F_INGRESS_PORT)
+        elif table in _SHARE_SIDES:
+            side, field = getattr(self, _SHARE_SIDES[table]), _SHARE_KEY[table]
             side.shares = {
                 (cast(int, e.match[field]), cast(int, e.match[n.F_LOAD]), cast(int, e.match[n.F_MODE])):
                     e.params["rate_kbps"] for e in entries}
-        elif table == n.SPARE_LEVEL or table == n.LINK_SPARE_LEVEL:
-            side, field = (self._ports, n.F_EGRESS_PORT) if table == n.SPARE_LEVEL else (self._links, n.F_INGRESS_PORT)
+        elif table in _SPARE_SIDES:
+            side, field = getattr(self, _SPARE_SIDES[table]), _SHARE_KEY[table]
             by_port: dict[int, list[tuple[int, int, int, int]]] = {}
             for e in entries:
                 r = cast(Range, e.match[n.F_TOP_BYTES])
@@ -1007,6 +1022,7 @@ class PipelineModel:
             else:
                 safs_ok = True
         host_src = self._host_src.get(in_port)
+        out_slot = 0
         if host_src is not None:  # source_guard.p4
             forged = (Forged.SPOOFED_SOURCE if pkt.src != host_src
                       else Forged.GRANT_FROM_HOST if safs_ok and t == _GRANT
@@ -1015,11 +1031,18 @@ class PipelineModel:
             if forged is not None:
                 self._forged[1][forged] += 1
                 return []
-            if safs_ok and t == _DATA and (pkt.src, pkt.dep_id) not in self._claims:
-                meter = self._claim_meters.get(in_port)
-                if meter is not None and meter.color(pkt.size, self._clock()) != _GREEN:
-                    pkt.flags |= FLAG_DEMOTED
-                    self._forged[1][Forged.UNCLAIMED_DATA] += 1
+            if safs_ok and (t == _DATA or t == _REQUEST):
+                pkt.flags &= ~FLAG_CAPPED  # only this ToR sets it
+                claimed = self._claims.get((pkt.src, pkt.dep_id))
+                if claimed is not None:
+                    out_slot = claimed
+                elif t == _DATA:
+                    meter = self._claim_meters.get(in_port)
+                    if meter is not None and meter.color(pkt.size, self._clock()) != _GREEN:
+                        pkt.flags |= FLAG_DEMOTED
+                        self._forged[1][Forged.UNCLAIMED_DATA] += 1
+        elif safs_ok and t == _GRANT:  # a GRANT from the fabric: to a host of this ToR?
+            out_slot = self._claims.get((pkt.dst, pkt.dep_id), 0)
         port = self._route(pkt.dst)
         if port < -1:
             port = self._ecmp_port(-2 - port, pkt)
@@ -1032,6 +1055,10 @@ class PipelineModel:
             return self._traffic_class(pkt, port)
         at_receiver = port in self._receiver_ports
         if t != _DATA and t != _REQUEST:  # GRANT, DONE: control, forwarded
+            if out_slot and t == _GRANT:  # to a host of this ToR: at most its out-link cap
+                cap = self._dep_out_rate[out_slot]
+                if cap and cap < pkt.rate_kbps:
+                    pkt.rate_kbps = cap
             pkt.qclass = pkt.priority = QUEUE_CONTROL
             pkt.color = _UNMETERED
             return [(port, pkt)]
@@ -1042,6 +1069,8 @@ class PipelineModel:
             qclass = QUEUE_OVER_RATE
         if not at_receiver:
             pkt.color = _UNMETERED
+            if out_slot:
+                self._out_link(pkt, port, out_slot, qclass, now)
             if t == _DATA:
                 pkt.qclass = pkt.priority = qclass
             else:
@@ -1099,6 +1128,37 @@ class PipelineModel:
         pkt.rate_kbps, pkt.epoch, pkt.lease_us = kbps, epoch, lease
         pkt.ts = now
         return [(gport, pkt)]
+
+    def _out_link(self, pkt: Packet, port: int, slot: int, qclass: int, now: int) -> None:
+        """A local sender's DATA or REQUEST at its out-link (grant_enforcer.p4's update_out_link
+        and the cap after it): the dependency moves to the packet's urgency at ``port`` (idle on
+        LAST; it leaves the port it was counted at first if that was another), its cap is the
+        out_share entry (x out_spare_level when waiting; 0: no entry), kept for the GRANTs
+        coming back; a DATA holding more than the cap (by over 1/256) gets held rate 0 (the
+        receiver's ToR then pushes a GRANT, capped here), one holding it (within 1/32) FLAG_CAPPED."""
+        urgency = QUEUE_SLACK_MOST_URGENT - qclass
+        if not 0 <= urgency <= _LEAST_URGENT or pkt.flags & FLAG_BACKGROUND:
+            urgency = _LEAST_URGENT
+        is_data = pkt.safs_type == _DATA
+        cls = 0 if (is_data and pkt.flags & FLAG_LAST) else urgency + 1
+        outs = self._outs
+        held = self._dep_out_class[slot]
+        was = self._dep_out_port[slot]
+        if was != port and held:
+            outs.move(was, held, 0)
+            held = 0
+        outs.move(port, held, cls)
+        self._dep_out_class[slot] = cls
+        self._dep_out_port[slot] = port
+        kbps = outs.rate(port, urgency, is_data and cls != 0, pkt.size, now)
+        cap = kbps if cls and kbps is not None else 0
+        self._dep_out_rate[slot] = cap
+        if is_data and cap:
+            rate = pkt.rate_kbps
+            if rate > cap and rate - cap > (cap >> 8):
+                pkt.rate_kbps = 0
+            elif rate >= cap - (cap >> 5):
+                pkt.flags |= FLAG_CAPPED
 
     def _grant_flags(self, flags: int) -> int:
         """A GRANT's flags: the packet's, with FLAG_SOLE set iff its dependency waits for the
@@ -1258,6 +1318,10 @@ class PipelineModel:
                      n.PORT_TOP_BYTES: ports.top_bytes,
                      **dict(zip(n.CLASS_LOADS, ports.loads, strict=True)),
                      n.DEP_LINK_CLASS: self._dep_link_class, n.DEP_LINK_PORT: self._dep_link_port,
+                     n.DEP_OUT_CLASS: self._dep_out_class, n.DEP_OUT_PORT: self._dep_out_port,
+                     n.DEP_OUT_RATE: self._dep_out_rate, n.OUT_WIN_START: self._outs.win_start,
+                     n.OUT_WIN_BYTES: self._outs.win_bytes, n.OUT_TOP_BYTES: self._outs.top_bytes,
+                     **dict(zip(n.OUT_LOADS, self._outs.loads, strict=True)),
                      n.LINK_WIN_START: links.win_start, n.LINK_WIN_BYTES: links.win_bytes,
                      n.LINK_TOP_BYTES: links.top_bytes,
                      **dict(zip(n.LINK_LOADS, links.loads, strict=True)),
@@ -1303,16 +1367,23 @@ class PipelineModel:
 
 def _push_wanted(pkt: Packet, kbps: int) -> bool:
     """A DATA packet gets a fresh GRANT (grant_enforcer.p4): the rate it holds is lower than the
-    grant's ``kbps`` by more than 1/32 of it or higher by more than 1/256 (so a push follows every
+    grant's ``kbps`` by more than 1/32 of it (unless FLAG_CAPPED: its out-link holds it down) or
+    higher by more than 1/256 (so a push follows every
     change that matters for capacity or for the deadline, but not the jitter of the share; above
     the grant, the senders' held rates stay inside the allocator's 1% headroom), it
     holds no grant (epoch 0), or it asks for a renewal. (The caller excludes LAST.)"""
     held = pkt.rate_kbps
-    return (held < kbps - (kbps >> 5) or held - kbps > (kbps >> 8) or pkt.epoch == 0
-            or bool(pkt.flags & FLAG_RENEW))
+    return ((held < kbps - (kbps >> 5) and not pkt.flags & FLAG_CAPPED) or held - kbps > (kbps >> 8)
+            or pkt.epoch == 0 or bool(pkt.flags & FLAG_RENEW))
 
 
 _GRANT_ACTIONS = frozenset({n.ACT_SET_SHARE_GRANT, n.ACT_SET_FIXED_GRANT})
+# The share tables: which _Shares they fill and the port they are keyed by.
+_SHARE_SIDES = {n.PORT_SHARE: "_ports", n.LINK_SHARE: "_links", n.OUT_SHARE: "_outs"}
+_SPARE_SIDES = {n.SPARE_LEVEL: "_ports", n.LINK_SPARE_LEVEL: "_links", n.OUT_SPARE_LEVEL: "_outs"}
+_SHARE_KEY = {n.PORT_SHARE: n.F_EGRESS_PORT, n.SPARE_LEVEL: n.F_EGRESS_PORT, n.OUT_SHARE: n.F_EGRESS_PORT,
+              n.OUT_SPARE_LEVEL: n.F_EGRESS_PORT, n.LINK_SHARE: n.F_INGRESS_PORT,
+              n.LINK_SPARE_LEVEL: n.F_INGRESS_PORT}
 # (table, action) of the entries write_trusted applies without schema checks, and the tables
 # whose per-packet index _write_keyed keeps up to date.
 _TRUSTED_ENTRIES = frozenset({(n.DEP_GRANT, a) for a in _GRANT_ACTIONS} | {(n.DEP_CLAIM, n.ACT_CLAIM)})

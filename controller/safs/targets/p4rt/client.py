@@ -45,6 +45,7 @@ root logger ("StreamChannel error, closing stream") besides the error SAFS raise
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 from collections.abc import Sequence
@@ -147,6 +148,21 @@ def _shut_down(shell: P4RuntimeClient, wait_s: float, address: str) -> None:
         thread.join(wait_s)
     shell.tear_down()
 
+
+
+def bmv2_device_config(path: Path | str) -> bytes:
+    """The BMv2 JSON at ``path`` as a P4Runtime device config: without p4c's indentation, which
+    takes the SAFS program's JSON (4.6 MB as written, about 1 MB without) over gRPC's default
+    4 MiB receive limit.
+
+    Raises:
+        OSError: the file cannot be read. InvalidInput: it is not JSON (field ``device_config``).
+    """
+    try:
+        config = json.loads(Path(path).read_text())
+    except ValueError as err:
+        raise InvalidInput("device_config", f"{path}: not JSON: {err}") from None
+    return json.dumps(config, separators=(",", ":")).encode()
 
 class SwitchClient:
     """One P4Runtime session with one switch: connection, arbitration, writes, reads, pipeline
@@ -345,14 +361,15 @@ class SwitchClient:
 
     def push_pipeline(self, p4info_path: Path | str, device_config_path: Path | str, cookie: int = 0) -> None:
         """SetForwardingPipelineConfig (VERIFY_AND_COMMIT) of the P4Info text file and the
-        device config (BMv2 JSON), with ``cookie`` (0..2^64-1) in the config so that a later
+        device config (BMv2 JSON, :func:`bmv2_device_config`), with ``cookie`` (0..2^64-1) in the config so that a later
         :meth:`pipeline_cookie` tells whether the switch still runs this pipeline. Deadline:
         10 x ``timeout_s`` (BMv2 builds its pipeline while the call waits).
 
         Raises:
             TargetConnectionError: ``"pipeline push"`` refused (e.g. PERMISSION_DENIED when
                 not primary, INVALID_ARGUMENT for a config the switch rejects).
-            OSError: a file cannot be read. InvalidInput: the P4Info text does not parse.
+            OSError: a file cannot be read. InvalidInput: the P4Info text or the JSON does not
+                parse.
         """
         shell = self._require("pipeline push")
         req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
@@ -362,7 +379,7 @@ class SwitchClient:
             text_format.Parse(Path(p4info_path).read_text(), req.config.p4info)
         except text_format.ParseError as err:
             raise InvalidInput("p4info", f"{p4info_path}: {err}") from None
-        req.config.p4_device_config = Path(device_config_path).read_bytes()
+        req.config.p4_device_config = bmv2_device_config(device_config_path)
         req.config.cookie.cookie = cookie
         try:
             shell.stub.SetForwardingPipelineConfig(req, timeout=10 * self.timeout_s)
