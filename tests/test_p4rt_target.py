@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -529,6 +530,25 @@ def test_digest_stream_decoded_in_order_and_acked(fake, p4info_path) -> None:
     digest_id = P4InfoIndex.from_file(p4info_path).digest(n.REQUEST_DIGEST).id
     assert server.acks == [(digest_id, first), (digest_id, second)]
     assert target.poll_digests() == []
+
+
+def test_a_doorbell_rings_when_digests_arrive_also_after_a_reconnection(p4info_path, bmv2_json) -> None:
+    """A target given a doorbell sets it when a digest list arrives (so the controller's run
+    loop can sleep on it), on its first connection and on the next; it stays clear until then."""
+    doorbell = threading.Event()
+    with FakeP4RuntimeServer() as server:
+        t = P4RuntimeTarget("tor0", server.address, 0, p4info_path, bmv2_json, timeout_s=5.0, doorbell=doorbell)
+        try:
+            t.push_pipeline()
+            for flow in (1, 2):
+                doorbell.clear()
+                assert not doorbell.wait(0.2)
+                server.inject_digest(n.REQUEST_DIGEST, [[flow, 1, 2, 3, 4, 5]])
+                assert doorbell.wait(5)
+                assert t.poll_digests() == [RequestDigest(flow, 1, 2, 3, 4, 5)]
+                assert t.reconnect()
+        finally:
+            t.close()
 
 
 def test_digest_settings_are_written(fake, p4info_path) -> None:

@@ -53,8 +53,10 @@ log = logging.getLogger(__name__)
 
 _U64 = (1 << 64) - 1
 NS_PER_MS = 1_000_000
-DIGEST_POLL_S = 0.001  # longest wait of the run loop between digest polls (a tick may be longer)
-ROLE_CHECK_S = 0.02  # how often the run loop looks at the switches' arbitration (backup takeover)
+DIGEST_POLL_S = 0.001  # longest wait between digest polls with in-process models (no stream to wake it)
+# How often the run loop looks at the switches' arbitration (backup takeover); with switches it
+# also bounds the loop's sleep, since digests wake it (ControllerApp.digests_ready).
+ROLE_CHECK_S = 0.02
 # Upper bounds of the write-latency histogram, seconds: BMv2 answers a write in about 1 ms,
 # a large reconciliation batch takes seconds (docs/controller.md, "Metrics").
 WRITE_LATENCY_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -522,6 +524,9 @@ class ControllerApp:
         self.role = "starting"  # then "primary" or "backup" (docs/operations.md, "Primary and backup")
         self.election_id = config.election_id  # raised by a takeover
         self._next_role_check = 0.0
+        # Set by every switch's stream when digests arrive (SwitchClient's doorbell): the run
+        # loop sleeps on it instead of polling the streams every millisecond.
+        self.digests_ready = threading.Event()
         self._retry: dict[str, _Retry] = {}
         self._stopped = False
         self._next_tick_warning = 0.0
@@ -769,7 +774,8 @@ class ControllerApp:
         cfg = self.config
         tls = None if cfg.p4rt_tls is None else (cfg.p4rt_tls.ca, cfg.p4rt_tls.cert, cfg.p4rt_tls.key)
         target = P4RuntimeTarget(spec.name, spec.grpc_addr, spec.device_id, cfg.p4info_path, cfg.bmv2_json_path,
-                                 election_id=cfg.election_id, timeout_s=cfg.rpc_timeout_s, tls=tls)
+                                 election_id=cfg.election_id, timeout_s=cfg.rpc_timeout_s, tls=tls,
+                                 doorbell=self.digests_ready)
         log.info("%s: connected to %s (device %d), %s", spec.name, spec.grpc_addr, spec.device_id,
                  "primary" if target.is_primary else f"backup (primary: {target.primary_election})")
         return target
@@ -884,6 +890,7 @@ class ControllerApp:
             if self.role != "primary":
                 stop_event.wait(ROLE_CHECK_S if end is None else max(0.0, min(ROLE_CHECK_S, end - now_s)))
                 continue
+            self.digests_ready.clear()  # before polling: a digest arriving after it rings again
             self.poll_digests()
             if now_s >= next_tick:
                 self.tick()
@@ -900,13 +907,14 @@ class ControllerApp:
             if now_s >= next_summary:
                 last = self._summary(last)
                 next_summary = now_s + cfg.summary_period_s
-            # Digests are polled at least every DIGEST_POLL_S, however long the tick: a flow
-            # nobody announced is admitted by its first REQUEST's digest.
-            wait = min(next_tick, time.monotonic() + DIGEST_POLL_S) - time.monotonic()
+            # Until the next tick, at most ROLE_CHECK_S (the timers above are seconds apart), or
+            # until a switch's stream brings digests: a flow nobody announced is admitted by its
+            # first REQUEST's digest. In-process models have no stream: polled every DIGEST_POLL_S.
+            wait = min(next_tick, time.monotonic() + (DIGEST_POLL_S if cfg.model else ROLE_CHECK_S)) - time.monotonic()
             if end is not None:
                 wait = min(wait, end - time.monotonic())
             if wait > 0:
-                stop_event.wait(wait)
+                (stop_event if cfg.model else self.digests_ready).wait(wait)
 
     def check_role(self) -> None:
         """A backup takes over when the primary is gone from any switch (the switch promoted

@@ -36,6 +36,11 @@ around (nothing else of it is changed):
 5. ``write``, ``read_one`` and ``set_fwd_pipe_config`` set no deadline, and
    ``set_fwd_pipe_config`` sets no cookie. Writes, reads and the pipeline push here call the
    stub with a deadline; the push carries a cookie (:meth:`SwitchClient.push_pipeline`).
+6. The reader's queues can only be polled, so a controller waiting for digests from several
+   switches would wake every millisecond to look. Given a ``doorbell`` (a ``threading.Event``),
+   :class:`_ShellClient` replaces the digest queue with one whose ``put`` also sets it, in its
+   ``handshake`` (before the arbitration request: a switch sends digests to its primary only,
+   so none can come earlier).
 
 Left as p4runtime-shell does it: the reader thread is not a daemon, so every client must be
 closed (a context manager; :class:`~safs.targets.p4rt.target.P4RuntimeTarget` and the
@@ -48,6 +53,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
@@ -111,8 +117,9 @@ class _ShellClient(P4RuntimeClient):  # type: ignore[misc]  # p4runtime-shell is
     ``wait_s`` seconds (the caller then closes it and raises)."""
 
     def __init__(self, device_id: int, grpc_addr: str, election_id: tuple[int, int], wait_s: float,
-                 tls: TlsPaths | None = None) -> None:
+                 tls: TlsPaths | None = None, doorbell: threading.Event | None = None) -> None:
         self.wait_s = wait_s
+        self.doorbell = doorbell
         self.answer: p4runtime_pb2.StreamMessageResponse | None = None
         ssl = None if tls is None else SSLOptions(False, *(str(p) if p is not None else None for p in tls))
         try:
@@ -122,7 +129,10 @@ class _ShellClient(P4RuntimeClient):  # type: ignore[misc]  # p4runtime-shell is
             raise
 
     def handshake(self) -> None:
-        """Send the arbitration request; keep the answer in :attr:`answer` (never exits)."""
+        """Send the arbitration request; keep the answer in :attr:`answer` (never exits). With a
+        doorbell, the digest queue rings it first (workaround 6)."""
+        if self.doorbell is not None:
+            self.stream_in_q["digest"] = _DoorbellQueue(self.doorbell)
         req = p4runtime_pb2.StreamMessageRequest()
         req.arbitration.device_id = self.device_id
         req.arbitration.election_id.high, req.arbitration.election_id.low = self.election_id
@@ -130,6 +140,18 @@ class _ShellClient(P4RuntimeClient):  # type: ignore[misc]  # p4runtime-shell is
             req.arbitration.role.name = self.role_name
         self.stream_out_q.put(req)
         self.answer = self.get_stream_packet("arbitration", timeout=self.wait_s)
+
+
+class _DoorbellQueue(queue.Queue):  # type: ignore[type-arg]  # of stream messages or None
+    """A queue whose every ``put`` also sets ``doorbell`` (workaround 6)."""
+
+    def __init__(self, doorbell: threading.Event) -> None:
+        super().__init__()
+        self.doorbell = doorbell
+
+    def put(self, item: object, block: bool = True, timeout: float | None = None) -> None:
+        super().put(item, block, timeout)
+        self.doorbell.set()
 
 
 def _shut_down(shell: P4RuntimeClient, wait_s: float, address: str) -> None:
@@ -179,6 +201,8 @@ class SwitchClient:
             name the address only.
         tls: :data:`TlsPaths` for a TLS channel (mutual TLS with a client certificate), or
             None: plaintext.
+        doorbell: set whenever a digest list (or the stream's end) arrives, so a caller can
+            sleep on it instead of polling :meth:`digest_lists` (module docstring, item 6).
 
     Connects and arbitrates on construction; a backup (not primary) connects fine, see
     :attr:`is_primary`. Close it (:meth:`close`, or use it as a context manager): its stream
@@ -191,13 +215,14 @@ class SwitchClient:
     """
 
     def __init__(self, grpc_addr: str, device_id: int, election_id: tuple[int, int],
-                 timeout_s: float = 10.0, name: str | None = None, tls: TlsPaths | None = None) -> None:
+                 timeout_s: float = 10.0, name: str | None = None, tls: TlsPaths | None = None,
+                 doorbell: threading.Event | None = None) -> None:
         self.grpc_addr = grpc_addr
         self.device_id = device_id
         self.election_id = election_id
         self.timeout_s = timeout_s
         self.name = name
-        shell = _ShellClient(device_id, grpc_addr, election_id, timeout_s, tls)
+        shell = _ShellClient(device_id, grpc_addr, election_id, timeout_s, tls, doorbell)
         if shell.answer is None:
             err = self._no_answer(shell)
             _shut_down(shell, timeout_s, grpc_addr)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -142,6 +143,8 @@ class P4RuntimeTarget:
             (both are valid P4Runtime; for tests of servers).
         tls: (CA, client certificate, key) PEM paths of a TLS channel, each may be None
             (:data:`safs.targets.p4rt.client.TlsPaths`), or None: plaintext.
+        doorbell: set whenever digests (or the stream's end) arrive, on every connection of
+            this target (:class:`~safs.targets.p4rt.client.SwitchClient`); None: poll.
 
     Connects and arbitrates on construction (a backup connects too: see :attr:`is_primary`).
     Close it (:meth:`close`, or use it as a context manager).
@@ -155,7 +158,8 @@ class P4RuntimeTarget:
     def __init__(self, name: str, grpc_addr: str, device_id: int, p4info_path: Path | str,
                  bmv2_json_path: Path | str | None = None, election_id: tuple[int, int] = (0, 1),
                  timeout_s: float = 10.0, digests: DigestSettings | None = None,
-                 padded_bytes: bool = False, tls: TlsPaths | None = None) -> None:
+                 padded_bytes: bool = False, tls: TlsPaths | None = None,
+                 doorbell: threading.Event | None = None) -> None:
         if not isinstance(grpc_addr, str) or ":" not in grpc_addr:
             raise InvalidInput("grpc_addr", f"must be 'host:port', got {grpc_addr!r}")
         if not isinstance(device_id, int) or not 0 <= device_id <= _U64:
@@ -176,6 +180,7 @@ class P4RuntimeTarget:
         self.digest_settings = digests or DigestSettings()
         self.padded_bytes = padded_bytes
         self.tls = tls
+        self.doorbell = doorbell
         self._digest = self.index.digest(n.REQUEST_DIGEST)
         self._client: SwitchClient | None = None
         self._connect()
@@ -184,7 +189,7 @@ class P4RuntimeTarget:
 
     def _connect(self) -> None:
         self._client = SwitchClient(self.grpc_addr, self.device_id, self.election_id, self.timeout_s,
-                                    name=self.name, tls=self.tls)
+                                    name=self.name, tls=self.tls, doorbell=self.doorbell)
 
     def _require_client(self, operation: str) -> SwitchClient:
         if self._client is None:
