@@ -21,6 +21,7 @@ from safs.apps.cli import main
 from safs.control.controller import (
     ControllerApp,
     ControllerConfig,
+    StartInterrupted,
     SwitchSpec,
     load_scheduler_config,
     parse_clock_offset,
@@ -100,6 +101,29 @@ def config(topo_file: Path, servers: dict[str, FakeP4RuntimeServer], **kwargs) -
     base = dict(topology_path=topo_file, switches=specs, p4info_path=P4INFO, bmv2_json_path=BMV2_JSON,
                 hint_addr="127.0.0.1:0", reconnect_min_s=0.02, reconnect_max_s=0.2)
     return ControllerConfig(**(base | kwargs))
+
+
+def test_a_stop_request_during_start_stops_it_after_the_step_under_way(
+        topo_file: Path, servers: dict[str, FakeP4RuntimeServer], monkeypatch: pytest.MonkeyPatch) -> None:
+    """start(stop) with the stop event set while the first switch connects (a SIGTERM): the
+    second switch is never connected, no pipeline is pushed, the first connection is closed (it
+    holds no primary any more) and StartInterrupted is raised; stopping again does nothing."""
+    stop = threading.Event()
+    app = ControllerApp(config(topo_file, servers))
+    connect = app._connect
+
+    def connect_then_stop(spec: SwitchSpec):
+        target = connect(spec)
+        stop.set()
+        return target
+
+    monkeypatch.setattr(app, "_connect", connect_then_stop)
+    with pytest.raises(StartInterrupted):
+        app.start(stop)
+    assert [fake.pipeline_pushes for fake in servers.values()] == [0, 0]
+    assert servers["tor0"].primary_election_id is None and servers["tor1"].primary_election_id is None
+    assert app.hint_server is None
+    app.stop()
 
 
 def test_controller_installs_serves_hints_digests_completes_and_survives_a_restart(

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from safs.apps.signals import stop_on_signals
 from safs.control.bind import check_listen
-from safs.control.controller import ControllerApp, config_from_args
+from safs.control.controller import ControllerApp, StartInterrupted, config_from_args
 from safs.control.metrics import parse_metrics_addr, serve_metrics
 from safs.core.errors import InvalidInput, TargetConnectionError, TargetError
 from safs.core.files import BMV2_JSON_PATH, P4INFO_PATH
@@ -73,7 +73,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     with stop_on_signals(stop):
         try:
             try:
-                app.start()
+                app.start(stop)
+            except StartInterrupted:
+                logging.getLogger("safs.control.controller").info("stopped during start")
+                return 0
             except (TargetConnectionError, TargetError) as exc:  # name the switch as the user gave it
                 if isinstance(exc, TargetConnectionError):
                     if "election id already in use" in exc.message.lower():

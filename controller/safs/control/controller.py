@@ -483,6 +483,11 @@ class _Retry:
     wait_s: float  # wait after the next failure
 
 
+class StartInterrupted(Exception):
+    """A stop request (SIGINT, SIGTERM) came while :meth:`ControllerApp.start` connected to or
+    prepared the switches; it stopped at the next step, with everything it opened closed."""
+
+
 class ControllerApp:
     """The controller program: switches, scheduler, hint API and the run loop.
 
@@ -524,6 +529,7 @@ class ControllerApp:
         self.role = "starting"  # then "primary" or "backup" (docs/operations.md, "Primary and backup")
         self.election_id = config.election_id  # raised by a takeover
         self._next_role_check = 0.0
+        self._start_stop: threading.Event | None = None  # start()'s stop event while it runs
         # Set by every switch's stream when digests arrive (SwitchClient's doorbell): the run
         # loop sleeps on it instead of polling the streams every millisecond.
         self.digests_ready = threading.Event()
@@ -542,13 +548,15 @@ class ControllerApp:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> None:
+    def start(self, stop: threading.Event | None = None) -> None:
         """Connect to every switch. Primary at all of them: keep or push each pipeline, enable
         digests, restore the state store, reconcile every switch (static state and grants) and
         start the hint API. Primary at none: stand by as a backup (:meth:`run` takes over when
-        the primary is gone).
+        the primary is gone). ``stop`` set meanwhile (a signal): it stops after the step under
+        way (one switch's connection, or one phase of all switches' preparation).
 
         Raises:
+            StartInterrupted: ``stop`` was set.
             TargetConnectionError: a switch did not answer, or it refused the pipeline.
             InvalidInput: primary at some switches only (field ``--election-id``).
             TargetError: a switch refused a write (digest config, static state).
@@ -572,7 +580,9 @@ class ControllerApp:
             hint_server.check_bind(cfg.hint_addr, cfg.tls)  # before any switch is touched
             if cfg.state_dir is not None:
                 self.store = StateStore(cfg.state_dir, self.topology.name)
+            self._start_stop = stop
             for spec in cfg.switches:
+                self._check_start_stop()
                 target = self._open_model(spec) if cfg.model else self._connect(spec)
                 self.links[spec.name] = SwitchLink(spec, target)  # a PipelineModel serves as the target too
             primary = [name for name, link in self.links.items() if cfg.model or link.target.is_primary]
@@ -592,6 +602,13 @@ class ControllerApp:
         except BaseException:
             self.stop()
             raise
+        finally:
+            self._start_stop = None
+
+    def _check_start_stop(self) -> None:
+        """Raise StartInterrupted if the stop event given to :meth:`start` is set."""
+        if self._start_stop is not None and self._start_stop.is_set():
+            raise StartInterrupted("stop requested during start")
 
     def _become_primary(self, first: bool = False) -> None:
         """Primary at every switch: keep or push each pipeline, restore the store into a new
@@ -610,9 +627,11 @@ class ControllerApp:
             opened = dict(zip(names, pool.map(
                 lambda name: (self.clock() & TIME_MASK, False) if cfg.model else self._prepare(self.links[name].target),
                 names)))
+            self._check_start_stop()
             if first:  # every queue of every switch forwards, before anything is served
                 list(pool.map(lambda name: selfcheck.check_switch(
                     name, self.links[name].spec.grpc_addr, self.links[name].target), names))
+                self._check_start_stop()
             self.scheduler = Scheduler(self.topology, self.links, cfg.scheduler)
             self.adapter = (BackgroundShareAdapter(self.scheduler)
                             if cfg.scheduler.background_share_max is not None else None)
@@ -654,6 +673,7 @@ class ControllerApp:
         log.info("reconciled routes, slack classes, defaults and %d grants on %s in %.1f ms",
                  len(self.scheduler.dependencies) + len(self.scheduler.allocator.grants()),
                  ", ".join(self.links), (time.monotonic() - t0) * 1e3)
+        self._check_start_stop()
         check_listen("--hint-addr", cfg.hint_addr)  # again: it may have been taken since the start
         try:
             self.hint_server = hint_server.start(
