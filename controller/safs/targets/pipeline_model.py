@@ -1136,11 +1136,8 @@ class PipelineModel:
         out_share entry (x out_spare_level when waiting; 0: no entry), kept for the GRANTs
         coming back; a DATA holding more than the cap (by over 1/256) gets held rate 0 (the
         receiver's ToR then pushes a GRANT, capped here), one holding it (within 1/32) FLAG_CAPPED."""
-        urgency = QUEUE_SLACK_MOST_URGENT - qclass
-        if not 0 <= urgency <= _LEAST_URGENT or pkt.flags & FLAG_BACKGROUND:
-            urgency = _LEAST_URGENT
+        urgency, cls = _urgency_class(pkt, qclass)
         is_data = pkt.safs_type == _DATA
-        cls = 0 if (is_data and pkt.flags & FLAG_LAST) else urgency + 1
         outs = self._outs
         held = self._dep_out_class[slot]
         was = self._dep_out_port[slot]
@@ -1200,13 +1197,8 @@ class PipelineModel:
         is counted there too, in its own class counts, and where link_share has an entry for
         the link its rate is the smaller of the two shares (the in-link is a contended fabric
         link into this ToR)."""
-        urgency = QUEUE_SLACK_MOST_URGENT - qclass
-        # A class outside 2..6 (queue 7, 1 or 0 in a slack_class entry): 6 - qclass wraps in the
-        # P4's 3 bits to 5..7, which count as the least urgent class, like BACKGROUND.
-        if not 0 <= urgency <= _LEAST_URGENT or pkt.flags & FLAG_BACKGROUND:
-            urgency = _LEAST_URGENT
+        urgency, cls = _urgency_class(pkt, qclass)
         is_data = pkt.safs_type == _DATA
-        cls = 0 if (is_data and pkt.flags & FLAG_LAST) else urgency + 1
         # An original DATA of the transfer whose LAST already passed (a straggler it overtook)
         # is stale: it would count an ended transfer as active, in the most urgent class since
         # it is late by now, until the dependency's next LAST. Retransmissions (RESENT) count.
@@ -1365,13 +1357,26 @@ class PipelineModel:
         self._qhist[1][egress_port * n.QDEPTH_BUCKETS + bucket] += 1
 
 
+def _urgency_class(pkt: Packet, qclass: int) -> tuple[int, int]:
+    """(urgency, class) a DATA or REQUEST in queue ``qclass`` moves its dependency to
+    (grant_enforcer.p4, update_share and update_out_link): urgency 6 - qclass, 0 late .. 4, the
+    least urgent for BACKGROUND; class 1 + urgency, 0 (idle) for a DATA with LAST. A class
+    outside 2..6 (queue 7, 1 or 0 in a slack_class entry): 6 - qclass wraps in the P4's 3 bits
+    to 5..7, which count as the least urgent class, like BACKGROUND."""
+    urgency = QUEUE_SLACK_MOST_URGENT - qclass
+    if not 0 <= urgency <= _LEAST_URGENT or pkt.flags & FLAG_BACKGROUND:
+        urgency = _LEAST_URGENT
+    last = pkt.safs_type == _DATA and pkt.flags & FLAG_LAST
+    return urgency, 0 if last else urgency + 1
+
+
 def _push_wanted(pkt: Packet, kbps: int) -> bool:
     """A DATA packet gets a fresh GRANT (grant_enforcer.p4): the rate it holds is lower than the
     grant's ``kbps`` by more than 1/32 of it (unless FLAG_CAPPED: its out-link holds it down) or
-    higher by more than 1/256 (so a push follows every
-    change that matters for capacity or for the deadline, but not the jitter of the share; above
-    the grant, the senders' held rates stay inside the allocator's 1% headroom), it
-    holds no grant (epoch 0), or it asks for a renewal. (The caller excludes LAST.)"""
+    higher by more than 1/256 (so a push follows every change that matters for capacity or for
+    the deadline, but not the jitter of the share; above the grant, the senders' held rates stay
+    inside the allocator's 1% headroom), it holds no grant (epoch 0), or it asks for a renewal.
+    (The caller excludes LAST.)"""
     held = pkt.rate_kbps
     return ((held < kbps - (kbps >> 5) and not pkt.flags & FLAG_CAPPED) or held - kbps > (kbps >> 8)
             or pkt.epoch == 0 or bool(pkt.flags & FLAG_RENEW))
