@@ -769,14 +769,15 @@ class ShareDifferentialTest(DiffTestBase):
                   if e.table == n.DEP_CLAIM and e.match[n.F_SRC_ADDR] == ip_int(SENDER_IP)}
         self.assertEqual(claims[1], self.slot("A"), "a dependency's out slot is its meter slot")
 
-        def data(name: str, held: int, flags: int = 0, slack: int | None = None) -> dict:
+        def data(name: str, held: int, flags: int = 0, slack: int | None = None, remaining: int = 10_000) -> dict:
             _, dep_id, cls_slack, _ = self.deps[name]
             self.seq += 1
             self.probe()
             latest = (self.fabric_estimate(time.monotonic()) + (cls_slack if slack is None else slack)) & TIME_MASK
-            pkt = safs_data(SENDER_IP, OTHER_IP, 100 + self.seq, 10_000, latest, 7, 64, flags=flags,
+            pkt = safs_data(SENDER_IP, OTHER_IP, 100 + self.seq, remaining, latest, 7, 64, flags=flags,
                             dep_id=dep_id, rate_kbps=held, **TO_SWITCH)
-            b = self.out_exchange(pkt, PORT_SENDER, f"step {self.seq}: {name} DATA holding {held}, flags {flags:#x}")
+            b = self.out_exchange(pkt, PORT_SENDER, f"step {self.seq}: {name} DATA holding {held}, flags {flags:#x}, "
+                                                    f"{remaining} bytes left")
             self.assertEqual(b["port"], PORT_OTHER)
             return b
 
@@ -811,6 +812,24 @@ class ShareDifferentialTest(DiffTestBase):
         self.assertEqual(grant(2 * alone), 2 * alone)
         self.assertEqual(data("B", alone)["flags"] & FLAG_CAPPED, FLAG_CAPPED)
         data("B", alone, flags=FLAG_LAST)
+        # Weighted (unit U = 2^WEIGHT_BASE_BITS bytes): A (64 U left: weight 128) and B (10,000
+        # bytes: weight 1) both late at port 3, ALONE there; each one's key is ceil(W / w): B's
+        # 129 clamped to MAX_LOAD (128), A's 2. A at 1.5 U (weight 2): A's key 2, B's 3.
+        unit, share = 1 << n.WEIGHT_BASE_BITS, self.shares
+        big = 64 * unit
+        self.assertEqual(data("A", 2 * alone, remaining=big)["rate_kbps"], 0)
+        self.assertEqual(grant(2 * alone), alone)
+        self.assertEqual(data("B", 2 * alone, slack=LATE)["rate_kbps"], 0)
+        self.assertEqual(grant(2 * alone, dep_id=2), share[(ALONE, n.MAX_LOAD)])
+        b = data("A", share[(ALONE, 2)], remaining=big)
+        self.assertEqual((b["rate_kbps"], b["flags"] & FLAG_CAPPED), (share[(ALONE, 2)], FLAG_CAPPED))
+        self.assertEqual(grant(2 * alone), share[(ALONE, 2)])
+        data("A", share[(ALONE, 2)], remaining=unit * 3 // 2)
+        self.assertEqual(grant(2 * alone), share[(ALONE, 2)])
+        data("B", share[(ALONE, 2)], slack=LATE)
+        self.assertEqual(grant(2 * alone, dep_id=2), share[(ALONE, 3)])
+        data("A", alone, flags=FLAG_LAST)
+        data("B", alone, flags=FLAG_LAST, slack=LATE)
 
     def drop_spare_levels(self) -> list[TableEntry]:
         """Delete the scheduler's spare_level entries on both targets (the share sequence

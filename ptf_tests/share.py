@@ -103,6 +103,12 @@ def share_rate(mode: int, load: int, loads: int = LOADS) -> int | None:
     return {ALONE: R, TOP: R - Q, WAITING: Q}[mode] // load
 
 
+def link_weight(remaining: int) -> int:
+    """A dependency's weight at a contended link: 2^k, k = clamp(bit length of its remaining
+    bytes - WEIGHT_BASE_BITS, 0, WEIGHT_MAX_SHIFT) (grant_enforcer.p4)."""
+    return 1 << min(n.WEIGHT_MAX_SHIFT, max(0, remaining.bit_length() - n.WEIGHT_BASE_BITS))
+
+
 def urgency(slack: int, flags: int = 0) -> int:
     return BACKGROUND_URGENCY if flags & FLAG_BACKGROUND else QUEUE_SLACK_MOST_URGENT - CLASS_OF[slack]
 
@@ -133,14 +139,16 @@ class Book:
         self.on_link: set[int] = set()
         self.link: dict[tuple[int, int], int] = {}
         self.link_level = 1
+        self.weight: dict[int, int] = {}  # slot -> its weight at the link (link_weight)
 
     def counts(self) -> list[int]:
         return [sum(1 for c in self.cls.values() if c == u + 1) for u in range(n.URGENCY_CLASSES)]
 
-    def move(self, dep: Dep, cls: int, on_link: bool = True) -> None:
+    def move(self, dep: Dep, cls: int, on_link: bool = True, remaining: int = 0) -> None:
         """The dependency is counted in ``cls`` after this packet (0: idle), which came in on
-        in-link 1 (``on_link``) or another port."""
+        in-link 1 (``on_link``) or another port with ``remaining`` bytes (its weight)."""
         (self.on_link.add if on_link else self.on_link.discard)(dep.slot)
+        self.weight[dep.slot] = link_weight(remaining)
         if self.cls.get(dep.slot, 0) != cls:
             self.cls[dep.slot] = cls
             self.gen = (self.gen + 1) & EPOCH_MAX or 1
@@ -157,9 +165,13 @@ class Book:
                       for u in range(n.URGENCY_CLASSES)]
         top = next(u for u, c in enumerate(counts) if c)
         rest = sum(counts) - counts[top]
-        if cls - 1 == top:
-            return (TOP if rest else ALONE, counts[top])
-        return (WAITING, rest)
+        if cls - 1 != top:
+            return (WAITING, rest)
+        load = counts[top]
+        if link:  # weighted: ceil(the class's weight sum / its weight), at most MAX_LOAD
+            total = sum(self.weight[slot] for slot, c in self.cls.items() if c == cls and slot in self.on_link)
+            load = min(n.MAX_LOAD, -(-total // self.weight[dep.slot]))
+        return (TOP if rest else ALONE, load)
 
     def grant(self, dep: Dep) -> tuple[int, int, int]:
         """(rate, epoch, lease) the switch grants ``dep`` now: its share, or the default grant."""
@@ -239,14 +251,15 @@ class ShareTestBase(SafsTest):
         return want
 
     def request(self, dep: Dep, slack: int, want: Want, flags: int = 0, what: str = "",
-                in_port: int = PORT_SENDER) -> tuple[int, int, int]:
-        """A REQUEST of ``dep`` at ``slack`` (arriving on ``in_port``): it moves to that urgency;
-        its GRANT must carry the share ``want`` = (mode, load) (or the default grant); returns
-        (rate, epoch, lease)."""
+                in_port: int = PORT_SENDER, remaining: int | None = None) -> tuple[int, int, int]:
+        """A REQUEST of ``dep`` at ``slack`` (arriving on ``in_port``; ``remaining`` bytes, the
+        step's own, weight 1, unless given): it moves to that urgency; its GRANT must carry
+        the share ``want`` = (mode, load) (or the default grant); returns (rate, epoch, lease)."""
         what = what or f"REQUEST {dep}"
-        flow_id, remaining = self._ids()
+        flow_id, own_remaining = self._ids()
+        remaining = own_remaining if remaining is None else remaining
         latest = (self.now + slack) & TIME_MASK
-        self.book.move(dep, urgency(slack, flags) + 1, on_link=in_port == PORT_SENDER)
+        self.book.move(dep, urgency(slack, flags) + 1, on_link=in_port == PORT_SENDER, remaining=remaining)
         grant = self._expected(dep, want, what)
         self.send(in_port, safs_request(dep.sender, RECEIVER_IP, flow_id, remaining, latest, flags=flags,
                                             dep_id=dep.dep_id, **TO_SWITCH))
@@ -268,7 +281,7 @@ class ShareTestBase(SafsTest):
         rate, epoch = self.held.get(dep, (0, 0))
         latest = (self.now + slack) & TIME_MASK
         if not stale:
-            self.book.move(dep, 0 if flags & FLAG_LAST else urgency(slack, flags) + 1)
+            self.book.move(dep, 0 if flags & FLAG_LAST else urgency(slack, flags) + 1, remaining=remaining)
         grant = None if want is None else self._expected(dep, want, what)
         self.silent.pop(flow_id, None)  # a flow id given again: this step's GRANT is its own
         self.send(PORT_SENDER, safs_data(dep.sender, RECEIVER_IP, flow_id, remaining, latest, epoch, 64, flags=flags,
@@ -531,6 +544,11 @@ class ShareLinkTest(ShareTestBase):
     shares: ALONE and WAITING at the link are below the port's, TOP above. A link_spare_level
     entry multiplies the link's waiting share (then above the port's). A REQUEST arriving on
     port 3 (a new path) moves its dependency off link 1, where the other is then ALONE.
+    Weighted: with both late at the link (and the port: ALONE at load 2 there), each one's key
+    is ceil(W / w) (w = 2^k by its remaining bytes, W the class's sum; unit U = 2^WEIGHT_BASE_BITS
+    bytes): both under U (w 1) get load 2; A at 2.25 U (w 4) and B under U loads 2 and 5; B at
+    1.5 U (w 2) loads 3 and 2; A at 64 U (w 128) load 2, and B at w 1 key 129, clamped to
+    MAX_LOAD, which has no entry here (LOADS): the port's share.
     Only REQUESTs, which count no bytes (the windows: tests/test_pipeline_model_share.py)."""
 
     def runTest(self) -> None:
@@ -552,7 +570,16 @@ class ShareLinkTest(ShareTestBase):
                                       in_port=PORT_OTHER)[0], Q)
         self.assertEqual(self.request(a, LATE, (TOP, 1), what="A alone at link 1: the link's ALONE")[0], LINK_R)
         self.book.link_level = 1
-        self.last((a, LATE), (b, MID), what="end")
+        unit = 1 << n.WEIGHT_BASE_BITS
+        w1, w2, w4, w128 = unit * 3 // 4, unit * 3 // 2, unit * 9 // 4, unit * 64
+        weighted = ((b, w1, (ALONE, 2), LINK_R // 2),
+                    (a, w4, (ALONE, 2), LINK_R // 2), (b, w1, (ALONE, 2), LINK_R // 5),
+                    (b, w2, (ALONE, 2), LINK_R // 3), (a, w4, (ALONE, 2), LINK_R // 2),
+                    (a, w128, (ALONE, 2), LINK_R // 2), (b, w1, (ALONE, 2), R // 2))
+        for dep, remaining, key, rate in weighted:
+            what = f"{dep} late at link 1 with {remaining} bytes left"
+            self.assertEqual(self.request(dep, LATE, key, what=what, remaining=remaining)[0], rate, what)
+        self.last((a, LATE), (b, LATE), what="end")
         self.expect_nothing()
 
 

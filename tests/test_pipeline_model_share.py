@@ -161,13 +161,15 @@ def link_switch(clock: list[int] | None = None) -> PipelineModel:
 
 
 def send_in(sw: PipelineModel, in_port: int, dep_id: int, slack_ns: int, dst: int = RCV2, flags: int = 0,
-            src: int = REMOTE, t: MsgType = MsgType.REQUEST) -> int | None:
+            src: int = REMOTE, t: MsgType = MsgType.REQUEST, remaining: int = 0) -> int | None:
     """A REQUEST (or ``t``; DATA if ``flags`` has LAST) of ``src``'s ``dep_id`` arriving on
-    ``in_port``; the rate of the GRANT it produces, if any (a DATA holds no grant: epoch 0)."""
+    ``in_port`` with ``remaining`` bytes; the rate of the GRANT it produces, if any (a DATA
+    holds no grant: epoch 0)."""
     p = Packet(src, dst, PROTO_UDP, SAFS_UDP_PORT, SAFS_UDP_PORT, 142, payload=64)
     if flags & FLAG_LAST:
         t = MsgType.DATA
     p.safs_version, p.safs_type, p.flags, p.flow_id, p.dep_id = SAFS_VERSION, int(t), flags, 9, dep_id
+    p.remaining = remaining
     p.ts = (sw.now() + slack_ns) & TIME_MASK
     grants = [g.rate_kbps for _, g in sw.ingress(p, in_port) if g.safs_type == int(MsgType.GRANT)]
     return grants[0] if grants else None
@@ -192,6 +194,32 @@ def test_in_link_share_caps_the_dependencies_arriving_on_it() -> None:
     assert send_in(sw, 4, 3, -500, dst=RCV3, flags=FLAG_LAST) is None
     assert sw.read_register(n.LINK_LOADS[0], 4) == 0
     assert send_in(sw, 4, 1, 500, dst=RCV2) == link_rate(n.SHARE_ALONE, 2)
+
+
+def test_top_class_shares_of_an_in_link_follow_the_remaining_bytes() -> None:
+    """Weighted link shares: at a contended link a top-class dependency's key is ceil(W / w),
+    w = 2^k by its remaining bytes (1 below the unit 2^WEIGHT_BASE_BITS bytes, 16 at 8 units), W
+    the class's weight sum there; a key beyond the link's entries (4 here) caps nothing (the
+    port's share). The sums follow weight changes, a move to another link and LAST."""
+    sw = link_switch()
+    unit = 1 << n.WEIGHT_BASE_BITS
+    w1, w2, w4, w16 = unit * 3 // 4, unit * 3 // 2, unit * 9 // 4, unit * 8
+
+    def weight_sum(port: int) -> int:
+        return sw.read_register(n.LINK_WEIGHTS[1], port)
+
+    assert send_in(sw, 4, 1, 500, dst=RCV2, remaining=w16) == link_rate(n.SHARE_ALONE, 1)
+    assert send_in(sw, 4, 2, 500, dst=RCV3, remaining=w1) == rate(n.SHARE_ALONE, 1)  # key 17
+    assert (weight_sum(4), sw.read_register(n.DEP_LINK_WEIGHT, 7)) == (17, 16)
+    assert send_in(sw, 4, 1, 500, dst=RCV2, remaining=w16) == link_rate(n.SHARE_ALONE, 2)  # ceil(17/16)
+    assert send_in(sw, 4, 1, 500, dst=RCV2, remaining=w4) == link_rate(n.SHARE_ALONE, 2)  # w 4: ceil(5/4)
+    assert send_in(sw, 4, 2, 500, dst=RCV3, remaining=w2) == link_rate(n.SHARE_ALONE, 3)  # w 2: ceil(6/2)
+    assert weight_sum(4) == 6
+    assert send_in(sw, 5, 1, 500, dst=RCV2, remaining=w4) == rate(n.SHARE_ALONE, 1)  # link 5: no entries
+    assert (weight_sum(4), weight_sum(5)) == (2, 4)
+    assert send_in(sw, 4, 2, 500, dst=RCV3, remaining=w2) == link_rate(n.SHARE_ALONE, 1)
+    assert send_in(sw, 4, 2, 500, dst=RCV3, flags=FLAG_LAST) is None
+    assert weight_sum(4) == 0
 
 
 def test_a_dependency_on_a_new_path_leaves_its_old_in_link() -> None:

@@ -102,6 +102,12 @@ const port_t CPU_PORT = 255;
 // ports (the controller warns for other rates; docs/protocol.md, "Grants").
 #define FINISH_SHIFT_A      4
 #define FINISH_SHIFT_B      6
+// A dependency's weight at a contended link: w = 2^k, k = clamp(bit length of its remaining
+// bytes - WEIGHT_BASE_BITS, 0, WEIGHT_MAX_SHIFT): 1 below 1 MiB, 2 below 2 MiB, .., 128 from
+// 64 MiB (docs/protocol.md "Weighted shares at contended links"; the base from the sweep in
+// docs/evaluation.md "Weighted link shares: shipped"; constant compares and shifts only).
+#define WEIGHT_BASE_BITS   20
+#define WEIGHT_MAX_SHIFT    7
 #define NUM_PORTS          512
 #define QDEPTH_BUCKETS       8
 #define CLONE_SESSION_BASE   1   // clone session id = egress port + base

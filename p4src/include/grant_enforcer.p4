@@ -65,9 +65,16 @@
  * holding the cap (within 1/32) leaves with FLAG_CAPPED, so it does not. A GRANT from the
  * fabric to a host with a claimed out slot gets rate = min(rate, dep_out_rate).
  *
- * Every register array but link_load_u is read-modified-written at most once per packet (one
- * RegisterAction each on TNA; link_load_u twice, at the link a dependency leaves and at the one
- * it joins, which a TNA port would split); no division, no variable shift.
+ * Weighted link shares, at in- and out-links only: a dependency's weight w = 2^k by its
+ * remaining bytes (WEIGHT_FROM_REMAINING); per link and class the weight sum W (link_weight_u,
+ * out_weight_u; each dependency's weight in dep_link_weight / dep_out_weight); a top-class
+ * dependency's link_share / out_share key is ceil(W / w) = (W + w - 1) >> k (at most MAX_LOAD)
+ * instead of the class's count (WEIGHTED_LINK_LOAD).
+ *
+ * Every register array but link_load_u, link_weight_u, out_load_u and out_weight_u is
+ * read-modified-written at most once per packet (one RegisterAction each on TNA; those twice,
+ * at the link a dependency leaves and at the one it joins, which a TNA port would split); no
+ * division, no variable shift.
  */
 #ifndef SAFS_GRANT_ENFORCER_P4
 #define SAFS_GRANT_ENFORCER_P4
@@ -128,6 +135,18 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
     register<bit<32>>(NUM_PORTS) link_win_bytes;
     @name(".SafsIngress.link_top_bytes")
     register<bit<32>>(NUM_PORTS) link_top_bytes;
+    @name(".SafsIngress.dep_link_weight")
+    register<bit<8>>(DEP_SLOTS) dep_link_weight;
+    @name(".SafsIngress.link_weight_0")
+    register<bit<32>>(NUM_PORTS) link_weight_0;
+    @name(".SafsIngress.link_weight_1")
+    register<bit<32>>(NUM_PORTS) link_weight_1;
+    @name(".SafsIngress.link_weight_2")
+    register<bit<32>>(NUM_PORTS) link_weight_2;
+    @name(".SafsIngress.link_weight_3")
+    register<bit<32>>(NUM_PORTS) link_weight_3;
+    @name(".SafsIngress.link_weight_4")
+    register<bit<32>>(NUM_PORTS) link_weight_4;
     @name(".SafsIngress.dep_sole")
     register<bit<8>>(DEP_SLOTS) dep_sole;
     @name(".SafsIngress.sole_load_0")
@@ -170,6 +189,18 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
     register<bit<32>>(NUM_PORTS) out_win_bytes;
     @name(".SafsIngress.out_top_bytes")
     register<bit<32>>(NUM_PORTS) out_top_bytes;
+    @name(".SafsIngress.dep_out_weight")
+    register<bit<8>>(DEP_SLOTS) dep_out_weight;
+    @name(".SafsIngress.out_weight_0")
+    register<bit<32>>(NUM_PORTS) out_weight_0;
+    @name(".SafsIngress.out_weight_1")
+    register<bit<32>>(NUM_PORTS) out_weight_1;
+    @name(".SafsIngress.out_weight_2")
+    register<bit<32>>(NUM_PORTS) out_weight_2;
+    @name(".SafsIngress.out_weight_3")
+    register<bit<32>>(NUM_PORTS) out_weight_3;
+    @name(".SafsIngress.out_weight_4")
+    register<bit<32>>(NUM_PORTS) out_weight_4;
 
     @name(".SafsIngress.set_default_grant")
     action set_default_grant(@name("rate_kbps") rate_kbps_t rate_kbps,
@@ -389,6 +420,11 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
     bit<3> dep_urgency;
     bit<1> hold_waiting;  // a sole dependency waiting for the holder: no spare level
     bit<8> grant_flags;   // a GRANT's flags: the packet's, FLAG_SOLE set iff hold_waiting
+    // Weighted link shares: this packet's weight 2^weight_shift (from its remaining bytes, set
+    // in apply), and the top class's weight sum at its in- or out-link after the update.
+    bit<8> dep_weight;
+    bit<3> weight_shift;
+    bit<32> link_w_top;
 
     @hidden
     action stash_grant() {
@@ -407,6 +443,13 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         if (HELD == U + 1 && HELD != CLS && N != 0) { N = N - 1; } \
         if (CLS == U + 1 && HELD != CLS) { N = N + 1; } \
         REG.write(IDX, N);
+    // The same for the class's weight sum: the dependency's old weight HELD_W leaves class HELD,
+    // its new weight NEW_W joins class CLS (saturating: a restart zeroes sums, not the weights).
+#define CLASS_WEIGHT(U, REG, W, IDX, HELD, HELD_W, CLS, NEW_W) \
+        REG.read(W, IDX); \
+        if (HELD == U + 1) { W = W |-| (bit<32>) HELD_W; } \
+        if (CLS == U + 1) { W = W |+| (bit<32>) NEW_W; } \
+        REG.write(IDX, W);
 
     // The share grant of this packet's dependency: move it to the packet's urgency (idle on
     // LAST), update the port's class counts and generation, and pick the port_share key.
@@ -481,6 +524,8 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         dep_link_port.read(was_link, slot);
         bit<8> link_held;
         dep_link_class.read(link_held, slot);
+        bit<8> held_w;
+        dep_link_weight.read(held_w, slot);
         bit<8> gone = 0;  // the class it leaves at was_link (0: none)
         if (!is_link || (bit<32>) was_link != link) {
             gone = link_held;
@@ -492,9 +537,17 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         CLASS_COUNT(2, link_load_2, o, (bit<32>) was_link, gone, 0)
         CLASS_COUNT(3, link_load_3, o, (bit<32>) was_link, gone, 0)
         CLASS_COUNT(4, link_load_4, o, (bit<32>) was_link, gone, 0)
+        bit<32> ow;
+        CLASS_WEIGHT(0, link_weight_0, ow, (bit<32>) was_link, gone, held_w, 0, 0)
+        CLASS_WEIGHT(1, link_weight_1, ow, (bit<32>) was_link, gone, held_w, 0, 0)
+        CLASS_WEIGHT(2, link_weight_2, ow, (bit<32>) was_link, gone, held_w, 0, 0)
+        CLASS_WEIGHT(3, link_weight_3, ow, (bit<32>) was_link, gone, held_w, 0, 0)
+        CLASS_WEIGHT(4, link_weight_4, ow, (bit<32>) was_link, gone, held_w, 0, 0)
         bit<8> link_cls = cls;
+        bit<8> link_w = dep_weight;
         if (meta.stale == 1) {
             link_cls = link_held;
+            link_w = held_w;
         }
         if (!is_link) {
             link_cls = 0;  // counted nowhere; dep_link_port keeps the last link
@@ -503,18 +556,26 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         }
         dep_link_class.write(slot, link_cls);
         dep_link_port.write(slot, was_link);
+        dep_link_weight.write(slot, link_w);
         load_t l0; load_t l1; load_t l2; load_t l3; load_t l4;
         CLASS_COUNT(0, link_load_0, l0, link, link_held, link_cls)
         CLASS_COUNT(1, link_load_1, l1, link, link_held, link_cls)
         CLASS_COUNT(2, link_load_2, l2, link, link_held, link_cls)
         CLASS_COUNT(3, link_load_3, l3, link, link_held, link_cls)
         CLASS_COUNT(4, link_load_4, l4, link, link_held, link_cls)
+        bit<32> w0; bit<32> w1; bit<32> w2; bit<32> w3; bit<32> w4;
+        CLASS_WEIGHT(0, link_weight_0, w0, link, link_held, held_w, link_cls, link_w)
+        CLASS_WEIGHT(1, link_weight_1, w1, link, link_held, held_w, link_cls, link_w)
+        CLASS_WEIGHT(2, link_weight_2, w2, link, link_held, held_w, link_cls, link_w)
+        CLASS_WEIGHT(3, link_weight_3, w3, link, link_held, held_w, link_cls, link_w)
+        CLASS_WEIGHT(4, link_weight_4, w4, link, link_held, held_w, link_cls, link_w)
         bit<3> link_top = 4;
         load_t l_top = l4;
-        if (l0 != 0) { link_top = 0; l_top = l0; }
-        else if (l1 != 0) { link_top = 1; l_top = l1; }
-        else if (l2 != 0) { link_top = 2; l_top = l2; }
-        else if (l3 != 0) { link_top = 3; l_top = l3; }
+        link_w_top = w4;
+        if (l0 != 0) { link_top = 0; l_top = l0; link_w_top = w0; }
+        else if (l1 != 0) { link_top = 1; l_top = l1; link_w_top = w1; }
+        else if (l2 != 0) { link_top = 2; l_top = l2; link_w_top = w2; }
+        else if (l3 != 0) { link_top = 3; l_top = l3; link_w_top = w3; }
         load_t link_rest = l0 + l1 + l2 + l3 + l4 - l_top;
         ns_t link_start;
         link_win_start.read(link_start, link);
@@ -691,6 +752,8 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         dep_out_port.read(was_port, slot);
         bit<8> held;
         dep_out_class.read(held, slot);
+        bit<8> held_w;
+        dep_out_weight.read(held_w, slot);
         bit<8> gone = 0;  // the class it leaves at was_port (0: none)
         if ((bit<32>) was_port != port) {
             gone = held;
@@ -702,20 +765,34 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         CLASS_COUNT(2, out_load_2, o, (bit<32>) was_port, gone, 0)
         CLASS_COUNT(3, out_load_3, o, (bit<32>) was_port, gone, 0)
         CLASS_COUNT(4, out_load_4, o, (bit<32>) was_port, gone, 0)
+        bit<32> ow;
+        CLASS_WEIGHT(0, out_weight_0, ow, (bit<32>) was_port, gone, held_w, 0, 0)
+        CLASS_WEIGHT(1, out_weight_1, ow, (bit<32>) was_port, gone, held_w, 0, 0)
+        CLASS_WEIGHT(2, out_weight_2, ow, (bit<32>) was_port, gone, held_w, 0, 0)
+        CLASS_WEIGHT(3, out_weight_3, ow, (bit<32>) was_port, gone, held_w, 0, 0)
+        CLASS_WEIGHT(4, out_weight_4, ow, (bit<32>) was_port, gone, held_w, 0, 0)
         dep_out_class.write(slot, cls);
         dep_out_port.write(slot, (bit<16>) port);
+        dep_out_weight.write(slot, dep_weight);
         load_t l0; load_t l1; load_t l2; load_t l3; load_t l4;
         CLASS_COUNT(0, out_load_0, l0, port, held, cls)
         CLASS_COUNT(1, out_load_1, l1, port, held, cls)
         CLASS_COUNT(2, out_load_2, l2, port, held, cls)
         CLASS_COUNT(3, out_load_3, l3, port, held, cls)
         CLASS_COUNT(4, out_load_4, l4, port, held, cls)
+        bit<32> w0; bit<32> w1; bit<32> w2; bit<32> w3; bit<32> w4;
+        CLASS_WEIGHT(0, out_weight_0, w0, port, held, held_w, cls, dep_weight)
+        CLASS_WEIGHT(1, out_weight_1, w1, port, held, held_w, cls, dep_weight)
+        CLASS_WEIGHT(2, out_weight_2, w2, port, held, held_w, cls, dep_weight)
+        CLASS_WEIGHT(3, out_weight_3, w3, port, held, held_w, cls, dep_weight)
+        CLASS_WEIGHT(4, out_weight_4, w4, port, held, held_w, cls, dep_weight)
         bit<3> top = 4;
         load_t n_top = l4;
-        if (l0 != 0) { top = 0; n_top = l0; }
-        else if (l1 != 0) { top = 1; n_top = l1; }
-        else if (l2 != 0) { top = 2; n_top = l2; }
-        else if (l3 != 0) { top = 3; n_top = l3; }
+        link_w_top = w4;
+        if (l0 != 0) { top = 0; n_top = l0; link_w_top = w0; }
+        else if (l1 != 0) { top = 1; n_top = l1; link_w_top = w1; }
+        else if (l2 != 0) { top = 2; n_top = l2; link_w_top = w2; }
+        else if (l3 != 0) { top = 3; n_top = l3; link_w_top = w3; }
         load_t rest = l0 + l1 + l2 + l3 + l4 - n_top;
         ns_t start;
         out_win_start.read(start, port);
@@ -749,6 +826,32 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         }
     }
 #undef CLASS_COUNT
+#undef CLASS_WEIGHT
+
+    // Weighted link shares (in apply, not in an action: p4c predicates every branch of an
+    // action). WEIGHT_FROM_REMAINING: dep_weight = 2^weight_shift from the remaining bytes.
+    // WEIGHTED_LINK_LOAD: a top-class (TOP or ALONE) dependency's link_share / out_share key is
+    // ceil(W / w) = (W + w - 1) >> k, W the top class's weight sum, at most MAX_LOAD: its share
+    // usable / ceil(W / w) is about usable x w / W.
+#define WEIGHT_STEP(K) \
+        else if (hdr.safs.remaining_bytes >= 48w1 << (WEIGHT_BASE_BITS + K - 1)) { \
+            dep_weight = 1 << K; weight_shift = K; }
+#define WEIGHT_FROM_REMAINING \
+        dep_weight = 1; \
+        weight_shift = 0; \
+        if (hdr.safs.remaining_bytes >= 48w1 << (WEIGHT_BASE_BITS + WEIGHT_MAX_SHIFT - 1)) { \
+            dep_weight = 1 << WEIGHT_MAX_SHIFT; weight_shift = WEIGHT_MAX_SHIFT; } \
+        WEIGHT_STEP(6) WEIGHT_STEP(5) WEIGHT_STEP(4) WEIGHT_STEP(3) WEIGHT_STEP(2) WEIGHT_STEP(1)
+#define WEIGHT_SHIFT(K) else if (weight_shift == K) { w_key = w_key >> K; }
+#define WEIGHTED_LINK_LOAD \
+        if (meta.link_mode != SHARE_WAITING) { \
+            bit<32> w_key = link_w_top + (bit<32>) dep_weight - 1; \
+            if (weight_shift == 0) { } \
+            WEIGHT_SHIFT(1) WEIGHT_SHIFT(2) WEIGHT_SHIFT(3) WEIGHT_SHIFT(4) WEIGHT_SHIFT(5) \
+            WEIGHT_SHIFT(6) WEIGHT_SHIFT(7) \
+            if (w_key > MAX_LOAD) { w_key = MAX_LOAD; } \
+            meta.link_load = (load_t) w_key; \
+        }
 
     apply {
         has_share = 0;
@@ -770,6 +873,8 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         port_n_top = 0;
         port_rest = 0;
         dep_urgency = 4;
+        link_w_top = 0;
+        WEIGHT_FROM_REMAINING
         meta.stale = 0;
         if (meta.safs_ok == 1 && meta.receiver_port == 1) {
             default_grant.apply();
@@ -779,6 +884,7 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
             if (meta.share == 1 && (hdr.safs.msg_type == SAFS_DATA || hdr.safs.msg_type == SAFS_REQUEST)) {
                 update_share();
                 if (meta.is_link == 1) {
+                    WEIGHTED_LINK_LOAD
                     link_share.apply();
                 }
                 pick_port_share();
@@ -865,6 +971,7 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
                 update_out_link();
                 rate_kbps_t cap = 0;
                 if (meta.dep_class != 0) {
+                    WEIGHTED_LINK_LOAD
                     out_share.apply();
                     if (has_out_share == 1) {
                         cap = out_rate_kbps;

@@ -131,6 +131,16 @@ OUT_LOADS = tuple(f"SafsIngress.out_load_{u}" for u in range(URGENCY_CLASSES))  
 OUT_WIN_START = "SafsIngress.out_win_start"  # by egress port: as port_win_start, at the out-link
 OUT_WIN_BYTES = "SafsIngress.out_win_bytes"  # by egress port: as port_win_bytes, at the out-link
 OUT_TOP_BYTES = "SafsIngress.out_top_bytes"  # by egress port: as port_top_bytes, at the out-link
+# Weighted link shares: at an in- or out-link a top-class dependency's key is ceil(W / w), at
+# most MAX_LOAD, W the class's weight sum there and w = 2^k its weight, k = clamp(bit length of
+# its remaining bytes - WEIGHT_BASE_BITS, 0, WEIGHT_MAX_SHIFT) (defines.p4).
+DEP_LINK_WEIGHT = "SafsIngress.dep_link_weight"  # by meter_slot: its weight at the in-link
+LINK_WEIGHTS = tuple(f"SafsIngress.link_weight_{u}" for u in range(URGENCY_CLASSES))  # by ingress port:
+# the weight sum of urgency u
+DEP_OUT_WEIGHT = "SafsIngress.dep_out_weight"  # by out slot: its weight at the out-link
+OUT_WEIGHTS = tuple(f"SafsIngress.out_weight_{u}" for u in range(URGENCY_CLASSES))  # by egress port
+WEIGHT_BASE_BITS = 20  # WEIGHT_BASE_BITS in defines.p4: weight 1 below 1 MiB remaining
+WEIGHT_MAX_SHIFT = 7  # WEIGHT_MAX_SHIFT in defines.p4: weight 128 from 64 MiB remaining
 # The port's holder (grant_enforcer.p4): sole dependencies (FLAG_SOLE) of the most urgent class
 # count as one in the port's share and take the full share one at a time.
 DEP_SOLE = "SafsIngress.dep_sole"  # by meter_slot: 1 + the urgency it is counted sole in (0: not sole)

@@ -140,6 +140,7 @@ _YELLOW = int(Color.YELLOW)
 _RED = int(Color.RED)
 _UNMETERED = int(Color.UNMETERED)
 _LEAST_URGENT = n.URGENCY_CLASSES - 1
+_U32_MAX = (1 << 32) - 1  # a bit<32> register cell (the weight sums saturate there)
 
 
 # --------------------------------------------------------------------------------------
@@ -352,17 +353,29 @@ def _move_count(loads: list[list[int]], port: int, held: int, cls: int) -> None:
             loads[cls - 1][port] += 1
 
 
+def _link_weight(remaining: int) -> tuple[int, int]:
+    """(w, k): a dependency's weight w = 2^k at a contended link for ``remaining`` bytes, k =
+    clamp(bit length - WEIGHT_BASE_BITS, 0, WEIGHT_MAX_SHIFT) (grant_enforcer.p4,
+    WEIGHT_FROM_REMAINING): 1 below 1 MiB .. 128 from 64 MiB."""
+    k = min(n.WEIGHT_MAX_SHIFT, max(0, remaining.bit_length() - n.WEIGHT_BASE_BITS))
+    return 1 << k, k
+
+
 class _Shares:
-    """Share state of one kind of link at a receiver's ToR (grant_enforcer.p4): receiver ports
-    (by egress port: class_load_u, port_win_*, port_top_bytes, port_share, spare_level) or
-    in-links (by ingress port: link_load_u, link_win_*, link_top_bytes, link_share,
-    link_spare_level). Registers are lists by port; ``shares``: (port, load, mode) -> kbps;
-    ``spare``: port -> (bounds, levels) as _range_partition gives them (no range: level 1)."""
+    """Share state of one kind of link (grant_enforcer.p4): receiver ports at a receiver's ToR
+    (by egress port: class_load_u, port_win_*, port_top_bytes, port_share, spare_level), its
+    in-links (by ingress port: link_load_u, link_weight_u, link_win_*, link_top_bytes,
+    link_share, link_spare_level) or a sender's ToR's out-links (by egress port: out_*).
+    Registers are lists by port; ``shares``: (port, load, mode) -> kbps; ``spare``: port ->
+    (bounds, levels) as _range_partition gives them (no range: level 1). ``weights`` (links
+    only, else None): each class's weight sum by port; a top-class dependency's key is then
+    ceil(sum / its weight), at most MAX_LOAD, instead of the class's count."""
 
-    __slots__ = ("loads", "win_start", "win_bytes", "top_bytes", "shares", "spare")
+    __slots__ = ("loads", "weights", "win_start", "win_bytes", "top_bytes", "shares", "spare")
 
-    def __init__(self) -> None:
+    def __init__(self, weighted: bool = False) -> None:
         self.loads = [[0] * n.NUM_PORTS for _ in range(n.URGENCY_CLASSES)]
+        self.weights = [[0] * n.NUM_PORTS for _ in range(n.URGENCY_CLASSES)] if weighted else None
         self.win_start = [0] * n.NUM_PORTS
         self.win_bytes = [0] * n.NUM_PORTS
         self.top_bytes = [0] * n.NUM_PORTS
@@ -373,6 +386,16 @@ class _Shares:
         """One dependency leaves class ``held`` and joins ``cls`` (1 + urgency; 0: idle) at
         ``port``."""
         _move_count(self.loads, port, held, cls)
+
+    def weigh(self, port: int, held: int, held_w: int, cls: int, w: int) -> None:
+        """The weight sums at ``port`` (CLASS_WEIGHT): ``held_w`` leaves class ``held``, ``w``
+        joins ``cls`` (either 0: none), saturating at 0 and 2^32 - 1."""
+        weights = self.weights
+        assert weights is not None
+        if held:
+            weights[held - 1][port] = max(0, weights[held - 1][port] - held_w)
+        if cls:
+            weights[cls - 1][port] = min(_U32_MAX, weights[cls - 1][port] + w)
 
     def roll(self, port: int, now: int) -> int:
         """The port's top-class DATA bytes of the last whole window, after rolling its window to
@@ -405,16 +428,21 @@ class _Shares:
                 kbps *= ranges[1][bisect_right(ranges[0], top_bytes)]
         return kbps
 
-    def rate(self, port: int, urgency: int, top_data: bool, size: int, now: int) -> int | None:
+    def rate(self, port: int, urgency: int, top_data: bool, size: int, now: int,
+             weight: tuple[int, int] = (1, 0)) -> int | None:
         """The share, kbit/s, of a dependency of ``urgency`` at ``port`` after its counts moved
         (None: no share entry). Rolls the port's top-class byte window (``now``: fabric ns) and
-        counts ``size`` bytes in it when ``top_data`` and the dependency is in the top class."""
+        counts ``size`` bytes in it when ``top_data`` and the dependency is in the top class.
+        ``weight``: its (w, k) (_link_weight), used where the sums are kept."""
         top_bytes = self.roll(port, now)
         top, n_top, rest = self.top(port)
         if urgency != top:
             return self.share(port, rest, n.SHARE_WAITING, top_bytes)
         if top_data:
             self.win_bytes[port] += size
+        if self.weights is not None:
+            w, k = weight
+            n_top = min(n.MAX_LOAD, (self.weights[top][port] + w - 1) >> k)
         return self.share(port, n_top, n.SHARE_TOP if rest else n.SHARE_ALONE, top_bytes)
 
 
@@ -485,14 +513,16 @@ class PipelineModel:
         # tables, of the receiver ports (port_share, spare_level; by egress port) and of the
         # in-links (link_share, link_spare_level; by ingress port).
         self._ports = _Shares()
-        self._links = _Shares()
+        self._links = _Shares(weighted=True)
         self._dep_class = [0] * n.DEP_SLOTS
         self._dep_link_class = [0] * n.DEP_SLOTS
         self._dep_link_port = [0] * n.DEP_SLOTS
+        self._dep_link_weight = [0] * n.DEP_SLOTS
         # out-links at the sender's ToR (out_share, out_spare_level; by egress port), by out slot
-        self._outs = _Shares()
+        self._outs = _Shares(weighted=True)
         self._dep_out_class = [0] * n.DEP_SLOTS
         self._dep_out_port = [0] * n.DEP_SLOTS
+        self._dep_out_weight = [0] * n.DEP_SLOTS
         self._dep_out_rate = [0] * n.DEP_SLOTS
         self._port_gen = [0] * n.NUM_PORTS
         self._dep_ended = [0] * n.DEP_SLOTS
@@ -1140,14 +1170,19 @@ class PipelineModel:
         is_data = pkt.safs_type == _DATA
         outs = self._outs
         held = self._dep_out_class[slot]
+        held_w = self._dep_out_weight[slot]
+        weight = _link_weight(pkt.remaining)
         was = self._dep_out_port[slot]
         if was != port and held:
             outs.move(was, held, 0)
+            outs.weigh(was, held, held_w, 0, 0)
             held = 0
         outs.move(port, held, cls)
+        outs.weigh(port, held, held_w, cls, weight[0])
         self._dep_out_class[slot] = cls
         self._dep_out_port[slot] = port
-        kbps = outs.rate(port, urgency, is_data and cls != 0, pkt.size, now)
+        self._dep_out_weight[slot] = weight[0]
+        kbps = outs.rate(port, urgency, is_data and cls != 0, pkt.size, now, weight)
         cap = kbps if cls and kbps is not None else 0
         self._dep_out_rate[slot] = cap
         if is_data and cap:
@@ -1219,18 +1254,25 @@ class PipelineModel:
         top_data = is_data and not stale and cls != 0  # counts in the top-class window if top
         # The in-link: the dependency leaves the link it was counted at if the packet came in
         # on another one (a new path), then moves as at the port.
+        links = self._links
         link_port = self._dep_link_port[slot]
         link_held = self._dep_link_class[slot]
+        held_w = self._dep_link_weight[slot]
         if link_port != link and link_held:
-            self._links.move(link_port, link_held, 0)
+            links.move(link_port, link_held, 0)
+            links.weigh(link_port, link_held, held_w, 0, 0)
             link_held = 0
         link_kbps = None
+        weight = _link_weight(pkt.remaining)
+        link_w = held_w if stale else weight[0]  # a stale packet moves no weight either
+        self._dep_link_weight[slot] = link_w
         if link >= 0:
             link_cls = link_held if stale else cls
-            self._links.move(link, link_held, link_cls)
+            links.move(link, link_held, link_cls)
+            links.weigh(link, link_held, held_w, link_cls, link_w)
             self._dep_link_class[slot] = link_cls
             self._dep_link_port[slot] = link
-            link_kbps = self._links.rate(link, urgency, top_data, pkt.size, now)
+            link_kbps = links.rate(link, urgency, top_data, pkt.size, now, weight)
         else:
             self._dep_link_class[slot] = 0
         # A dependency is sole at the port if its packet says so and no contended in-link cuts
@@ -1317,6 +1359,9 @@ class PipelineModel:
                      n.LINK_WIN_START: links.win_start, n.LINK_WIN_BYTES: links.win_bytes,
                      n.LINK_TOP_BYTES: links.top_bytes,
                      **dict(zip(n.LINK_LOADS, links.loads, strict=True)),
+                     n.DEP_LINK_WEIGHT: self._dep_link_weight, n.DEP_OUT_WEIGHT: self._dep_out_weight,
+                     **dict(zip(n.LINK_WEIGHTS, links.weights or (), strict=True)),
+                     **dict(zip(n.OUT_WEIGHTS, self._outs.weights or (), strict=True)),
                      n.DEP_SOLE: self._dep_sole, **dict(zip(n.SOLE_LOADS, self._sole_loads, strict=True)),
                      n.HOLDER_SLOT: self._holder_slot, n.HOLDER_CLASS: self._holder_class,
                      n.HOLDER_SEEN: self._holder_seen, n.HOLDER_FINISH: self._holder_finish}
