@@ -33,7 +33,8 @@ from safs.hosts.stats import TransportStats
 from safs.targets.homa_pipeline import HomaPipeline
 from safs.targets.pipeline_model import PipelineModel
 
-PER_TRANSFER_POLL_NS = 10_000  # the per-transfer design's grant poll (SafsConfig.grant_poll_ns)
+# The per-transfer design's grant poll when the config turns polls off: the config's default.
+PER_TRANSFER_POLL_NS: int = SimConfig.model_fields["safs_grant_poll_ns"].default
 
 
 class SimRun(Protocol):
@@ -167,8 +168,8 @@ class SafsFifoSenderFlows(SafsFlows):
 class SafsPerTransferFlows(SafsFlows):
     """Today's design kept for comparison (``safs-per-transfer``): every pipeline transfer is
     its own dependency, announced, activated and completed at the scheduler, which installs a
-    fixed-rate grant per transfer; waiting senders poll (``sim.safs_grant_poll_ns``, 10 µs
-    when unset)."""
+    fixed-rate grant per transfer; waiting senders poll (``sim.safs_grant_poll_ns``; when 0,
+    its default, 10 µs)."""
 
     def __init__(self, topology: Topology, config: SimConfig) -> None:
         super().__init__(topology, config)
