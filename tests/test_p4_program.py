@@ -38,6 +38,17 @@ def test_every_p4names_object_is_named_in_the_p4_source() -> None:
     assert not missing, f"names in safs.core.p4names without an @name in p4src/: {missing}"
 
 
+def test_p4names_constants_equal_the_defines_of_the_p4_source() -> None:
+    """The numbers the pipeline model and the controller mirror from defines.p4 (a drift would
+    make the model and the switch disagree, which only the BMv2 differential test would see)."""
+    defines = dict(re.findall(r"^#define (\w+) +(\d+)", (P4SRC / "include" / "defines.p4").read_text(), re.M))
+    mirrored = {name: getattr(p4names, name) for name in (
+        "ECMP_GROUPS", "ECMP_MEMBERS", "MAX_LOAD", "TOP_WINDOW_NS", "DEP_SLOTS", "NUM_PORTS", "QDEPTH_BUCKETS",
+        "CLONE_SESSION_BASE", "TRAFFIC_CLASS_SIZE", "AGGREGATE_METERS", "WEIGHT_BASE_BITS", "WEIGHT_MAX_SHIFT")}
+    mirrored["FINISH_SHIFT_A"], mirrored["FINISH_SHIFT_B"] = p4names.FINISH_SHIFTS
+    assert {name: int(defines[name]) for name in mirrored} == mirrored
+
+
 def test_match_fields_and_digest_are_in_the_p4_source() -> None:
     text = _p4_text()
     fields = {k: v for k, v in vars(p4names).items() if k.startswith("F_")}

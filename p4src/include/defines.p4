@@ -107,7 +107,7 @@ const port_t CPU_PORT = 255;
 // 64 MiB (docs/protocol.md "Weighted shares at contended links"; the base from the sweep in
 // docs/evaluation.md "Weighted link shares: shipped"; constant compares and shifts only).
 #define WEIGHT_BASE_BITS   20
-#define WEIGHT_MAX_SHIFT    7
+#define WEIGHT_MAX_SHIFT    7   // fixed: grant_enforcer.p4's chains spell out shifts 1..7
 #define NUM_PORTS          512
 #define QDEPTH_BUCKETS       8
 #define CLONE_SESSION_BASE   1   // clone session id = egress port + base

@@ -444,7 +444,7 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         if (CLS == U + 1 && HELD != CLS) { N = N + 1; } \
         REG.write(IDX, N);
     // The same for the class's weight sum: the dependency's old weight HELD_W leaves class HELD,
-    // its new weight NEW_W joins class CLS (saturating: a restart zeroes sums, not the weights).
+    // its new weight NEW_W joins class CLS (saturating, a safety net: 4096 slots x 128 < 2^32).
 #define CLASS_WEIGHT(U, REG, W, IDX, HELD, HELD_W, CLS, NEW_W) \
         REG.read(W, IDX); \
         if (HELD == U + 1) { W = W |-| (bit<32>) HELD_W; } \
@@ -831,8 +831,10 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
     // Weighted link shares (in apply, not in an action: p4c predicates every branch of an
     // action). WEIGHT_FROM_REMAINING: dep_weight = 2^weight_shift from the remaining bytes.
     // WEIGHTED_LINK_LOAD: a top-class (TOP or ALONE) dependency's link_share / out_share key is
-    // ceil(W / w) = (W + w - 1) >> k, W the top class's weight sum, at most MAX_LOAD: its share
-    // usable / ceil(W / w) is about usable x w / W.
+    // ceil(W / w) = (W + w - 1) >> k, W the top class's weight sum: its share usable / ceil(W / w)
+    // is about usable x w / W; a key above MAX_LOAD is clamped to it (usable / MAX_LOAD, more
+    // than usable x w / W: docs/protocol.md). The chains spell out k = 1..7: WEIGHT_MAX_SHIFT
+    // must stay 7 (bit<8> weights).
 #define WEIGHT_STEP(K) \
         else if (hdr.safs.remaining_bytes >= 48w1 << (WEIGHT_BASE_BITS + K - 1)) { \
             dep_weight = 1 << K; weight_shift = K; }

@@ -1264,7 +1264,7 @@ class PipelineModel:
             link_held = 0
         link_kbps = None
         weight = _link_weight(pkt.remaining)
-        link_w = held_w if stale else weight[0]  # a stale packet moves no weight either
+        link_w = held_w if stale else weight[0]  # a stale packet keeps its weight
         self._dep_link_weight[slot] = link_w
         if link >= 0:
             link_cls = link_held if stale else cls
