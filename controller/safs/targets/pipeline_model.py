@@ -162,6 +162,18 @@ class _TableSchema:
                                                  for a, spec in self.actions.items()})
 
 
+def _share_schema(port_field: str, action: str) -> _TableSchema:
+    """port_share, link_share, out_share: (port, load, mode) -> set_*_share(rate_kbps)."""
+    return _TableSchema(keys=((port_field, "exact", 9), (n.F_LOAD, "exact", 16), (n.F_MODE, "exact", 2)),
+                        actions={action: (("rate_kbps", 32),)}, entry_actions=frozenset({action}))
+
+
+def _spare_schema(port_field: str, action: str) -> _TableSchema:
+    """spare_level, link_spare_level, out_spare_level: (port, top bytes range) -> set_*(level)."""
+    return _TableSchema(keys=((port_field, "exact", 9), (n.F_TOP_BYTES, "range", 32)),
+                        actions={action: (("level", 8),)}, entry_actions=frozenset({action}))
+
+
 _SCHEMAS: dict[str, _TableSchema] = {
     n.IPV4_LPM: _TableSchema(
         keys=((n.F_DST_ADDR, "lpm", 32),),
@@ -201,30 +213,12 @@ _SCHEMAS: dict[str, _TableSchema] = {
                                          ("meter_slot", 16)),
                  n.ACT_NO_GRANT: ()},
         entry_actions=frozenset({n.ACT_SET_SHARE_GRANT, n.ACT_SET_FIXED_GRANT})),
-    n.PORT_SHARE: _TableSchema(
-        keys=((n.F_EGRESS_PORT, "exact", 9), (n.F_LOAD, "exact", 16), (n.F_MODE, "exact", 2)),
-        actions={n.ACT_SET_SHARE: (("rate_kbps", 32),)},
-        entry_actions=frozenset({n.ACT_SET_SHARE})),
-    n.SPARE_LEVEL: _TableSchema(
-        keys=((n.F_EGRESS_PORT, "exact", 9), (n.F_TOP_BYTES, "range", 32)),
-        actions={n.ACT_SET_SPARE_LEVEL: (("level", 8),)},
-        entry_actions=frozenset({n.ACT_SET_SPARE_LEVEL})),
-    n.LINK_SHARE: _TableSchema(
-        keys=((n.F_INGRESS_PORT, "exact", 9), (n.F_LOAD, "exact", 16), (n.F_MODE, "exact", 2)),
-        actions={n.ACT_SET_LINK_SHARE: (("rate_kbps", 32),)},
-        entry_actions=frozenset({n.ACT_SET_LINK_SHARE})),
-    n.LINK_SPARE_LEVEL: _TableSchema(
-        keys=((n.F_INGRESS_PORT, "exact", 9), (n.F_TOP_BYTES, "range", 32)),
-        actions={n.ACT_SET_LINK_SPARE_LEVEL: (("level", 8),)},
-        entry_actions=frozenset({n.ACT_SET_LINK_SPARE_LEVEL})),
-    n.OUT_SHARE: _TableSchema(
-        keys=((n.F_EGRESS_PORT, "exact", 9), (n.F_LOAD, "exact", 16), (n.F_MODE, "exact", 2)),
-        actions={n.ACT_SET_OUT_SHARE: (("rate_kbps", 32),)},
-        entry_actions=frozenset({n.ACT_SET_OUT_SHARE})),
-    n.OUT_SPARE_LEVEL: _TableSchema(
-        keys=((n.F_EGRESS_PORT, "exact", 9), (n.F_TOP_BYTES, "range", 32)),
-        actions={n.ACT_SET_OUT_SPARE_LEVEL: (("level", 8),)},
-        entry_actions=frozenset({n.ACT_SET_OUT_SPARE_LEVEL})),
+    n.PORT_SHARE: _share_schema(n.F_EGRESS_PORT, n.ACT_SET_SHARE),
+    n.SPARE_LEVEL: _spare_schema(n.F_EGRESS_PORT, n.ACT_SET_SPARE_LEVEL),
+    n.LINK_SHARE: _share_schema(n.F_INGRESS_PORT, n.ACT_SET_LINK_SHARE),
+    n.LINK_SPARE_LEVEL: _spare_schema(n.F_INGRESS_PORT, n.ACT_SET_LINK_SPARE_LEVEL),
+    n.OUT_SHARE: _share_schema(n.F_EGRESS_PORT, n.ACT_SET_OUT_SHARE),
+    n.OUT_SPARE_LEVEL: _spare_schema(n.F_EGRESS_PORT, n.ACT_SET_OUT_SPARE_LEVEL),
     n.SHARE_LEASE: _TableSchema(
         keys=(), actions={n.ACT_SET_SHARE_LEASE: (("lease_us", 32),)},
         entry_actions=frozenset()),
