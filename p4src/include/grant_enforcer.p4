@@ -829,7 +829,8 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
 #undef CLASS_WEIGHT
 
     // Weighted link shares (in apply, not in an action: p4c predicates every branch of an
-    // action). WEIGHT_FROM_REMAINING: dep_weight = 2^weight_shift from the remaining bytes.
+    // action). WEIGHT_FROM_REMAINING: dep_weight = 2^weight_shift from the remaining bytes
+    // (apply starts both at weight 1, shift 0).
     // WEIGHTED_LINK_LOAD: a top-class (TOP or ALONE) dependency's link_share / out_share key is
     // ceil(W / w) = (W + w - 1) >> k, W the top class's weight sum: its share usable / ceil(W / w)
     // is about usable x w / W; a key above MAX_LOAD is clamped to it (usable / MAX_LOAD, more
@@ -839,8 +840,6 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         else if (hdr.safs.remaining_bytes >= 48w1 << (WEIGHT_BASE_BITS + K - 1)) { \
             dep_weight = 1 << K; weight_shift = K; }
 #define WEIGHT_FROM_REMAINING \
-        dep_weight = 1; \
-        weight_shift = 0; \
         if (hdr.safs.remaining_bytes >= 48w1 << (WEIGHT_BASE_BITS + WEIGHT_MAX_SHIFT - 1)) { \
             dep_weight = 1 << WEIGHT_MAX_SHIFT; weight_shift = WEIGHT_MAX_SHIFT; } \
         WEIGHT_STEP(6) WEIGHT_STEP(5) WEIGHT_STEP(4) WEIGHT_STEP(3) WEIGHT_STEP(2) WEIGHT_STEP(1)
@@ -876,7 +875,8 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         port_rest = 0;
         dep_urgency = 4;
         link_w_top = 0;
-        WEIGHT_FROM_REMAINING
+        dep_weight = 1;
+        weight_shift = 0;
         meta.stale = 0;
         if (meta.safs_ok == 1 && meta.receiver_port == 1) {
             default_grant.apply();
@@ -884,6 +884,7 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
             holder.apply();
             dep_grant.apply();
             if (meta.share == 1 && (hdr.safs.msg_type == SAFS_DATA || hdr.safs.msg_type == SAFS_REQUEST)) {
+                WEIGHT_FROM_REMAINING  // only for a share grant's DATA or REQUEST: not on every packet
                 update_share();
                 if (meta.is_link == 1) {
                     WEIGHTED_LINK_LOAD
@@ -970,6 +971,7 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
             hdr.safs.color = COLOR_UNMETERED;
             bit<32> out_slot = (bit<32>) meta.out_slot;
             if (meta.out_slot != 0 && (hdr.safs.msg_type == SAFS_DATA || hdr.safs.msg_type == SAFS_REQUEST)) {
+                WEIGHT_FROM_REMAINING
                 update_out_link();
                 rate_kbps_t cap = 0;
                 if (meta.dep_class != 0) {
