@@ -23,6 +23,7 @@ from safs.core.allocator import (
     slack_class_table,
 )
 from safs.core.errors import InvalidInput
+from safs.core.scheduler import SchedulerConfig
 from safs.core.timebase import TIME_MASK, diff, slack_key, slack_to_key, wrap
 
 G = 1_000_000_000
@@ -453,6 +454,22 @@ def test_slack_class_table_covers_signed_48_bit_range() -> None:
     assert keys[0].low_key == 0 and keys[-1].high_key == TIME_MASK
     for a, b in zip(keys, keys[1:]):
         assert b.low_key == a.high_key + 1
+
+
+def test_late_transfers_last_puts_the_late_range_in_the_least_urgent_class() -> None:
+    first = slack_class_table((0, 100_000, 1_000_000, 10_000_000))
+    last = slack_class_table((0, 100_000, 1_000_000, 10_000_000), "last")
+    assert [(r.low_slack_ns, r.high_slack_ns) for r in last] == [(r.low_slack_ns, r.high_slack_ns) for r in first]
+    assert [r.qclass for r in last] == [2, 6, 5, 4, 3]  # late last, the on-time classes one up
+    key_ranges(last)  # still a partition of the key space
+
+
+def test_late_transfers_last_is_rejected_with_per_transfer_grants() -> None:
+    SchedulerConfig(allocator=AllocatorConfig(late_transfers="last"))  # share grants: fine
+    with pytest.raises(InvalidInput, match="allocator.late_transfers.*per-transfer"):
+        SchedulerConfig(grant_mode="per-transfer", allocator=AllocatorConfig(late_transfers="last"))
+    with pytest.raises(InvalidInput, match="late_transfers"):
+        AllocatorConfig(late_transfers="never")
 
 
 @settings(max_examples=200, deadline=None)

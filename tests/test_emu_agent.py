@@ -830,21 +830,22 @@ def test_a_client_that_does_not_read_is_dropped_not_waited_for(agents: Agents, t
 
 
 def test_agent_send_scheduler_takes_the_scenarios_quantum_and_the_pacing_burst() -> None:
-    """The Mininet target passes the scenario's allocator quantum (--urgency-quantum-ns) and
-    slack thresholds (--slack-thresholds-ns); the host's send scheduler uses the quantum and lets
+    """The Mininet target passes the scenario's allocator quantum (--urgency-quantum-ns), slack
+    thresholds (--slack-thresholds-ns) and late_transfers (--late-transfers); the host's send
+    scheduler uses the quantum, puts late transfers last from the first threshold on, and lets
     the pacing burst lead the line rate."""
     from safs.apps.agent.loop import Loop
     from safs.apps.agent.main import parse_args
     from safs.apps.agent.safs_socket import SafsEndpoint, emu_config
 
     args = parse_args(["--host", "h", "--ip", "127.0.0.1", "--control", "/tmp/x.sock", "--urgency-quantum-ns", "5000",
-                       "--slack-thresholds-ns", "0,1000,10000,100000"])
+                       "--slack-thresholds-ns=-500,1000,10000,100000", "--late-transfers", "last"])
     cfg = emu_config(10 * MBIT, unscheduled_bytes=3000, urgency_quantum_ns=args.urgency_quantum_ns,
-                     slack_thresholds_ns=tuple(args.slack_thresholds_ns))
-    assert cfg.slack_thresholds_ns == (0, 1000, 10000, 100000)
+                     slack_thresholds_ns=tuple(args.slack_thresholds_ns), late_transfers=args.late_transfers)
+    assert cfg.slack_thresholds_ns == (-500, 1000, 10000, 100000)
     ep = SafsEndpoint(Loop(), "127.0.0.1", cfg, 10 * MBIT, lambda *a: None, lambda *a: None, port=0)
     try:
-        assert ep.scheduler is not None and ep.scheduler.quantum == 5000
+        assert ep.scheduler is not None and ep.scheduler.quantum == 5000 and ep.scheduler.late_below == -500
         assert ep.scheduler.ahead_ns == cfg.burst_bytes * 8 * 10**9 // (10 * MBIT) > 0
     finally:
         ep.close()

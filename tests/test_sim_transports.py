@@ -324,16 +324,19 @@ def test_second_transfer_of_a_dependency_with_a_valid_grant_sends_no_request_and
 
 
 def two_dependencies(order: str, rate_bps: int, sizes: tuple[int, int], deadlines: tuple[int, int],
-                     gap_ns: int, grants: tuple[int, int] | None = None) -> tuple[Flow, Flow]:
+                     gap_ns: int, grants: tuple[int, int] | None = None,
+                     late_below_ns: int | None = None) -> tuple[Flow, Flow]:
     """h1 sends one transfer to h0 (``sizes[0]``, due ``deadlines[0]``) and, ``gap_ns`` later, one
     to h2 on another dependency; each receiver grants ``grants`` (default: the line rate, so only
-    h1's NIC is contended). ``order``: ``urgency`` (one :class:`SendScheduler`) or ``fifo``."""
+    h1's NIC is contended). ``order``: ``urgency`` (one :class:`SendScheduler`, with
+    ``late_below_ns``) or ``fifo``."""
     eng, net, tor = star(3, rate_bps)
     cfg = SafsConfig(default_rate_bps=rate_bps // 10)
     stats = TransportStats()
     first, second = grants or (rate_bps, rate_bps)
     tor.port_grants = {1: (first, 1, 20_000_000), 3: (second, 1, 20_000_000)}
-    sched = SendScheduler(eng, rate_bps, cfg.urgency_quantum_ns) if order == "urgency" else None
+    sched = (SendScheduler(eng, rate_bps, cfg.urgency_quantum_ns, late_below_ns=late_below_ns)
+             if order == "urgency" else None)
     deps = dependency(eng, net, 1, 0, 3, cfg, stats, sched), dependency(eng, net, 1, 2, 4, cfg, stats, sched)
     _, _, rec0 = safs_flow(eng, net, 1, 0, 1, sizes[0], cfg, stats, nbts=deadlines[0], dep=deps[0])
     eng.run(gap_ns)
@@ -373,6 +376,20 @@ def test_send_scheduler_serves_equally_urgent_dependencies_shortest_remaining_fi
     assert first.finish_ns <= 1.03 * line_ns(big + small, rate)
     _, short = two_dependencies("fifo", rate, (big, small), (due, due), 20_000)
     assert short.finish_ns >= 20_000 + 1.8 * line_ns(small, rate)  # shared the NIC with the longer one
+
+
+def test_send_scheduler_with_late_transfers_last_sends_a_late_transfer_after_an_on_time_one() -> None:
+    rate = 10 * G
+    mb = 1_000_000
+    alone = line_ns(mb, rate)
+    due = (alone // 2, alone + alone // 4)  # the first is late from its first byte
+    late, on_time = two_dependencies("urgency", rate, (mb, mb), due, 1_000)
+    assert on_time.finish_ns > due[1]  # "first": the earlier deadline goes first, both miss
+    late, on_time = two_dependencies("urgency", rate, (mb, mb), due, 1_000, late_below_ns=0)
+    assert on_time.finish_ns <= due[1]  # "last": the on-time one overtook the late one ...
+    assert late.finish_ns <= 1.03 * line_ns(2 * mb, rate)  # ... which used the NIC before and after
+    assert SafsConfig(late_transfers="last", slack_thresholds_ns=(5_000, 10**5)).late_below_ns == 5_000
+    assert SafsConfig(late_transfers="last").late_below_ns == 0 and SafsConfig().late_below_ns is None
 
 
 def test_send_scheduler_lets_a_less_urgent_dependency_use_what_the_urgent_grant_leaves() -> None:

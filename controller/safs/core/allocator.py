@@ -179,6 +179,18 @@ class AllocatorConfig(ConfigModel):
         slack_thresholds_ns: 4 strictly increasing signed slack thresholds (ns) separating the
             5 slack classes 6..2 (BRIEF, "Queues"): class 6 below the first (default 0 = late),
             class 2 at or above the last. Default (0, 100 µs, 1 ms, 10 ms).
+        late_transfers: where the switches' slack classes put a transfer whose slack is below
+            the first threshold (with the default 0: it cannot meet its no-bubble timestamp even
+            at line rate). ``"first"`` (default): in class 6, before every on-time transfer,
+            which keeps the largest lateness small; right when a late transfer holds up a
+            pipeline stage or a collective step. ``"last"``: in class 2, after every on-time
+            transfer (the other classes move up one: [t0, t1) is class 6 .. slack >= t3 class
+            3), and the SAFS host sends it after its on-time dependencies: fewer transfers miss
+            (a late one no longer takes the capacity of those that can still make it; Moore and
+            Hodgson's rule for the fewest late jobs puts them last too) while the late ones are
+            later; for independent transfers whose count of misses is the metric
+            (docs/evaluation.md, "Late transfers last"). Only the slack classes (share grants)
+            and the SAFS host's send order use it: ``grant_mode: per-transfer`` rejects "last".
         urgency: ``"deadline"`` (EDF order, default) or ``"latest_start"`` (least laxity).
         urgency_quantum_ns: resolution, in ns (>= 1), of "most urgent first": pipeline flows
             whose time to deadline falls in the same quantum are equally urgent and share
@@ -200,6 +212,7 @@ class AllocatorConfig(ConfigModel):
     resend_fraction: float = Field(0.1, ge=0, le=1)
     line_rate_bps: int = Field(100_000_000_000, ge=1, le=RATE_BPS_MAX)
     slack_thresholds_ns: _SlackThresholds = (0, 100_000, 1_000_000, 10_000_000)
+    late_transfers: Literal["first", "last"] = "first"
     urgency: Literal[URGENCY_ORDERS] = "deadline"  # type: ignore[valid-type]  # Literal of a tuple constant: valid at run time
     urgency_quantum_ns: int = Field(100_000, ge=1, le=SLACK_MAX_NS)
 
@@ -283,20 +296,25 @@ class SlackKeyRange:
     qclass: int
 
 
-def slack_class_table(thresholds_ns: tuple[int, ...]) -> list[SlackClassRange]:
+def slack_class_table(thresholds_ns: tuple[int, ...], late_transfers: str = "first") -> list[SlackClassRange]:
     """Slack classes for the dataplane, covering all signed 48-bit slack without gaps/overlaps.
 
     Args:
         thresholds_ns: 4 strictly increasing thresholds ``t0 < t1 < t2 < t3`` (validated by
             :class:`AllocatorConfig`).
+        late_transfers: ``"first"`` or ``"last"`` (:class:`AllocatorConfig`).
 
     Returns:
-        5 ranges, most urgent first: class 6 for slack < t0 (t0 = 0: late), 5 for [t0, t1),
-        4 for [t1, t2), 3 for [t2, t3), 2 for slack >= t3 (queue map: BRIEF, "Queues";
-        ``safs.core.protocol.SLACK_QUEUES``).
+        5 ranges, by slack: with ``"first"`` class 6 for slack < t0 (t0 = 0: late), 5 for
+        [t0, t1), 4 for [t1, t2), 3 for [t2, t3), 2 for slack >= t3 (queue map: BRIEF,
+        "Queues"; ``safs.core.protocol.SLACK_QUEUES``); with ``"last"`` class 2 for slack < t0
+        and 6, 5, 4, 3 for the others.
     """
     bounds = [SLACK_MIN_NS, *thresholds_ns, SLACK_MAX_NS + 1]
-    return [SlackClassRange(bounds[i], bounds[i + 1] - 1, qclass) for i, qclass in enumerate(protocol.SLACK_QUEUES)]
+    queues = protocol.SLACK_QUEUES
+    if late_transfers == "last":
+        queues = (queues[-1], *queues[:-1])
+    return [SlackClassRange(bounds[i], bounds[i + 1] - 1, qclass) for i, qclass in enumerate(queues)]
 
 
 def key_ranges(table: list[SlackClassRange]) -> list[SlackKeyRange]:
@@ -502,7 +520,7 @@ class Allocator:
 
     def slack_class_table(self) -> list[SlackClassRange]:
         """Slack class ranges for the configured thresholds (see :func:`slack_class_table`)."""
-        return slack_class_table(self._cfg.slack_thresholds_ns)
+        return slack_class_table(self._cfg.slack_thresholds_ns, self._cfg.late_transfers)
 
     def key_ranges(self) -> list[SlackKeyRange]:
         """Unsigned 48-bit key ranges of :meth:`slack_class_table` (see :func:`key_ranges`)."""

@@ -330,6 +330,10 @@ class SchedulerConfig(ConfigModel):
         if self.background_share_max is not None and self.background_share_max < self.background_share:
             raise FieldError("background_share_max", f"must be >= background_share ({self.background_share:g}), "
                              f"got {self.background_share_max:g}")
+        if self.grant_mode == "per-transfer" and self.allocator.late_transfers != "first":
+            # the per-transfer allocator orders by deadline only: "last" would be ignored there
+            raise FieldError("allocator.late_transfers", "must be 'first' with grant_mode 'per-transfer', "
+                             f"got {self.allocator.late_transfers!r}")
         return self
 
     def meter_for(self, slot: int, rate_bps: int) -> MeterConfig:

@@ -194,6 +194,11 @@ class SafsConfig(ConfigModel):
             head transfer's slack falls below one of them before its next DATA would leave
             sends a REQUEST at that moment, so the receiver's ToR sees it become more urgent
             then and not one (slow) packet later (:meth:`SafsDependency._arm_urgency_signal`).
+        late_transfers: ``"first"`` (default) or ``"last"``: the allocator's ``late_transfers``.
+            With ``"last"`` the :class:`SendScheduler` sends a dependency whose head transfer's
+            slack is below the first of ``slack_thresholds_ns`` (0 if there are none: it cannot
+            meet its no-bubble timestamp even at line rate) after the host's other dependencies,
+            as the switches' slack classes then do.
 
     Raises:
         InvalidInput: a field out of its range (``mtu_bytes`` in MIN_MTU_BYTES..65535; rates and
@@ -216,12 +221,21 @@ class SafsConfig(ConfigModel):
     send_order: Literal["urgency", "fifo"] = "urgency"
     urgency_quantum_ns: int = Field(100_000, gt=0)
     slack_thresholds_ns: tuple[int, ...] = ()
+    late_transfers: Literal["first", "last"] = "first"
 
     @model_validator(mode="after")
     def _rto_max_covers_rto(self) -> SafsConfig:
         if self.rto_max_ns < self.rto_ns:
             raise FieldError("rto_max_ns", f"must be an integer >= rto_ns ({self.rto_ns}), got {self.rto_max_ns!r}")
         return self
+
+    @cached_property
+    def late_below_ns(self) -> int | None:
+        """The :class:`SendScheduler`'s ``late_below_ns``: None with ``late_transfers`` "first",
+        else the first slack threshold (0 without thresholds), ns."""
+        if self.late_transfers == "first":
+            return None
+        return self.slack_thresholds_ns[0] if self.slack_thresholds_ns else 0
 
     @cached_property
     def segment_bytes(self) -> int:
@@ -250,7 +264,9 @@ class SendScheduler:
     own pacer) and, whenever several are due to send and the NIC is busy, the most urgent goes
     first: earliest no-bubble timestamp, at the resolution of ``urgency_quantum_ns`` (the
     allocator's urgency quantum, docs/design.md), then the fewest bytes left to send (SRPT),
-    then the order they became due. So spare capacity finishes transfers early in EDF order and
+    then the order they became due (with ``late_below_ns`` set, a head transfer whose slack is
+    below it, a late one, comes after all the others: ``SafsConfig.late_transfers`` "last").
+    So spare capacity finishes transfers early in EDF order and
     equally urgent ones one after another, as Homa's sender does by SRPT (Montazeri et al.,
     SIGCOMM 2018, section 3.4), and the host's own queue stays about one packet deep.
 
@@ -265,18 +281,22 @@ class SendScheduler:
         clock: the endpoint's time and timers.  line_rate_bps: the NIC's rate, bit/s (> 0).
         urgency_quantum_ns: deadlines this close are equally urgent (> 0).
         burst_bytes: wire bytes the NIC may hold beyond the line rate (>= 0).
+        late_below_ns: slack, ns, below which a head transfer is late and goes last (None:
+            lateness does not change the order; :attr:`SafsConfig.late_below_ns`).
     """
 
-    __slots__ = ("clock", "line_rate", "quantum", "ahead_ns", "free_at_ns", "waiting", "order", "turn",
-                 "wake_pending", "active")
+    __slots__ = ("clock", "line_rate", "quantum", "late_below", "ahead_ns", "free_at_ns", "waiting", "order",
+                 "turn", "wake_pending", "active")
 
-    def __init__(self, clock: Clock, line_rate_bps: int, urgency_quantum_ns: int, burst_bytes: int = 0) -> None:
+    def __init__(self, clock: Clock, line_rate_bps: int, urgency_quantum_ns: int, burst_bytes: int = 0,
+                 late_below_ns: int | None = None) -> None:
         self.clock = clock
         self.line_rate = line_rate_bps
         self.quantum = urgency_quantum_ns
+        self.late_below = late_below_ns
         self.ahead_ns = burst_bytes * 8 * NS_PER_S // line_rate_bps  # how far free_at_ns may lead now
         self.free_at_ns = 0
-        self.waiting: list[tuple[int, int, int, SafsDependency]] = []
+        self.waiting: list[tuple[bool, int, int, int, SafsDependency]] = []
         self.order = 0
         self.turn: SafsDependency | None = None  # the dependency called back, allowed one packet
         self.wake_pending = False
@@ -298,7 +318,8 @@ class SendScheduler:
         if not dep.sched_waiting:
             dep.sched_waiting = True
             self.order += 1
-            heappush(self.waiting, (head.no_bubble // self.quantum, head.remaining_unsent(), self.order, dep))
+            late = self.late_below is not None and head.latest_start_key() - now < self.late_below
+            heappush(self.waiting, (late, head.no_bubble // self.quantum, head.remaining_unsent(), self.order, dep))
         self._arm(now)
         return False
 
@@ -317,7 +338,7 @@ class SendScheduler:
         self.wake_pending = False
         now = self.clock.now
         while self.waiting and now + self.ahead_ns >= self.free_at_ns:
-            dep = heappop(self.waiting)[3]
+            dep = heappop(self.waiting)[-1]
             dep.sched_waiting = False
             self.turn = dep
             dep._turn()
@@ -431,18 +452,19 @@ class SafsDependency:
             self._schedule_pace(self.clock.now)
 
     def _head(self) -> SafsSender | None:
-        """The most urgent transfer with data: earliest latest start (the only one, mostly)."""
+        """The most urgent transfer with data: earliest latest start (the only one, mostly); with
+        ``late_transfers`` "last", a late one (slack below ``late_below_ns``) only if all are, so
+        a late transfer does not hold up an on-time one of its dependency."""
         best: SafsSender | None = None
-        best_key = 0
+        best_key = (False, 0)
+        late_below = self.cfg.late_below_ns
+        now = self.clock.now
         for t in self.transfers:
             if not t.has_data():
                 continue
-            if best is None:
-                best = t
-                best_key = t.latest_start_key()
-                continue
-            key = t.latest_start_key()
-            if key < best_key:
+            start = t.latest_start_key()
+            key = (late_below is not None and start - now < late_below, start)
+            if best is None or key < best_key:
                 best, best_key = t, key
         return best
 

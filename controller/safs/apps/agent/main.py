@@ -71,7 +71,8 @@ class Agent:
         self.events: list[dict[str, Any]] = []
         self.cfg = emu_config(args.default_rate_bps, args.mtu_bytes, args.unscheduled_bytes,
                               args.grant_poll_ns, args.reorder_window_ns, args.rto_ns, args.pace_burst_bytes,
-                              args.urgency_quantum_ns, tuple(args.slack_thresholds_ns), args.grant_poll_backoff)
+                              args.urgency_quantum_ns, tuple(args.slack_thresholds_ns), args.grant_poll_backoff,
+                              args.late_transfers)
         with _naming(f"--ip {args.ip}: SAFS UDP socket"):
             self.safs = SafsEndpoint(self.loop, args.ip, self.cfg, args.line_rate_bps,
                                      self._sender_done("safs"), self._receiver_done("safs"),
@@ -453,6 +454,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="NS,NS,...",
         help="the switches' slack-class thresholds, ascending (the scheduler's allocator.slack_thresholds_ns); "
              "a waiting sender sends a REQUEST when its slack crosses one (default: none)",
+    )
+    p.add_argument(
+        "--late-transfers",
+        choices=("first", "last"),
+        default="first",
+        help="'last': send a dependency whose head transfer's slack is below the first slack threshold after "
+             "the others (the scheduler's allocator.late_transfers; default: first)",
     )
     p.add_argument(
         "--pace-burst-bytes",

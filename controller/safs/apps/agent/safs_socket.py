@@ -51,7 +51,7 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
                rto_ns: int = RTO_NS, burst_bytes: int | None = None,
                urgency_quantum_ns: int = SafsConfig().urgency_quantum_ns,
                slack_thresholds_ns: tuple[int, ...] = (),
-               grant_poll_backoff: int = 1) -> SafsConfig:
+               grant_poll_backoff: int = 1, late_transfers: str = "first") -> SafsConfig:
     """The simulator's :class:`SafsConfig` with time constants scaled to an emulated fabric.
 
     Mininet links with BMv2 switches have RTTs of about 1 ms (software switches, tens of Mbit/s)
@@ -65,7 +65,8 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
     (3/4), ``reorder_segments`` (1), ``nack_max_segments`` (128) are the simulator's;
     ``urgency_quantum_ns``, the send scheduler's deadline resolution, and
     ``slack_thresholds_ns``, the switches' slack classes (for urgency signals; empty: none),
-    are the scenario's allocator settings (the Mininet target passes them). Polls back off up
+    are the scenario's allocator settings, as is ``late_transfers`` (the Mininet target passes
+    them). Polls back off up
     to ``grant_poll_backoff`` times ``grant_poll_ns`` (default 1: a fixed period); the Mininet
     target passes the simulator's: 16 for dependency senders, 1 for the per-transfer design.
 
@@ -77,7 +78,8 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
                       reorder_window_ns=reorder_window_ns, rto_ns=rto_ns,
                       rto_max_ns=max(500_000_000, rto_ns), unscheduled_bytes=unscheduled_bytes,
                       burst_bytes=max(1, burst), urgency_quantum_ns=urgency_quantum_ns,
-                      slack_thresholds_ns=slack_thresholds_ns, grant_poll_backoff=grant_poll_backoff)
+                      slack_thresholds_ns=slack_thresholds_ns, grant_poll_backoff=grant_poll_backoff,
+                      late_transfers=late_transfers)
 
 
 @dataclass
@@ -229,7 +231,8 @@ class SafsEndpoint:
         self.senders: dict[int, SafsSender] = {}
         self.dependencies: dict[int, SafsDependency] = {}  # dep_id -> its sender side
         # the host's dependencies share its NIC through one send scheduler (SafsConfig.send_order)
-        self.scheduler = (SendScheduler(self.clock, line_rate_bps, config.urgency_quantum_ns, config.burst_bytes)
+        self.scheduler = (SendScheduler(self.clock, line_rate_bps, config.urgency_quantum_ns, config.burst_bytes,
+                                        config.late_below_ns)
                           if config.send_order == "urgency" else None)
         self.receivers: dict[int, SafsReceiver] = {}
         self.unknown: dict[int, list[Packet]] = {}  # flow -> DATA that came before its expect

@@ -425,9 +425,11 @@ def start_agents(
                 str(sim_config.safs_rto_ns),
                 "--urgency-quantum-ns",
                 str(sched.allocator.urgency_quantum_ns),
-                "--slack-thresholds-ns",
-                ",".join(str(t) for t in sched.allocator.slack_thresholds_ns)
-                if sched.slack_classes and sched.grant_mode == "share" else "",
+                # one argument: a first threshold below 0 would read as an option
+                "--slack-thresholds-ns=" + (",".join(str(t) for t in sched.allocator.slack_thresholds_ns)
+                                            if sched.slack_classes and sched.grant_mode == "share" else ""),
+                "--late-transfers",
+                sched.allocator.late_transfers,
                 "--log",
                 str(logf),
             ]

@@ -138,7 +138,8 @@ class SafsFlows(DctcpFlows):
             return None
         found = self.schedulers.get(src.name)
         if found is None:
-            found = self.schedulers[src.name] = SendScheduler(sim.engine, src.nic.rate_bps, cfg.urgency_quantum_ns)
+            found = self.schedulers[src.name] = SendScheduler(
+                sim.engine, src.nic.rate_bps, cfg.urgency_quantum_ns, late_below_ns=cfg.late_below_ns)
         return found
 
     def dependency(self, sim: SimRun, spec: FlowSpec, src: Host, dst: Host) -> SafsDependency | None:

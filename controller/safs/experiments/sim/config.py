@@ -168,7 +168,8 @@ class SimConfig(ConfigModel):
                           grant_poll_ns=self.safs_grant_poll_ns, reorder_window_ns=self.safs_reorder_window_ns,
                           unscheduled_bytes=sched.unscheduled_bytes,
                           urgency_quantum_ns=sched.allocator.urgency_quantum_ns,
-                          slack_thresholds_ns=tuple(sched.allocator.slack_thresholds_ns) if sched.slack_classes else ())
+                          slack_thresholds_ns=tuple(sched.allocator.slack_thresholds_ns) if sched.slack_classes else (),
+                          late_transfers=sched.allocator.late_transfers)
 
     def dctcp_config(self) -> DctcpConfig:
         """The DCTCP settings (``sim.dctcp`` with the MTU).
