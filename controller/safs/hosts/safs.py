@@ -195,10 +195,11 @@ class SafsConfig(ConfigModel):
             sends a REQUEST at that moment, so the receiver's ToR sees it become more urgent
             then and not one (slow) packet later (:meth:`SafsDependency._arm_urgency_signal`).
         late_transfers: ``"first"`` (default) or ``"last"``: the allocator's ``late_transfers``.
-            With ``"last"`` the :class:`SendScheduler` sends a dependency whose head transfer's
-            slack is below the first of ``slack_thresholds_ns`` (0 if there are none: it cannot
-            meet its no-bubble timestamp even at line rate) after the host's other dependencies,
-            as the switches' slack classes then do.
+            With ``"last"`` a transfer whose slack is below the first of ``slack_thresholds_ns``
+            (0 if there are none: it cannot meet its no-bubble timestamp even at line rate) is
+            late: a dependency sends its on-time transfers first (its head), and the
+            :class:`SendScheduler` sends a dependency whose head is late after the host's other
+            dependencies, as the switches' slack classes then do.
 
     Raises:
         InvalidInput: a field out of its range (``mtu_bytes`` in MIN_MTU_BYTES..65535; rates and
