@@ -11,7 +11,13 @@ from star import AllAtZero, star  # the shared one-switch test topology
 
 from safs.core import p4names as n
 from safs.core.errors import InvalidInput
-from safs.core.protocol import QUEUE_CONTROL, QUEUE_OVER_RATE, QUEUE_SLACK_LEAST_URGENT, MsgType
+from safs.core.protocol import (
+    QUEUE_CONTROL,
+    QUEUE_OVER_RATE,
+    QUEUE_SLACK_LEAST_URGENT,
+    QUEUE_SLACK_MOST_URGENT,
+    MsgType,
+)
 from safs.core.scheduler import SchedulerConfig
 from safs.experiments.policies import POLICIES
 from safs.experiments.sim.backend import simulate
@@ -91,7 +97,7 @@ def share_grants(sim) -> list:
 
 
 def test_policies_registered() -> None:
-    assert {"safs-no-grants", "safs-no-classes", "safs-per-transfer"} <= set(POLICIES)
+    assert {"safs-no-grants", "safs-no-classes", "safs-per-transfer", "safs-late-last"} <= set(POLICIES)
 
 
 def test_safs_uses_several_slack_classes_and_dependency_grants(runs) -> None:
@@ -155,6 +161,43 @@ def test_per_transfer_hints_and_grants_every_transfer_on_the_runs_clock(runs) ->
     assert len(data_queues(seen) & SLACK_QUEUES) >= 2
     assert sim.binding.deps == {}  # every transfer is its own dependency (transfer_dep_id) ...
     assert sim.binding.safs_cfg.grant_poll_ns == 10_000  # ... and waiting senders poll, as first built
+
+
+def late_and_on_time(policy: str) -> tuple[Simulation, dict[str, set[int]], dict[str, int]]:
+    """h1 sends 1 MB to h0 due at 10 µs (late from its first byte), h2 1 MB due at 1 ms; returns
+    the run, the queues each one's DATA took at the ToR towards h0 and their finish times (ns)."""
+    sim = Simulation(star(3), policy, 1, SimConfig(max_time_ns=20_000 * US))
+    tor = sim.network.switches["tor0"]
+    rx_port, ingress = sim.topology.port_of("tor0", "h0"), tor._ingress
+    src = {sim.topology.host_ip(h): h for h in ("h1", "h2")}
+    queues: dict[str, set[int]] = {"h1": set(), "h2": set()}
+
+    def recording(pkt, in_port):
+        out = ingress(pkt, in_port)
+        for port, q in out:
+            if port == rx_port and q.safs_type == DATA and q.src in src:
+                queues[src[q.src]].add(q.priority)
+        return out
+
+    tor._ingress = recording
+    res = sim.run(AllAtZero([FlowSpec("h1", "h0", 1_000_000, 10 * US, "late"),
+                             FlowSpec("h2", "h0", 1_000_000, 1_000 * US, "on-time")]))
+    finish = {f.sender: f.finish_ns for f in res.flows}
+    return sim, queues, finish
+
+
+def test_late_last_serves_a_late_transfer_after_an_on_time_one_at_switch_and_host() -> None:
+    """"safs" sends a transfer that is late from its first byte in queue 6, ahead of an on-time
+    one; "safs-late-last" in queue 2, behind it, so the on-time one finishes first. Switches and
+    hosts see the policy's allocator setting; the scenario's other allocator settings stay."""
+    safs, q_safs, t_safs = late_and_on_time("safs")
+    late, q_late, t_late = late_and_on_time("safs-late-last")
+    assert [r.qclass for r in safs.scheduler.allocator.slack_class_table()] == [6, 5, 4, 3, 2]
+    assert [r.qclass for r in late.scheduler.allocator.slack_class_table()] == [2, 6, 5, 4, 3]
+    assert late.scheduler.config.allocator.slack_thresholds_ns == safs.scheduler.config.allocator.slack_thresholds_ns
+    assert late.binding.safs_cfg.late_below_ns == 0 and safs.binding.safs_cfg.late_below_ns is None
+    assert QUEUE_SLACK_MOST_URGENT in q_safs["h1"] and t_safs["h1"] < t_safs["h2"]
+    assert q_late["h1"] <= {QUEUE_SLACK_LEAST_URGENT, QUEUE_OVER_RATE} and t_late["h2"] < t_late["h1"]
 
 
 def test_scheduler_flags_are_checked_and_listed() -> None:

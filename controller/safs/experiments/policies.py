@@ -38,7 +38,9 @@ class Policy:
         hinted: pipeline flows are announced to, activated by and completed at the scheduler
             (the SAFS family); otherwise the scheduler only installs routes and ECN settings.
         scheduler_overrides: :class:`safs.core.scheduler.SchedulerConfig` fields this policy
-            sets (the SAFS ablations switch one half of SAFS off).
+            sets (the SAFS ablations switch one half of SAFS off); ``allocator`` is a mapping of
+            :class:`safs.core.allocator.AllocatorConfig` fields merged into the scenario's, which
+            the hosts see too (``safs-late-last``).
         sim: the simulator binding class (None for the fluid reference).
         fluid: run by the flow-level EDF oracle (:mod:`safs.experiments.sim.oracle`), not packets.
         mininet_transport: the host agent's transport for pipeline flows on Mininet
@@ -78,6 +80,9 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
            scheduler_overrides={"slack_classes": False}, sim=SafsFlows),
     Policy("safs-no-holder", "SAFS ablation: no port holder (equally urgent sole dependencies share the port)",
            hinted=True, scheduler_overrides={"holder_idle_ns": 0}, sim=SafsFlows),
+    Policy("safs-late-last", "SAFS variant: late transfers after on-time ones (allocator.late_transfers last: "
+           "fewer misses, later late transfers)", hinted=True,
+           scheduler_overrides={"allocator": {"late_transfers": "last"}}, sim=SafsFlows),
 )}
 
 

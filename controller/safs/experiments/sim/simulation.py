@@ -75,6 +75,11 @@ class Simulation(EngineWorkloadHost):
         if pol.sim is None:
             raise InvalidInput("policy", f"{pol.name!r} is a fluid model, not a packet-level Simulation: "
                                "run it with simulate() or safs.experiments.sim.oracle.OracleNetwork")
+        overrides = dict(pol.scheduler_overrides)
+        if "allocator" in overrides:  # the hosts use allocator settings too: into the run's config
+            sched = config.scheduler
+            allocator = {**sched.get("allocator", {}), **overrides.pop("allocator")}
+            config = config.replace(scheduler={**sched, "allocator": allocator})
         self.topology = topology
         self.policy = pol.name
         self.config = config
@@ -84,8 +89,8 @@ class Simulation(EngineWorkloadHost):
                                                float(config.buffer_dt_alpha), self.binding.make_port())
         self.stats = TransportStats()
         sched_cfg = config.scheduler_config(topology)
-        if pol.scheduler_overrides:  # an ablation switches one half of SAFS off
-            sched_cfg = sched_cfg.replace(**pol.scheduler_overrides)
+        if overrides:  # an ablation switches one half of SAFS off
+            sched_cfg = sched_cfg.replace(**overrides)
         self.plane = SimControlPlane(self.engine, config.profile())
         targets = {name: self.plane.target(name, sw.pipeline) for name, sw in self.network.switches.items()}
         self.scheduler = Scheduler(topology, targets, sched_cfg)
