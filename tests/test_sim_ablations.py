@@ -163,10 +163,12 @@ def test_per_transfer_hints_and_grants_every_transfer_on_the_runs_clock(runs) ->
     assert sim.binding.safs_cfg.grant_poll_ns == 10_000  # ... and waiting senders poll, as first built
 
 
-def late_and_on_time(policy: str) -> tuple[Simulation, dict[str, set[int]], dict[str, int]]:
+def late_and_on_time(policy: str, scheduler: dict | None = None,
+                     ) -> tuple[Simulation, dict[str, set[int]], dict[str, int]]:
     """h1 sends 1 MB to h0 due at 10 µs (late from its first byte), h2 1 MB due at 1 ms; returns
-    the run, the queues each one's DATA took at the ToR towards h0 and their finish times (ns)."""
-    sim = Simulation(star(3), policy, 1, SimConfig(max_time_ns=20_000 * US))
+    the run, the queues each one's DATA took at the ToR towards h0 and their finish times (ns).
+    ``scheduler``: the scenario's ``scheduler:`` mapping."""
+    sim = Simulation(star(3), policy, 1, SimConfig(max_time_ns=20_000 * US, scheduler=scheduler or {}))
     tor = sim.network.switches["tor0"]
     rx_port, ingress = sim.topology.port_of("tor0", "h0"), tor._ingress
     src = {sim.topology.host_ip(h): h for h in ("h1", "h2")}
@@ -191,10 +193,10 @@ def test_late_last_serves_a_late_transfer_after_an_on_time_one_at_switch_and_hos
     one; "safs-late-last" in queue 2, behind it, so the on-time one finishes first. Switches and
     hosts see the policy's allocator setting; the scenario's other allocator settings stay."""
     safs, q_safs, t_safs = late_and_on_time("safs")
-    late, q_late, t_late = late_and_on_time("safs-late-last")
+    late, q_late, t_late = late_and_on_time("safs-late-last", {"allocator": {"urgency_quantum_ns": 50_000}})
     assert [r.qclass for r in safs.scheduler.allocator.slack_class_table()] == [6, 5, 4, 3, 2]
     assert [r.qclass for r in late.scheduler.allocator.slack_class_table()] == [2, 6, 5, 4, 3]
-    assert late.scheduler.config.allocator.slack_thresholds_ns == safs.scheduler.config.allocator.slack_thresholds_ns
+    assert late.scheduler.config.allocator.urgency_quantum_ns == late.binding.safs_cfg.urgency_quantum_ns == 50_000
     assert late.binding.safs_cfg.late_below_ns == 0 and safs.binding.safs_cfg.late_below_ns is None
     assert QUEUE_SLACK_MOST_URGENT in q_safs["h1"] and t_safs["h1"] < t_safs["h2"]
     assert q_late["h1"] <= {QUEUE_SLACK_LEAST_URGENT, QUEUE_OVER_RATE} and t_late["h2"] < t_late["h1"]
