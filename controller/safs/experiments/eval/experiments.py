@@ -206,17 +206,18 @@ def _verdict_collective(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _verdict_fabric(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (offered load, deadline factor) grid point: SAFS misses no more transfers than Homa
-    (the allocation issue's target)."""
+    (the allocation issue's target); then the same for the variant ``safs-late-last``, if run."""
     out = []
-    for r in rows:
-        if r["policy"] != "safs":
-            continue
-        homa = next((x for x in rows if x["policy"] == "homa" and x["offered_load"] == r["offered_load"]
-                     and x["deadline_factor"] == r["deadline_factor"]), None)
-        if homa is None:
-            continue
-        out.append(_no_more_misses(f"load {r['offered_load']}, deadline x{r['deadline_factor']}: SAFS misses <= "
-                                   "Homa's", r, homa, "<= Homa (allocation issue)"))
+    for policy, name in (("safs", "SAFS"), ("safs-late-last", "safs-late-last")):
+        for r in rows:
+            if r["policy"] != policy:
+                continue
+            homa = next((x for x in rows if x["policy"] == "homa" and x["offered_load"] == r["offered_load"]
+                         and x["deadline_factor"] == r["deadline_factor"]), None)
+            if homa is None:
+                continue
+            out.append(_no_more_misses(f"load {r['offered_load']}, deadline x{r['deadline_factor']}: {name} misses "
+                                       "<= Homa's", r, homa, "<= Homa (allocation issue)"))
     return out
 
 
