@@ -255,6 +255,12 @@ def _control(src: int, dst: int, sport: int, dport: int, msg: int, flow_id: int,
     return pkt
 
 
+def _is_late(latest_start_ns: int, now_ns: int, late_below_ns: int | None) -> bool:
+    """A transfer with this latest start (host clock, ns) is late at ``now_ns``: its slack is
+    below ``late_below_ns`` (``SafsConfig.late_below_ns``; None: nothing counts as late)."""
+    return late_below_ns is not None and latest_start_ns - now_ns < late_below_ns
+
+
 class SendScheduler:
     """A host's sender-side scheduler: which of its dependencies sends the next DATA packet.
 
@@ -319,7 +325,7 @@ class SendScheduler:
         if not dep.sched_waiting:
             dep.sched_waiting = True
             self.order += 1
-            late = self.late_below is not None and head.latest_start_key() - now < self.late_below
+            late = _is_late(head.latest_start_key(), now, self.late_below)
             heappush(self.waiting, (late, head.no_bubble // self.quantum, head.remaining_unsent(), self.order, dep))
         self._arm(now)
         return False
@@ -464,7 +470,7 @@ class SafsDependency:
             if not t.has_data():
                 continue
             start = t.latest_start_key()
-            key = (late_below is not None and start - now < late_below, start)
+            key = (_is_late(start, now, late_below), start)
             if best is None or key < best_key:
                 best, best_key = t, key
         return best
