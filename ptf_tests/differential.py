@@ -32,7 +32,8 @@ class, LAST of the top class), with the push rule's boundaries, a load above the
 class entry giving queue 7, a dependency's DATA to another receiver port and the port holder
 (two sole dependencies taking, waiting for, preempting and releasing the port): every GRANT's rate
 and epoch compared, and each rate checked against the scheduler's entry for the expected
-(mode, load).
+(mode, load). With ``top_overcommit`` 2 the scheduler's ``top_boost`` entries are on both
+targets; steps are far apart, so every window is silent and no entry applies.
 
 Time: the switch clock is learned from a GRANT (as ptf_tests/slack.py): a REQUEST of a
 dependency without an entry is sent at t0, its GRANT (timestamp T) received at t1. A packet
@@ -524,8 +525,10 @@ class ShareDifferentialTest(DiffTestBase):
     grant of each GRANT that reaches them (sender rule 2) and send it in their DATA."""
 
     def runTest(self) -> None:
+        # top_overcommit: the scheduler's top_boost entries go to both targets too; every window
+        # here is silent (0 top-class bytes), which no entry covers, so no share is raised.
         cfg = SchedulerConfig(default_rate_bps=10**9, unscheduled_bytes=0, holder_release_bytes=HOLD_RELEASE,
-                              allocator=AllocatorConfig(slack_thresholds_ns=SHARE_THRESHOLDS_NS))
+                              allocator=AllocatorConfig(slack_thresholds_ns=SHARE_THRESHOLDS_NS), top_overcommit=2.0)
         try:
             self.start(cfg, "10Gbps")
             # name -> (host, dep_id, slack of its packets unless a step says otherwise, flags)

@@ -134,6 +134,7 @@ class Book:
         self.gen = 0
         self.loads = loads
         self.level = 1  # the spare level waiting shares are multiplied by (no spare_level entry: 1)
+        self.boost = 256  # top_boost, in 1/256, of a top-class share at a load >= 2 (no entry: 256)
         # In-link 1 (PORT_SENDER, no host_port entry): the slots counted there (every dependency
         # whose last packet came in on it), its link_share entries (mode, load) -> rate and level.
         self.on_link: set[int] = set()
@@ -179,6 +180,8 @@ class Book:
         rate = None if key is None else share_rate(*key, loads=self.loads)
         if rate is not None and key is not None and key[0] == WAITING:
             rate *= self.level
+        elif rate is not None and key is not None and key[1] >= 2:
+            rate = rate * self.boost >> 8
         link_key = self.key(dep, link=True) if dep.slot in self.on_link else None
         link_rate = self.link.get(link_key) if link_key is not None else None
         if rate is not None and link_rate is not None:  # the smaller of the two shares
@@ -530,6 +533,32 @@ class ShareSpareTest(ShareTestBase):
         self.book.level = 5
         self.assertEqual(self.request(b, MID, (WAITING, 1), what="B waits, the entry says level 5")[0], 5 * Q)
         self.last((a, LATE), (b, MID), what="end")
+        self.expect_nothing()
+
+
+class ShareTopBoostTest(ShareTestBase):
+    """Top-class overcommit (``top_boost``): a top-class share (ALONE or TOP) of a load of 2 or
+    more is multiplied by boost / 256 of the range holding the port's top-class DATA bytes of
+    the last window (REQUESTs only: 0 bytes); no range: x1. A load of 1 and a waiting share
+    are not raised."""
+
+    def runTest(self) -> None:
+        a, b = A1, A2
+        self.start([a, b])
+        self.request(a, MID, (ALONE, 1), what="A alone")
+        self.request(b, MID, (ALONE, 2), what="B shares with A: no top_boost entry, x1")
+        idle = {n.F_EGRESS_PORT: PORT_RECEIVER, n.F_TOP_BYTES: Range(0, 0)}
+        self.insert(n.TOP_BOOST, idle, n.ACT_SET_TOP_BOOST, {"boost": 448}, priority=1)
+        self.book.boost = 448
+        self.assertEqual(self.request(b, MID, (ALONE, 2), what="B: x 448 / 256")[0], R // 2 * 448 >> 8)
+        self.request(a, LATE, (TOP, 1), what="A late: load 1, not raised")
+        self.assertEqual(self.request(b, MID, (WAITING, 1), what="B waits: not raised")[0], Q)
+        self.request(a, MID, (ALONE, 2), what="A back in B's class")
+        self.modify(n.TOP_BOOST, idle, n.ACT_SET_TOP_BOOST, {"boost": 300}, priority=1)
+        self.book.boost = 300
+        self.assertEqual(self.request(b, MID, (ALONE, 2), what="B: the entry says x 300 / 256")[0],
+                         R // 2 * 300 >> 8)
+        self.last((a, MID), (b, MID), what="end")
         self.expect_nothing()
 
 

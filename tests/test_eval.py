@@ -291,18 +291,20 @@ def test_ablation_verdict_passes_only_when_safs_misses_no_more_than_each_ablatio
     assert [v["pass"] for v in exp.verdict([row("safs", 3), row("safs-no-grants", 1)])] == [False]
 
 
-def test_fabric_verdict_judges_safs_then_the_late_last_variant_against_homa_per_grid_point() -> None:
+def test_fabric_verdict_judges_safs_then_its_variants_against_homa_per_grid_point() -> None:
     exp = EXPERIMENTS["fabric"]
 
     def row(policy: str, load: float, misses: float) -> dict:
         return {"policy": policy, "offered_load": load, "deadline_factor": 2.0, "pipeline_deadline_misses_mean": misses}
 
     rows = [row("safs", 0.3, 80), row("safs-late-last", 0.3, 40), row("homa", 0.3, 42),
-            row("safs", 0.9, 10), row("homa", 0.9, 10), row("safs-late-last", 0.6, 1)]  # no homa at 0.6
+            row("safs", 0.9, 10), row("homa", 0.9, 10), row("safs-late-last", 0.6, 1),  # no homa at 0.6
+            row("safs-overcommit", 0.9, 11)]
     assert [(v["check"], v["pass"]) for v in exp.verdict(rows)] == [
         ("load 0.3, deadline x2.0: SAFS misses <= Homa's", False),
         ("load 0.9, deadline x2.0: SAFS misses <= Homa's", True),
-        ("load 0.3, deadline x2.0: safs-late-last misses <= Homa's", True)]
+        ("load 0.3, deadline x2.0: safs-late-last misses <= Homa's", True),
+        ("load 0.9, deadline x2.0: safs-overcommit misses <= Homa's", False)]
 
 
 # ---- options that do not apply, re-runs and --replot -------------------------------------------

@@ -44,7 +44,8 @@ def test_p4names_constants_equal_the_defines_of_the_p4_source() -> None:
     defines = dict(re.findall(r"^#define (\w+) +(\d+)", (P4SRC / "include" / "defines.p4").read_text(), re.M))
     mirrored = {name: getattr(p4names, name) for name in (
         "ECMP_GROUPS", "ECMP_MEMBERS", "MAX_LOAD", "TOP_WINDOW_NS", "DEP_SLOTS", "NUM_PORTS", "QDEPTH_BUCKETS",
-        "CLONE_SESSION_BASE", "TRAFFIC_CLASS_SIZE", "AGGREGATE_METERS", "WEIGHT_BASE_BITS", "WEIGHT_MAX_SHIFT")}
+        "CLONE_SESSION_BASE", "TRAFFIC_CLASS_SIZE", "TOP_BOOST_SIZE", "AGGREGATE_METERS", "WEIGHT_BASE_BITS",
+        "WEIGHT_MAX_SHIFT")}
     mirrored["FINISH_SHIFT_A"], mirrored["FINISH_SHIFT_B"] = p4names.FINISH_SHIFTS
     assert {name: int(defines[name]) for name in mirrored} == mirrored
 

@@ -103,6 +103,31 @@ def test_dependency_counted_at_another_port_gets_the_default_grant() -> None:
     assert sw.read_register(n.CLASS_LOADS[0], 2) == 0
 
 
+def test_top_boost_raises_a_shared_top_class_share_by_the_last_windows_top_bytes() -> None:
+    """top_boost: a top-class share (alone or top) of a load of 2 or more is multiplied by the
+    boost / 256 of the range holding the port's top-class DATA bytes of the last window (no
+    range: x1); a load of 1 and a waiting share are not; the in-link rule is unchanged."""
+    clock = [NOW]
+    sw = switch(clock=clock)
+    sw.write([Update(Op.INSERT, TableEntry(n.TOP_BOOST, {n.F_EGRESS_PORT: 2, n.F_TOP_BYTES: Range(lo, hi)},
+                                           n.ACT_SET_TOP_BOOST, {"boost": boost}, priority=1))
+              for lo, hi, boost in ((1, 999, 512), (1000, 1999, 320))])
+    assert send(sw, MsgType.REQUEST, 1, 500) == (rate(n.SHARE_ALONE, 1), 1, SHARE_LEASE)  # load 1: x1
+    assert send(sw, MsgType.REQUEST, 2, 500)[0] == rate(n.SHARE_ALONE, 2)  # 0 bytes: no range
+    for _ in range(5):  # 710 bytes of the top class in this window
+        send(sw, MsgType.DATA, 1, 500, held=(rate(n.SHARE_ALONE, 2), 2))
+    clock[0] += n.TOP_WINDOW_NS
+    assert send(sw, MsgType.REQUEST, 2, 500)[0] == rate(n.SHARE_ALONE, 2) * 512 >> 8
+    for _ in range(10):  # 1420 bytes
+        send(sw, MsgType.DATA, 1, 500, held=(0, 0))
+    clock[0] += n.TOP_WINDOW_NS
+    assert send(sw, MsgType.REQUEST, 2, 500)[0] == rate(n.SHARE_ALONE, 2) * 320 >> 8
+    # dependency 1 late: the top class (load 1) is not raised, the waiting one is not either
+    assert send(sw, MsgType.REQUEST, 1, -500)[0] == rate(n.SHARE_TOP, 1)
+    assert send(sw, MsgType.REQUEST, 2, 500)[0] == rate(n.SHARE_WAITING, 1)
+    assert sw.read_register(n.PORT_TOP_BYTES, 2) == 1420
+
+
 def test_waiting_dependencies_share_what_the_top_class_left_in_the_last_window() -> None:
     """spare_level: a waiting dependency's rate is the SHARE_WAITING entry times the level of
     the range holding the port's top-class DATA bytes of the last whole TOP_WINDOW_NS (default

@@ -621,6 +621,42 @@ def test_spare_levels_partition_the_top_bytes_of_a_window(waiting_share: float) 
     assert targets["tor1"].entries(n.SPARE_LEVEL) == before
 
 
+@pytest.mark.parametrize("overcommit", [2.0, 1.5, 1.03])
+def test_top_boost_entries_give_min_overcommit_and_usable_over_top_bytes(overcommit: float) -> None:
+    """top_boost of every host port with top_overcommit > 1: for every top-bytes count t in
+    1..U (U the usable rate's bytes per TOP_WINDOW_NS) the boost, in 1/256, is
+    min(overcommit, U / t) rounded down to a 1/16 step; 0 bytes (a silent window) and counts
+    whose step is 1 have no entry (boost 256). Ranges disjoint. Off (1, the default): none."""
+    topo, clock, targets, sched = make(SHARE.replace(top_overcommit=overcommit))
+    steps = int((overcommit - 1) * 16 + 1e-9)
+    for tor in ("tor0", "tor1"):
+        host_ports = [port for port, nb in topo.ports(tor).items() if topo.is_host(nb)]
+        entries = targets[tor].entries(n.TOP_BOOST)
+        assert len(entries) == steps * len(host_ports) and len(entries) <= n.TOP_BOOST_SIZE
+        for port in host_ports:
+            u = sched.allocator.config.usable_bps(topo.host_link_bps(topo.neighbor_at(tor, port)))
+            u = u * n.TOP_WINDOW_NS // 8_000_000_000
+            ranges = sorted((e.match[n.F_TOP_BYTES].low, e.match[n.F_TOP_BYTES].high, e.params["boost"])
+                            for e in entries if e.match[n.F_EGRESS_PORT] == port)
+            assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:]))  # disjoint
+            if not ranges:
+                continue
+            assert ranges[0][0] == 1
+            for low, high, boost in ranges:
+                for top in (low, high):
+                    assert boost == 256 * int(16 * min(overcommit, u / top) + 1e-9) // 16 > 256
+            assert 256 * int(16 * u / (ranges[-1][1] + 1)) // 16 == 256  # above the last range: x1
+    topo, clock, targets, sched = make(SHARE)
+    assert all(t.entries(n.TOP_BOOST) == [] for t in targets.values())
+    for bad in (0.5, 2.5):
+        with pytest.raises(InvalidInput) as err:
+            SchedulerConfig(top_overcommit=bad)
+        assert err.value.field == "config.top_overcommit"
+    with pytest.raises(InvalidInput) as err:
+        SchedulerConfig(grant_mode="per-transfer", top_overcommit=2.0)
+    assert err.value.field == "config.top_overcommit" and "per-transfer" in err.value.message
+
+
 def test_waiting_share_sets_the_reserve_and_is_range_checked() -> None:
     topo, clock, targets, sched = make(SHARE.replace(waiting_share=0.25))
     port = topo.port_of("tor1", "d")

@@ -202,6 +202,48 @@ def test_late_last_serves_a_late_transfer_after_an_on_time_one_at_switch_and_hos
     assert q_late["h1"] <= {QUEUE_SLACK_LEAST_URGENT, QUEUE_OVER_RATE} and t_late["h2"] < t_late["h1"]
 
 
+def busy_sender(policy: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Simulation, dict[int, int], int]:
+    """h2 sends 1 MB to h0 due at 200 µs (flow 1, the most urgent) and 1 MB to h1 due at 2 ms
+    (flow 2); h3 sends 1 MB to h1 due at 2 ms (flow 3). Returns the run, each flow's finish
+    time (ns) and the highest grant (bit/s) flow 3 sent under from 10 µs (both dependencies
+    counted at h1's port by then) until flow 1 finished."""
+    sim = Simulation(star(4), policy, 1, SimConfig(max_time_ns=20_000 * US))
+    sends: list[tuple[int, int, int]] = []  # (flow id, time, grant)
+    send = SafsSender._send_data
+
+    def recording(self, offset, now, last, resent):  # noqa: ANN001, ANN202 - wraps _send_data
+        sends.append((self.flow_id, now, self.dep.rate_bps))
+        return send(self, offset, now, last, resent)
+
+    monkeypatch.setattr(SafsSender, "_send_data", recording)
+    res = sim.run(AllAtZero([FlowSpec("h2", "h0", 1_000_000, 200 * US, "urgent"),
+                             FlowSpec("h2", "h1", 1_000_000, 2_000 * US, "busy"),
+                             FlowSpec("h3", "h1", 1_000_000, 2_000 * US, "free")]))
+    finish = {f.flow_id: f.finish_ns for f in res.flows}
+    assert sorted(finish) == [1, 2, 3] and all(finish.values())
+    return sim, finish, max(rate for flow, t, rate in sends if flow == 3 and 10 * US < t < finish[1])
+
+
+def test_overcommit_lets_a_free_sender_use_what_a_busy_one_leaves_and_the_busy_one_keep_edf(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """h1's port has two top-class dependencies, h2's and h3's; h2 is busy with a more urgent
+    transfer to h0. "safs-late-last": h3 holds half of h1's port, and h2's NIC interleaves its
+    two transfers (a dependency the send scheduler held back loses that time), so the urgent
+    one takes longer than its line-rate time. "safs-overcommit": top_boost raises h3's share
+    above half while h2's is unused, and h2's pacer catches up, so the urgent one leaves at
+    its grant. The ToR holds top_boost entries under safs-overcommit only."""
+    plain, t_plain, peak_plain = busy_sender("safs-late-last", monkeypatch)
+    oc, t_oc, peak_oc = busy_sender("safs-overcommit", monkeypatch)
+    tor = "tor0"
+    usable = plain.scheduler.allocator.config.usable_bps(plain.topology.host_link_bps("h1"))
+    assert plain.network.switches[tor].pipeline.entries(n.TOP_BOOST) == []
+    assert len(oc.network.switches[tor].pipeline.entries(n.TOP_BOOST)) > 0
+    assert oc.binding.safs_cfg.burst_bytes == 18_000 and plain.binding.safs_cfg.burst_bytes == 0
+    assert peak_plain <= usable // 2 < 0.8 * usable < peak_oc
+    line_rate_ns = 1_000_000 * 8 * 10**9 // plain.topology.host_link_bps("h0")
+    assert t_oc[1] < 1.1 * line_rate_ns < t_plain[1]
+
+
 def test_scheduler_flags_are_checked_and_listed() -> None:
     for name in ("rate_grants", "slack_classes"):
         with pytest.raises(InvalidInput) as err:

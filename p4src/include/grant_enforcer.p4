@@ -34,6 +34,11 @@
  *   (capacity granted to top-class senders busy elsewhere does not idle; the top class keeps
  *   its queue priority, so a top sender that speeds up takes the port back at once and the
  *   waiting rate follows within a window)
+ *   top-class overcommit (off unless the controller installs top_boost entries): a top-class
+ *   share of a load of 2 or more is multiplied by top_boost(port, top bytes) / 256, the
+ *   controller's min(top_overcommit, usable / top bytes), so when the class's senders are busy
+ *   elsewhere and leave the port partly idle, the others may send faster (policy
+ *   safs-overcommit; it can allocate more than the port's usable rate for up to a window)
  *   in-links: a packet arriving on a port that does not face a host (host_port miss) counts its
  *   dependency there too, by ingress port, in the same way (dep_link_class, dep_link_port,
  *   link_load_u, link_win_start, link_win_bytes, link_top_bytes; a dependency that arrives on
@@ -324,6 +329,29 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         actions = { set_spare_level; @defaultonly no_spare; }
         const default_action = no_spare();
         size = SPARE_LEVEL_SIZE;
+    }
+
+    // Top-class overcommit (SchedulerConfig.top_overcommit): by the port's top-class DATA bytes
+    // of the last window, the factor, in 1/256, that a top-class share of a load of 2 or more is
+    // multiplied by (no entry: 256, none; the controller installs entries only when enabled).
+    bit<16> top_boost;
+    @name(".SafsIngress.set_top_boost")
+    action set_top_boost(@name("boost") bit<16> boost) {
+        top_boost = boost;
+    }
+    @name(".SafsIngress.no_top_boost")
+    action no_top_boost() {
+        top_boost = 256;
+    }
+    @name(".SafsIngress.top_boost")
+    table top_boost_table {
+        key = {
+            standard_metadata.egress_spec: exact @name("egress_port");
+            meta.top_bytes: range @name("top_bytes");
+        }
+        actions = { set_top_boost; @defaultonly no_top_boost; }
+        const default_action = no_top_boost();
+        size = TOP_BOOST_SIZE;
     }
 
     // The same for the contended in-links, by ingress port.
@@ -900,6 +928,10 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
                             spare_level_table.apply();
                             // level x (reserve / n) <= usable / n: fits in 32 bits
                             meta.rate_kbps = (rate_kbps_t) ((bit<40>) meta.rate_kbps * (bit<40>) spare_level);
+                        } else if (meta.share_mode != SHARE_WAITING && meta.load >= 2) {
+                            top_boost_table.apply();
+                            // boost <= 512 (top_overcommit <= 2) and load >= 2: at most the usable rate
+                            meta.rate_kbps = (rate_kbps_t) (((bit<48>) meta.rate_kbps * (bit<48>) top_boost) >> 8);
                         }
                         if (has_link_share == 1) {
                             if (meta.link_mode == SHARE_WAITING) {

@@ -46,6 +46,13 @@ SPARE_LEVEL = "SafsIngress.spare_level"  # key egress_port (exact, 9), top_bytes
 ACT_SET_SPARE_LEVEL = "SafsIngress.set_spare_level"  # params: level (8); default no_spare: level 1
 MAX_SPARE_LEVEL = 64  # waiting dependencies get at most 64 reserves (SPARE_LEVEL_SIZE in defines.p4: 64 x 64)
 TOP_WINDOW_NS = 32768  # TOP_WINDOW_NS in defines.p4
+# Top-class overcommit (SchedulerConfig.top_overcommit): a top-class share of a load of 2 or more
+# is multiplied by boost / 256 for the port's top-class bytes of the last window (no entry: 256).
+TOP_BOOST = "SafsIngress.top_boost"  # key egress_port (exact, 9), top_bytes (range, 32)
+ACT_SET_TOP_BOOST = "SafsIngress.set_top_boost"  # params: boost (16), 1/256; default no_top_boost: 256
+TOP_BOOST_ONE = 256  # boost x1
+TOP_BOOST_STEPS = 16  # the controller's ranges per unit of boost (steps of 1/16)
+TOP_BOOST_SIZE = 2048  # TOP_BOOST_SIZE in defines.p4: 64 host ports x 16 steps (top_overcommit <= 2), twice
 FINISH_SHIFTS = (4, 6)  # FINISH_SHIFT_A, _B in defines.p4: finish = latest start + (rem >> 4) + (rem >> 6)
 FINISH_RATE_BPS = 100_000_000_000  # the port rate that estimate is for
 # Contended in-links: the same shares for a fabric link into a receiver's ToR, by ingress port

@@ -262,6 +262,16 @@ class SchedulerConfig(ConfigModel):
         holder_preempt_ns: a sole dependency whose finish estimate (latest start + remaining
             bytes at 100 Gbit/s) is more than this before the holder's takes the port (EDF
             between holders). Default 100 µs.
+        top_overcommit: the most a receiver port's top-class share is raised by when that class
+            left the port partly idle in the last window (``top_boost``; docs/protocol.md,
+            "Top-class overcommit"), in [1, 2]: a top-class dependency sharing the port with
+            others gets its share x min(top_overcommit, U / top bytes), in steps of 1/16 rounded
+            down, with U the bytes the port's usable rate moves in a window. Senders busy with
+            other receivers then leave no idle capacity behind them, as Homa's overcommitted
+            grants do, at the price of granting more than the usable rate for up to a window
+            when they come back. Default 1: off (no entries), so grants never add up to more
+            than the port's usable rate (BRIEF's first invariant); policy ``safs-overcommit``
+            sets 2. Share design only.
         traffic_classes: aggregates of non-SAFS traffic and their queues and meters
             (:class:`TrafficClassSpec`), installed on every switch; at most 255 (the P4
             program's ``traffic_class`` and ``aggregate_meter`` sizes). Default none: all
@@ -309,6 +319,7 @@ class SchedulerConfig(ConfigModel):
     holder_idle_ns: int = Field(10_000, ge=0, le=2**32 - 1)
     holder_release_bytes: int = Field(60_000, ge=0, le=2**32 - 1)
     holder_preempt_ns: int = Field(100_000, ge=0, le=2**32 - 1)
+    top_overcommit: float = Field(1.0, ge=1.0, le=2.0)
     traffic_classes: list[TrafficClassSpec] = Field(default_factory=list)
 
     @field_validator("traffic_classes")
@@ -334,6 +345,10 @@ class SchedulerConfig(ConfigModel):
             # the per-transfer allocator orders by deadline only: "last" would be ignored there
             raise FieldError("allocator.late_transfers", "must be 'first' with grant_mode 'per-transfer', "
                              f"got {self.allocator.late_transfers!r}")
+        if self.grant_mode == "per-transfer" and self.top_overcommit != 1:
+            # per-transfer grants are fixed rates: there is no port share to raise
+            raise FieldError("top_overcommit", "must be 1 with grant_mode 'per-transfer', "
+                             f"got {self.top_overcommit:g}")
         return self
 
     def meter_for(self, slot: int, rate_bps: int) -> MeterConfig:
@@ -860,6 +875,7 @@ class Scheduler:
                 if topo.is_host(nb):
                     out += self._share_entries(port, topo.host_link_bps(nb), self.background_share(sw, port))
                     out += self._spare_entries(port, topo.host_link_bps(nb))
+                    out += self._boost_entries(port, topo.host_link_bps(nb))
             for port, rate in self.share_links(sw):
                 out += self._share_entries(port, rate, cfg.background_share, n.LINK_SHARE)
                 out += self._spare_entries(port, rate, n.LINK_SPARE_LEVEL)
@@ -990,6 +1006,29 @@ class Scheduler:
         return [TableEntry(table, {key: port, n.F_TOP_BYTES: top_range(level)},
                            action, {"level": level}, priority=level)
                 for level in range(2, top_level + 1)]
+
+    def _boost_entries(self, port: int, link_bps: int) -> list[TableEntry]:
+        """``top_boost`` of one receiver port (grant_enforcer.p4; none with ``top_overcommit``
+        1): for the top class's DATA bytes ``top`` in the last TOP_WINDOW_NS, the factor
+        min(top_overcommit, U / top) rounded down to a step of 1/TOP_BOOST_STEPS, in 1/256,
+        with U the bytes the port's usable rate moves in a window (background share left
+        out, as for the spare level). Factor 1 + k/16 covers top in (U / (1 + (k+1)/16),
+        U / (1 + k/16)], the largest step down to 1 byte; a silent window (0 bytes) has no
+        entry: a burst of new transfers is not overcommitted."""
+        steps = int((self.config.top_overcommit - 1) * n.TOP_BOOST_STEPS + 1e-9)
+        if steps <= 0:
+            return []
+        usable_bytes = self.allocator.config.usable_bps(link_bps) * n.TOP_WINDOW_NS // (8 * NS_PER_S)
+        per = n.TOP_BOOST_STEPS
+        out = []
+        for k in range(1, steps + 1):
+            high = per * usable_bytes // (per + k)
+            low = 1 if k == steps else per * usable_bytes // (per + k + 1) + 1
+            if low <= high:
+                out.append(TableEntry(n.TOP_BOOST, {n.F_EGRESS_PORT: port, n.F_TOP_BYTES: Range(low, high)},
+                                      n.ACT_SET_TOP_BOOST, {"boost": n.TOP_BOOST_ONE * (per + k) // per},
+                                      priority=k))
+        return out
 
     # ------------------------------------------------------------------ background share
 

@@ -41,6 +41,8 @@ class Policy:
             sets (the SAFS ablations switch one half of SAFS off); ``allocator`` is a mapping of
             :class:`safs.core.allocator.AllocatorConfig` fields merged into the scenario's, which
             the hosts see too (``safs-late-last``).
+        sim_overrides: :class:`safs.experiments.sim.config.SimConfig` fields this policy sets in
+            the simulator over the scenario's (``safs-overcommit``: the SAFS hosts' pacer burst).
         sim: the simulator binding class (None for the fluid reference).
         fluid: run by the flow-level EDF oracle (:mod:`safs.experiments.sim.oracle`), not packets.
         mininet_transport: the host agent's transport for pipeline flows on Mininet
@@ -53,6 +55,7 @@ class Policy:
     summary: str
     hinted: bool = False
     scheduler_overrides: Mapping[str, Any] = field(default_factory=dict)
+    sim_overrides: Mapping[str, Any] = field(default_factory=dict)
     sim: type[DctcpFlows] | None = None
     fluid: bool = False
     mininet_transport: str | None = None
@@ -83,6 +86,11 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
     Policy("safs-late-last", "SAFS variant: late transfers after on-time ones (allocator.late_transfers last: "
            "fewer misses, later late transfers)", hinted=True,
            scheduler_overrides={"allocator": {"late_transfers": "last"}}, sim=SafsFlows),
+    Policy("safs-overcommit", "SAFS variant: safs-late-last with top-class overcommit (a port's top-class "
+           "shares raised up to 2x while its senders leave it partly idle) and senders that catch up on "
+           "time their NIC gave others (a two-packet pacer burst)", hinted=True,
+           scheduler_overrides={"allocator": {"late_transfers": "last"}, "top_overcommit": 2.0},
+           sim_overrides={"safs_burst_bytes": 18_000}, sim=SafsFlows),
 )}
 
 

@@ -215,6 +215,9 @@ _SCHEMAS: dict[str, _TableSchema] = {
         entry_actions=frozenset({n.ACT_SET_SHARE_GRANT, n.ACT_SET_FIXED_GRANT})),
     n.PORT_SHARE: _share_schema(n.F_EGRESS_PORT, n.ACT_SET_SHARE),
     n.SPARE_LEVEL: _spare_schema(n.F_EGRESS_PORT, n.ACT_SET_SPARE_LEVEL),
+    n.TOP_BOOST: _TableSchema(keys=((n.F_EGRESS_PORT, "exact", 9), (n.F_TOP_BYTES, "range", 32)),
+                              actions={n.ACT_SET_TOP_BOOST: (("boost", 16),)},
+                              entry_actions=frozenset({n.ACT_SET_TOP_BOOST})),
     n.LINK_SHARE: _share_schema(n.F_INGRESS_PORT, n.ACT_SET_LINK_SHARE),
     n.LINK_SPARE_LEVEL: _spare_schema(n.F_INGRESS_PORT, n.ACT_SET_LINK_SPARE_LEVEL),
     n.OUT_SHARE: _share_schema(n.F_EGRESS_PORT, n.ACT_SET_OUT_SHARE),
@@ -256,7 +259,7 @@ _INITIAL_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
                                                 "meter_slot": n.DEFAULT_METER_SLOT}),
     n.ECN_THRESHOLD: (n.ACT_SET_ECN_THRESHOLD, {"qdepth_pkts": ECN_THRESHOLD_OFF}),
 }
-_CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.DEP_GRANT, n.PORT_SHARE, n.SPARE_LEVEL,
+_CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.DEP_GRANT, n.PORT_SHARE, n.SPARE_LEVEL, n.TOP_BOOST,
                                    n.LINK_SHARE, n.LINK_SPARE_LEVEL, n.OUT_SHARE, n.OUT_SPARE_LEVEL,
                                    n.TRAFFIC_CLASS,
                                    n.ECMP, n.HOST_PORT, n.DEP_CLAIM})
@@ -361,11 +364,12 @@ class _Shares:
     in-links (by ingress port: link_load_u, link_weight_u, link_win_*, link_top_bytes,
     link_share, link_spare_level) or a sender's ToR's out-links (by egress port: out_*).
     Registers are lists by port; ``shares``: (port, load, mode) -> kbps; ``spare``: port ->
-    (bounds, levels) as _range_partition gives them (no range: level 1). ``weights`` (links
+    (bounds, levels) as _range_partition gives them (no range: level 1); ``boost`` (receiver
+    ports only: top_boost) the same with boosts in 1/256 (no range: 256). ``weights`` (links
     only, else None): each class's weight sum by port; a top-class dependency's key is then
     ceil(sum / its weight), at most MAX_LOAD, instead of the class's count."""
 
-    __slots__ = ("loads", "weights", "win_start", "win_bytes", "top_bytes", "shares", "spare")
+    __slots__ = ("loads", "weights", "win_start", "win_bytes", "top_bytes", "shares", "spare", "boost")
 
     def __init__(self, weighted: bool = False) -> None:
         self.loads = [[0] * n.NUM_PORTS for _ in range(n.URGENCY_CLASSES)]
@@ -375,6 +379,7 @@ class _Shares:
         self.top_bytes = [0] * n.NUM_PORTS
         self.shares: dict[tuple[int, int, int], int] = {}
         self.spare: dict[int, tuple[list[int], list[int]]] = {}
+        self.boost: dict[int, tuple[list[int], list[int]]] = {}
 
     def move(self, port: int, held: int, cls: int) -> None:
         """One dependency leaves class ``held`` and joins ``cls`` (1 + urgency; 0: idle) at
@@ -860,6 +865,13 @@ class PipelineModel:
                 by_port.setdefault(cast(int, e.match[field]), []).append(
                     (e.priority, r.low, r.high, e.params["level"]))
             side.spare = {port: _range_partition(rows, 1) for port, rows in by_port.items()}
+        elif table == n.TOP_BOOST:
+            by_port = {}
+            for e in entries:
+                r = cast(Range, e.match[n.F_TOP_BYTES])
+                by_port.setdefault(cast(int, e.match[n.F_EGRESS_PORT]), []).append(
+                    (e.priority, r.low, r.high, e.params["boost"]))
+            self._ports.boost = {port: _range_partition(rows, n.TOP_BOOST_ONE) for port, rows in by_port.items()}
         elif table == n.SHARE_LEASE:
             self._share_lease_us = default.params["lease_us"]
         elif table == n.HOLDER:
@@ -1290,7 +1302,8 @@ class PipelineModel:
         finds the holder silent for ``idle_ns`` or it finishes more than ``preempt_ns`` before
         the holder (finish = latest start + remaining at 100 Gbit/s); a holder with at most
         ``release_bytes`` left frees the port and keeps its share (the next one ramps up
-        meanwhile). A stale packet moves nothing."""
+        meanwhile). A stale packet moves nothing. A top-class share (alone or top) of a load of
+        2 or more is then multiplied by the port's top_boost / 256 (top-class overcommit)."""
         ports = self._ports
         top_bytes: int | None = ports.roll(port, now)
         top, n_top, rest = ports.top(port)
@@ -1332,7 +1345,12 @@ class PipelineModel:
             self._holder_slot[port] = h_slot
         if top_data and mode != n.SHARE_WAITING:
             ports.win_bytes[port] += pkt.size
-        return ports.share(port, load, mode, top_bytes)
+        kbps = ports.share(port, load, mode, top_bytes)
+        if kbps is not None and mode != n.SHARE_WAITING and load >= 2:
+            ranges = ports.boost.get(port)
+            if ranges is not None:  # top-class overcommit: x boost / 256 by the last window's bytes
+                kbps = kbps * ranges[1][bisect_right(ranges[0], ports.top_bytes[port])] >> 8
+        return kbps
 
     def read_register(self, register: str, index: int) -> int:
         """A register cell (model only: BMv2's P4Runtime cannot read registers; tests use it).

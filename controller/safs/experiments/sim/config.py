@@ -62,6 +62,12 @@ class SimConfig(ConfigModel):
             scenarios/mininet-*.yaml, whose agents get the same poll and back-off).
         safs_reorder_window_ns: how long a missing SAFS segment may stay missing before it is
             reported lost (``SafsConfig.reorder_window_ns``), default 200 µs; scaled likewise.
+        safs_burst_bytes: ``SafsConfig.burst_bytes`` of the SAFS hosts, wire bytes, at most 1 MiB:
+            the pacer's token-bucket depth (a dependency the send scheduler held back while the
+            NIC sent another's packets catches up to its grant by up to this much, at least two
+            packets) and how far ahead of the line rate the send scheduler fills the NIC.
+            Default 0: one packet at a time, and time held back is lost (a dependency sharing
+            its NIC sends below its grant). Policy ``safs-overcommit`` sets 18,000 (two 9000-byte packets).
         buffer_dt_alpha: dynamic-threshold alpha of switch port buffers (0 = plain shared
             buffer). Default 1 (Choudhury and Hahne 1998; a common shared-buffer ASIC default):
             one class alone may fill half the port buffer, so a starved class-0 queue cannot
@@ -101,6 +107,7 @@ class SimConfig(ConfigModel):
     safs_rto_ns: int = Field(250_000, ge=1)
     safs_grant_poll_ns: int = Field(10_000, ge=0)
     safs_reorder_window_ns: int = Field(200_000, ge=0)
+    safs_burst_bytes: int = Field(0, ge=0, le=1 << 20)
     buffer_dt_alpha: float = Field(1.0, ge=0, le=64)
     dctcp: dict[str, Any] = Field(default_factory=dict)
     homa: dict[str, Any] = Field(default_factory=dict)
@@ -169,7 +176,7 @@ class SimConfig(ConfigModel):
                           unscheduled_bytes=sched.unscheduled_bytes,
                           urgency_quantum_ns=sched.allocator.urgency_quantum_ns,
                           slack_thresholds_ns=tuple(sched.allocator.slack_thresholds_ns) if sched.slack_classes else (),
-                          late_transfers=sched.allocator.late_transfers)
+                          late_transfers=sched.allocator.late_transfers, burst_bytes=self.safs_burst_bytes)
 
     def dctcp_config(self) -> DctcpConfig:
         """The DCTCP settings (``sim.dctcp`` with the MTU).

@@ -80,6 +80,8 @@ class Simulation(EngineWorkloadHost):
             sched = config.scheduler
             allocator = {**sched.get("allocator", {}), **overrides.pop("allocator")}
             config = config.replace(scheduler={**sched, "allocator": allocator})
+        if pol.sim_overrides:
+            config = config.replace(**pol.sim_overrides)
         self.topology = topology
         self.policy = pol.name
         self.config = config
