@@ -95,7 +95,7 @@ const port_t CPU_PORT = 255;
 #define LINK_SPARE_SIZE   1024   // 16 in-links x up to 64 spare levels
 #define OUT_SHARE_SIZE    6144   // 16 out-links (p4names.MAX_SHARE_LINKS) x 3 modes x MAX_LOAD loads
 #define OUT_SPARE_SIZE    1024   // 16 out-links x up to 64 spare levels
-#define TOP_BOOST_SIZE    2048   // 64 host ports x up to 32 overcommit steps (top_boost)
+#define TOP_BOOST_SIZE    2048   // top_boost: 16 steps per host port (top_overcommit <= 2), 128 ports
 // spare levels go up to safs.core.p4names.MAX_SPARE_LEVEL (64): waiting rate = level x the entry
 #define TOP_WINDOW_NS    32768   // the window over which a port's top-class bytes are counted
 // A holder's finish estimate: latest start + remaining x 8 / 100 Gbit/s, as remaining / 16 +

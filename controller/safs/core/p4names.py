@@ -52,7 +52,7 @@ TOP_BOOST = "SafsIngress.top_boost"  # key egress_port (exact, 9), top_bytes (ra
 ACT_SET_TOP_BOOST = "SafsIngress.set_top_boost"  # params: boost (16), 1/256; default no_top_boost: 256
 TOP_BOOST_ONE = 256  # boost x1
 TOP_BOOST_STEPS = 16  # the controller's ranges per unit of boost (steps of 1/16)
-TOP_BOOST_SIZE = 2048  # TOP_BOOST_SIZE in defines.p4: 64 host ports x 16 steps (top_overcommit <= 2), twice
+TOP_BOOST_SIZE = 2048  # TOP_BOOST_SIZE in defines.p4: 16 steps per host port (top_overcommit <= 2), 128 ports
 FINISH_SHIFTS = (4, 6)  # FINISH_SHIFT_A, _B in defines.p4: finish = latest start + (rem >> 4) + (rem >> 6)
 FINISH_RATE_BPS = 100_000_000_000  # the port rate that estimate is for
 # Contended in-links: the same shares for a fabric link into a receiver's ToR, by ingress port

@@ -259,8 +259,8 @@ _INITIAL_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
                                                 "meter_slot": n.DEFAULT_METER_SLOT}),
     n.ECN_THRESHOLD: (n.ACT_SET_ECN_THRESHOLD, {"qdepth_pkts": ECN_THRESHOLD_OFF}),
 }
-_CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.DEP_GRANT, n.PORT_SHARE, n.SPARE_LEVEL, n.TOP_BOOST,
-                                   n.LINK_SHARE, n.LINK_SPARE_LEVEL, n.OUT_SHARE, n.OUT_SPARE_LEVEL,
+_CONST_DEFAULT_TABLES = frozenset({n.RECEIVER_PORT, n.GRANT_ROUTE, n.DEP_GRANT, n.PORT_SHARE, n.SPARE_LEVEL,
+                                   n.TOP_BOOST, n.LINK_SHARE, n.LINK_SPARE_LEVEL, n.OUT_SHARE, n.OUT_SPARE_LEVEL,
                                    n.TRAFFIC_CLASS,
                                    n.ECMP, n.HOST_PORT, n.DEP_CLAIM})
 # Counters declared CounterType.packets in P4 (their byte_count reads 0).
