@@ -858,20 +858,10 @@ class PipelineModel:
                 (cast(int, e.match[field]), cast(int, e.match[n.F_LOAD]), cast(int, e.match[n.F_MODE])):
                     e.params["rate_kbps"] for e in entries}
         elif table in _SPARE_SIDES:
-            side, field = getattr(self, _SPARE_SIDES[table]), _SHARE_KEY[table]
-            by_port: dict[int, list[tuple[int, int, int, int]]] = {}
-            for e in entries:
-                r = cast(Range, e.match[n.F_TOP_BYTES])
-                by_port.setdefault(cast(int, e.match[field]), []).append(
-                    (e.priority, r.low, r.high, e.params["level"]))
-            side.spare = {port: _range_partition(rows, 1) for port, rows in by_port.items()}
+            side = getattr(self, _SPARE_SIDES[table])
+            side.spare = _top_bytes_ranges(entries, _SHARE_KEY[table], "level", 1)
         elif table == n.TOP_BOOST:
-            by_port = {}
-            for e in entries:
-                r = cast(Range, e.match[n.F_TOP_BYTES])
-                by_port.setdefault(cast(int, e.match[n.F_EGRESS_PORT]), []).append(
-                    (e.priority, r.low, r.high, e.params["boost"]))
-            self._ports.boost = {port: _range_partition(rows, n.TOP_BOOST_ONE) for port, rows in by_port.items()}
+            self._ports.boost = _top_bytes_ranges(entries, n.F_EGRESS_PORT, "boost", n.TOP_BOOST_ONE)
         elif table == n.SHARE_LEASE:
             self._share_lease_us = default.params["lease_us"]
         elif table == n.HOLDER:
@@ -1498,6 +1488,18 @@ def _range_partition(ranges: list[tuple[int, int, int, V]], default: V) -> tuple
             bounds.append(start)
         values.append(value)
     return bounds, values
+
+
+def _top_bytes_ranges(entries: Iterable[TableEntry], port_field: str, param: str,
+                      default: int) -> dict[int, tuple[list[int], list[int]]]:
+    """Entries keyed (port, top_bytes range) -> port: (bounds, values) of ``param`` as
+    _range_partition gives them (``default`` where no range matches): spare_level,
+    link_spare_level, out_spare_level and top_boost."""
+    by_port: dict[int, list[tuple[int, int, int, int]]] = {}
+    for e in entries:
+        r = cast(Range, e.match[n.F_TOP_BYTES])
+        by_port.setdefault(cast(int, e.match[port_field]), []).append((e.priority, r.low, r.high, e.params[param]))
+    return {port: _range_partition(rows, default) for port, rows in by_port.items()}
 
 
 def _lpm_index(entries: Iterable[TableEntry], field: str) -> list[tuple[int, dict[int, int]]]:
