@@ -392,6 +392,31 @@ def test_send_scheduler_with_late_transfers_last_sends_a_late_transfer_after_an_
     assert SafsConfig(late_transfers="last").late_below_ns == 0 and SafsConfig().late_below_ns is None
 
 
+def test_send_scheduler_requeues_a_waiting_dependency_that_got_a_more_urgent_transfer() -> None:
+    """h1's dependency to h0 waits behind a more urgent one to h2 (its only transfer is lax);
+    an urgent 100 KB transfer added to it must overtake the other dependency at once, not wait
+    under the key the dependency had when it started waiting."""
+    rate = 10 * G
+    mb = 1_000_000
+    eng, net, tor = star(3, rate)
+    cfg = SafsConfig(default_rate_bps=rate // 10)
+    stats = TransportStats()
+    tor.port_grants = {1: (rate, 1, 20_000_000), 3: (rate, 1, 20_000_000)}
+    sched = SendScheduler(eng, rate, cfg.urgency_quantum_ns)
+    lax_dep = dependency(eng, net, 1, 0, 3, cfg, stats, sched)
+    busy_dep = dependency(eng, net, 1, 2, 4, cfg, stats, sched)
+    _, _, lax = safs_flow(eng, net, 1, 0, 1, mb, cfg, stats, nbts=10**9, dep=lax_dep)
+    _, _, busy = safs_flow(eng, net, 1, 2, 2, mb, cfg, stats, nbts=10**8, dep=busy_dep)
+    eng.run(100_000)
+    assert lax_dep.sched_waiting  # the NIC is busy with the more urgent dependency
+    small = 100_000
+    due = eng.now + line_ns(small, rate) * 5 // 4
+    _, _, urgent = safs_flow(eng, net, 1, 0, 3, small, cfg, stats, nbts=due, dep=lax_dep)
+    eng.run(10**9)
+    assert urgent.finish_ns is not None and urgent.finish_ns <= due  # it overtook the busy dependency
+    assert busy.finish_ns is not None and lax.finish_ns is not None and busy.finish_ns < lax.finish_ns
+
+
 def test_send_scheduler_lets_a_less_urgent_dependency_use_what_the_urgent_grant_leaves() -> None:
     rate = 10 * G
     mb = 1_000_000

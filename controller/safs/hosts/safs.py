@@ -324,11 +324,26 @@ class SendScheduler:
             return True
         if not dep.sched_waiting:
             dep.sched_waiting = True
-            self.order += 1
-            late = _is_late(head.latest_start_key(), now, self.late_below)
-            heappush(self.waiting, (late, head.no_bubble // self.quantum, head.remaining_unsent(), self.order, dep))
+            self._queue(dep, head, now)
         self._arm(now)
         return False
+
+    def requeue(self, dep: SafsDependency) -> None:
+        """``dep``, waiting for its turn, got a new transfer: queue it by its (new) head now; its
+        older entry is skipped when it comes up (a key fixed when the dependency started waiting
+        kept a 30 KB transfer due in 32 µs behind its dependency's 1.5 MB one due in 377 µs)."""
+        head = dep._head()
+        if dep.sched_waiting and head is not None:
+            self._queue(dep, head, self.clock.now)
+
+    def _key(self, head: SafsSender, now: int) -> tuple[bool, int, int]:
+        return (_is_late(head.latest_start_key(), now, self.late_below), head.no_bubble // self.quantum,
+                head.remaining_unsent())
+
+    def _queue(self, dep: SafsDependency, head: SafsSender, now: int) -> None:
+        self.order += 1
+        dep.sched_entry = self.order
+        heappush(self.waiting, (*self._key(head, now), self.order, dep))
 
     def sent(self, size: int, now: int) -> None:
         """A packet of ``size`` wire bytes went to the NIC at ``now``."""
@@ -345,7 +360,16 @@ class SendScheduler:
         self.wake_pending = False
         now = self.clock.now
         while self.waiting and now + self.ahead_ns >= self.free_at_ns:
-            dep = heappop(self.waiting)[-1]
+            entry = heappop(self.waiting)
+            dep = entry[-1]
+            if entry[-2] != dep.sched_entry:
+                continue  # superseded by a requeue
+            # Its head may have become late (or finished) while it waited: queue it again if
+            # another dependency now comes first.
+            head = dep._head()
+            if head is not None and self.waiting and (*self._key(head, now), entry[-2]) > self.waiting[0][:-1]:
+                self._queue(dep, head, now)
+                continue
             dep.sched_waiting = False
             self.turn = dep
             dep._turn()
@@ -379,7 +403,7 @@ class SafsDependency:
                  "line_rate", "rate_bps", "epoch", "lease_expiry_ns", "transfers", "pace_token", "pacing",
                  "next_send_ns", "last_size", "last_send_ns", "renew_token", "renew_pending", "polling", "poll_ns",
                  "unscheduled_left", "requests", "grants", "grants_stale", "fallbacks", "scheduler", "holder_wait",
-                 "sched_waiting", "signal_token", "signals")
+                 "sched_waiting", "sched_entry", "signal_token", "signals")
 
     def __init__(self, clock: Clock, host: HostPort, dst_ip: int, dep_id: int, background: bool,
                  config: SafsConfig, stats: TransportStats, scheduler: SendScheduler | None = None) -> None:
@@ -417,6 +441,7 @@ class SafsDependency:
         self.requests = self.grants = self.grants_stale = self.fallbacks = 0
         self.scheduler = scheduler
         self.sched_waiting = False  # queued at the scheduler for a turn
+        self.sched_entry = 0  # the scheduler's entry for it that counts (SendScheduler.requeue)
         self.signal_token = 0  # the armed urgency signal (_arm_urgency_signal)
         self.signals = 0  # urgency-signal REQUESTs sent
 
@@ -435,6 +460,8 @@ class SafsDependency:
         if not self.pacing:
             self.next_send_ns = now
             self._schedule_pace(now)
+        elif self.sched_waiting and self.scheduler is not None:
+            self.scheduler.requeue(self)
         self._start_poll()
 
     def remove(self, sender: SafsSender) -> None:
