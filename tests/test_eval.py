@@ -299,12 +299,13 @@ def test_fabric_verdict_judges_safs_then_its_variants_against_homa_per_grid_poin
 
     rows = [row("safs", 0.3, 80), row("safs-late-last", 0.3, 40), row("homa", 0.3, 42),
             row("safs", 0.9, 10), row("homa", 0.9, 10), row("safs-late-last", 0.6, 1),  # no homa at 0.6
-            row("safs-overcommit", 0.9, 11)]
+            row("safs-overcommit", 0.9, 11), row("safs-admission", 0.9, 9)]
     assert [(v["check"], v["pass"]) for v in exp.verdict(rows)] == [
         ("load 0.3, deadline x2.0: SAFS misses <= Homa's", False),
         ("load 0.9, deadline x2.0: SAFS misses <= Homa's", True),
         ("load 0.3, deadline x2.0: safs-late-last misses <= Homa's", True),
-        ("load 0.9, deadline x2.0: safs-overcommit misses <= Homa's", False)]
+        ("load 0.9, deadline x2.0: safs-overcommit misses <= Homa's", False),
+        ("load 0.9, deadline x2.0: safs-admission misses <= Homa's", True)]
 
 
 # ---- options that do not apply, re-runs and --replot -------------------------------------------

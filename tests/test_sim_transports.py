@@ -28,7 +28,15 @@ from safs.core.protocol import (
 from safs.experiments.sim.engine import Engine
 from safs.experiments.sim.network import Network
 from safs.hosts.dctcp import DctcpConfig, DctcpReceiver, DctcpSender, dctcp_k_packets
-from safs.hosts.safs import DATA_OVERHEAD_BYTES, SafsConfig, SafsDependency, SafsReceiver, SafsSender, SendScheduler
+from safs.hosts.safs import (
+    DATA_OVERHEAD_BYTES,
+    ReceiverAdmission,
+    SafsConfig,
+    SafsDependency,
+    SafsReceiver,
+    SafsSender,
+    SendScheduler,
+)
 from safs.hosts.stats import TransportStats
 
 G = 1_000_000_000
@@ -65,6 +73,7 @@ class StandInToR:
         self.push_times: list[int] = []
         self.renewals = 0  # DATA with RENEW
         self.data_log: list[tuple[int, int, int, int, int]] = []  # (time, flow_id, flags, epoch, rate_kbps)
+        self.data_slack: list[tuple[int, int]] = []  # (flow_id, latest start carried minus arrival time)
         self.drop_data: set[tuple[int, int]] = set()  # (flow_id, remaining) to drop once
         self.drop_done_once = False
 
@@ -94,6 +103,7 @@ class StandInToR:
             pkt.priority = 4
             out = [(port, pkt)]
             self.data_log.append((self.clock(), pkt.flow_id, pkt.flags, pkt.epoch, pkt.rate_kbps))
+            self.data_slack.append((pkt.flow_id, pkt.ts - self.clock()))
             self.renewals += bool(pkt.flags & FLAG_RENEW)
             grant = self._grant_of(port)
             if (port in self.receivers and self.answering and grant is not None
@@ -154,11 +164,13 @@ class Flow:
 
 
 def safs_flow(eng, net, src: int, dst: int, fid: int, size: int, cfg: SafsConfig, stats: TransportStats,
-              nbts: int | None = None, dep: SafsDependency | None = None) -> tuple[SafsSender, SafsReceiver, Flow]:
-    """Transfer ``fid`` of ``dep`` (None: a dependency of its own, per-transfer mode), started now."""
+              nbts: int | None = None, dep: SafsDependency | None = None,
+              admission: ReceiverAdmission | None = None) -> tuple[SafsSender, SafsReceiver, Flow]:
+    """Transfer ``fid`` of ``dep`` (None: a dependency of its own, per-transfer mode), started now;
+    ``admission``: its receiver's."""
     s, d = net.hosts[f"h{src}"], net.hosts[f"h{dst}"]
     rec = Flow()
-    rx = SafsReceiver(eng, d, s.ip, fid, size, nbts, cfg, stats, rec.on_finish)
+    rx = SafsReceiver(eng, d, s.ip, fid, size, nbts, cfg, stats, rec.on_finish, admission)
     orig = rx.receive
 
     def spy(pkt: Packet) -> None:
@@ -415,6 +427,70 @@ def test_send_scheduler_requeues_a_waiting_dependency_that_got_a_more_urgent_tra
     eng.run(10**9)
     assert urgent.finish_ns is not None and urgent.finish_ns <= due  # it overtook the busy dependency
     assert busy.finish_ns is not None and lax.finish_ns is not None and busy.finish_ns < lax.finish_ns
+
+
+class _Inbound:
+    """A stand-in inbound transfer for :class:`ReceiverAdmission` (what it reads and calls)."""
+
+    def __init__(self, missing: int, due: int) -> None:
+        self.missing, self.no_bubble, self.rejected = missing, due, False
+
+    def missing_bytes(self) -> int:
+        return self.missing
+
+    def reject(self) -> None:
+        self.rejected = True
+
+
+def test_receiver_admission_rejects_by_moore_and_hodgson() -> None:
+    """At 8 Gbit/s (1 byte/ns): 200 KB due 0.5 ms, 1.2 MB due 1.2 ms, 1 MB due 1.3 ms finish at
+    0.2 / 1.4 / 2.4 ms in deadline order. Moore and Hodgson drop the longest of the prefix when
+    one is late: the 1.2 MB at the second, and then the rest fits (the fewest misses: one)."""
+    eng = Engine(1)
+    adm = ReceiverAdmission(eng, 8 * G)
+    small, big, mid = _Inbound(200_000, 500_000), _Inbound(1_200_000, 1_200_000), _Inbound(1_000_000, 1_300_000)
+    for rx in (mid, big, small):
+        adm.arrived(rx)  # type: ignore[arg-type]  # a stand-in: no_bubble, rejected, missing_bytes, reject
+    assert (small.rejected, big.rejected, mid.rejected) == (False, True, False)
+    late = _Inbound(150_000, 1_250_000)  # 1.35 ms with the other two: infeasible, and the longest is mid
+    adm.arrived(late)  # type: ignore[arg-type]
+    assert (small.rejected, mid.rejected, late.rejected) == (False, True, False)
+    adm.left(small)  # type: ignore[arg-type]  # a completion re-checks; nothing is taken back
+    assert mid.rejected and big.rejected and not late.rejected
+    feasible = ReceiverAdmission(eng, 8 * G)
+    ok = [_Inbound(100_000, (i + 1) * 200_000) for i in range(5)]
+    for rx in ok:
+        feasible.arrived(rx)  # type: ignore[arg-type]
+    assert not any(rx.rejected for rx in ok)
+
+
+def test_a_transfer_its_receiver_rejects_is_sent_late_after_the_host_s_on_time_ones() -> None:
+    """Three senders to h0 (10 Gbit/s) at once, 1.2 MB due 1.2 ms, 1 MB due 1.3 ms, 200 KB due
+    0.5 ms (h1 also sends 1 MB to h4, due 3 ms): h0's admission rejects the 1.2 MB; its sender
+    learns it by a DONE with FLAG_LATE and from then on its DATA carry a late latest start (the
+    switches' late class), and h1 sends its on-time transfer to h4 first."""
+    rate = 10 * G
+    eng, net, tor = star(5, rate)
+    cfg = SafsConfig(default_rate_bps=rate // 10, late_transfers="last", receiver_admission="moore-hodgson")
+    stats = TransportStats()
+    tor.grant = (rate, 1, 20_000_000)
+    adm = ReceiverAdmission(eng, rate)
+    sched = SendScheduler(eng, rate, cfg.urgency_quantum_ns, late_below_ns=cfg.late_below_ns)
+    to_h0, to_h4 = dependency(eng, net, 1, 0, 3, cfg, stats, sched), dependency(eng, net, 1, 4, 4, cfg, stats, sched)
+    big_tx, big_rx, big = safs_flow(eng, net, 1, 0, 1, 1_200_000, cfg, stats, nbts=1_200_000, dep=to_h0,
+                                    admission=adm)
+    other_tx, _, other = safs_flow(eng, net, 1, 4, 4, 1_000_000, cfg, stats, nbts=3_000_000, dep=to_h4)
+    safs_flow(eng, net, 2, 0, 2, 1_000_000, cfg, stats, nbts=1_300_000, admission=adm)
+    safs_flow(eng, net, 3, 0, 3, 200_000, cfg, stats, nbts=500_000, admission=adm)
+    eng.run(10**9)
+    assert big_rx.rejected and big_tx.rejected and big.finish_ns is not None
+    assert [r for r in adm.inbound] == []  # every transfer left when complete
+    slack = [sl for fid, sl in tor.data_slack if fid == 1]
+    assert slack[0] > 0 and slack[-1] < 0  # on time at first, in the late class after the rejection
+    assert other.finish_ns is not None and other.finish_ns < big.finish_ns  # h1 sent its on-time one first
+    assert not other_tx.rejected
+    with pytest.raises(InvalidInput, match="receiver_admission"):
+        SafsConfig(receiver_admission="moore-hodgson")  # late transfers first: nothing to send last
 
 
 def test_send_scheduler_lets_a_less_urgent_dependency_use_what_the_urgent_grant_leaves() -> None:

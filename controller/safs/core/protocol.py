@@ -72,6 +72,10 @@ FLAG_SOLE = 0x20
 # packet holds is the dependency's share of a contended out-link of that ToR, so the receiver's
 # ToR pushes no GRANT for it being below the receiver's grant (docs/protocol.md, "Grants").
 FLAG_CAPPED = 0x40
+# DONE: the receiver rejected the transfer (its ReceiverAdmission: Moore and Hodgson's rule at its
+# link); the sender sends the rest after its on-time transfers, in the late class. Switches
+# forward it as any DONE (docs/protocol.md, "Receiver admission").
+FLAG_LATE = 0x80
 
 
 class MsgType(enum.IntEnum):

@@ -91,6 +91,11 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
            "time their NIC gave others (a two-packet pacer burst)", hinted=True,
            scheduler_overrides={"allocator": {"late_transfers": "last"}, "top_overcommit": 2.0},
            sim_overrides={"safs_burst_bytes": 18_000}, sim=SafsFlows),
+    Policy("safs-admission", "SAFS variant: safs-overcommit with receiver admission (each receiving host "
+           "rejects, by Moore and Hodgson's rule at its link, the transfers that keep the others from being "
+           "on time; their senders send them as late)", hinted=True,
+           scheduler_overrides={"allocator": {"late_transfers": "last"}, "top_overcommit": 2.0},
+           sim_overrides={"safs_burst_bytes": 18_000, "safs_receiver_admission": "moore-hodgson"}, sim=SafsFlows),
 )}
 
 

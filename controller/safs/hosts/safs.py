@@ -105,6 +105,7 @@ from safs.core.protocol import (
     EPOCH_NONE,
     FLAG_BACKGROUND,
     FLAG_LAST,
+    FLAG_LATE,
     FLAG_RENEW,
     FLAG_RESENT,
     FLAG_SOLE,
@@ -200,11 +201,18 @@ class SafsConfig(ConfigModel):
             late: a dependency sends its on-time transfers first (its head), and the
             :class:`SendScheduler` sends a dependency whose head is late after the host's other
             dependencies, as the switches' slack classes then do.
+        receiver_admission: ``"off"`` (default) or ``"moore-hodgson"`` (needs ``late_transfers``
+            "last"): each receiving host keeps its inbound transfers in a
+            :class:`ReceiverAdmission`, which rejects, by Moore and Hodgson's rule at its link
+            rate, the ones that keep the others from being on time; a rejected transfer's
+            sender is told by a DONE with ``FLAG_LATE`` and sends it as late (policy
+            ``safs-admission``; docs/protocol.md, "Receiver admission").
 
     Raises:
         InvalidInput: a field out of its range (``mtu_bytes`` in MIN_MTU_BYTES..65535; rates and
             times > 0 (``grant_poll_ns`` >= 0); ``renew_fraction`` in (0, 1); ``rto_max_ns`` >= ``rto_ns``; counts >= 1;
-            byte budgets >= 0), or an unknown field.
+            byte budgets >= 0), ``receiver_admission`` other than "off" without ``late_transfers``
+            "last", or an unknown field.
     """
 
     mtu_bytes: int = Field(9000, ge=MIN_MTU_BYTES, le=65535)
@@ -223,11 +231,15 @@ class SafsConfig(ConfigModel):
     urgency_quantum_ns: int = Field(100_000, gt=0)
     slack_thresholds_ns: tuple[int, ...] = ()
     late_transfers: Literal["first", "last"] = "first"
+    receiver_admission: Literal["off", "moore-hodgson"] = "off"
 
     @model_validator(mode="after")
     def _rto_max_covers_rto(self) -> SafsConfig:
         if self.rto_max_ns < self.rto_ns:
             raise FieldError("rto_max_ns", f"must be an integer >= rto_ns ({self.rto_ns}), got {self.rto_max_ns!r}")
+        if self.receiver_admission != "off" and self.late_transfers != "last":
+            raise FieldError("receiver_admission", f"{self.receiver_admission!r} needs late_transfers 'last' (a "
+                             f"rejected transfer is sent as late), got late_transfers {self.late_transfers!r}")
         return self
 
     @cached_property
@@ -253,12 +265,6 @@ def _control(src: int, dst: int, sport: int, dport: int, msg: int, flow_id: int,
     pkt.remaining = remaining
     pkt.ts = ts
     return pkt
-
-
-def _is_late(latest_start_ns: int, now_ns: int, late_below_ns: int | None) -> bool:
-    """A transfer with this latest start (host clock, ns) is late at ``now_ns``: its slack is
-    below ``late_below_ns`` (``SafsConfig.late_below_ns``; None: nothing counts as late)."""
-    return late_below_ns is not None and latest_start_ns - now_ns < late_below_ns
 
 
 class SendScheduler:
@@ -337,8 +343,7 @@ class SendScheduler:
             self._queue(dep, head, self.clock.now)
 
     def _key(self, head: SafsSender, now: int) -> tuple[bool, int, int]:
-        return (_is_late(head.latest_start_key(), now, self.late_below), head.no_bubble // self.quantum,
-                head.remaining_unsent())
+        return head.late(now, self.late_below), head.no_bubble // self.quantum, head.remaining_unsent()
 
     def _queue(self, dep: SafsDependency, head: SafsSender, now: int) -> None:
         self.order += 1
@@ -496,8 +501,7 @@ class SafsDependency:
         for t in self.transfers:
             if not t.has_data():
                 continue
-            start = t.latest_start_key()
-            key = (_is_late(start, now, late_below), start)
+            key = (t.late(now, late_below), t.latest_start_key())
             if best is None or key < best_key:
                 best, best_key = t, key
         return best
@@ -506,7 +510,7 @@ class SafsDependency:
     def _request(self, sender: SafsSender) -> None:
         remaining = min(sender.size, max(1, sender.remaining_unsent()))
         pkt = _control(self.src, self.dst, self.sport, SAFS_UDP_PORT, _REQUEST, sender.flow_id, remaining,
-                       latest_start_ns(sender.no_bubble, remaining, self.line_rate))
+                       sender.wire_latest_start(remaining, self.clock.now))
         pkt.flags = self.flags | FLAG_SOLE if self.sole() else self.flags
         pkt.dep_id = self.dep_id
         self.stats.control_bytes += pkt.size
@@ -624,7 +628,7 @@ class SafsDependency:
         if not thresholds or self.next_send_ns <= now:
             return
         head = self._head()
-        if head is None:
+        if head is None or head.rejected:  # a rejected transfer stays in the late class
             return
         latest = head.latest_start_key()
         for th in reversed(thresholds):  # the largest threshold not yet crossed is crossed first
@@ -750,7 +754,7 @@ class SafsSender:
 
     __slots__ = ("clock", "dep", "flow_id", "size", "no_bubble", "cfg", "seg", "stats", "on_closed", "on_sent",
                  "complete_lead", "line_rate", "next_offset", "retx", "retx_set", "probe_token", "rto", "closed",
-                 "started", "sent_reported", "data_packets", "retransmitted_bytes", "probes")
+                 "started", "sent_reported", "data_packets", "retransmitted_bytes", "probes", "rejected")
 
     def __init__(self, clock: Clock, host: HostPort, dst_ip: int, flow_id: int, size_bytes: int,
                  no_bubble_ts_ns: int | None, background: bool, config: SafsConfig,
@@ -782,6 +786,7 @@ class SafsSender:
         self.started = False
         self.sent_reported = False
         self.data_packets = self.retransmitted_bytes = self.probes = 0
+        self.rejected = False  # its receiver rejected it (a DONE with FLAG_LATE): it is late
 
     # Grant state lives in the dependency.
     @property
@@ -831,6 +836,19 @@ class SafsSender:
         """Urgency for the dependency's pacer: latest start of the next byte (ns, unwrapped)."""
         remaining = self.size - self.next_offset
         return self.no_bubble - (remaining * 8 * NS_PER_S) // self.line_rate
+
+    def late(self, now: int, late_below_ns: int | None) -> bool:
+        """Late at ``now`` (host clock, ns): rejected by its receiver, or its slack is below
+        ``late_below_ns`` (``SafsConfig.late_below_ns``; None: nothing counts as late)."""
+        return late_below_ns is not None and (self.rejected or self.latest_start_key() - now < late_below_ns)
+
+    def wire_latest_start(self, remaining: int, now: int) -> int:
+        """The latest start its DATA and REQUESTs carry (48-bit): the real one, or for a rejected
+        transfer one that puts it below the first slack threshold at every switch (the late
+        class: ``late_below_ns`` - 1 ns of slack when it leaves)."""
+        if self.rejected:
+            return latest_start_ns(now + (self.cfg.late_below_ns or 0) - 1, 0, self.line_rate)
+        return latest_start_ns(self.no_bubble, remaining, self.line_rate)
 
     def send_segment(self, offset: int, now: int, resent: bool, last: bool) -> int:
         """Send the segment at ``offset`` (the dependency's pacer decided it may leave now);
@@ -887,7 +905,7 @@ class SafsSender:
         pkt.flow_id = self.flow_id
         pkt.dep_id = dep.dep_id
         pkt.remaining = remaining
-        pkt.ts = latest_start_ns(self.no_bubble, remaining, self.line_rate)
+        pkt.ts = self.wire_latest_start(remaining, now)
         pkt.epoch = dep.epoch
         pkt.rate_kbps = rate_bps_to_kbps(dep.rate_bps)
         pkt.sent_ns = now
@@ -924,6 +942,13 @@ class SafsSender:
         if pkt.safs_type == _GRANT:
             self.dep.receive(pkt)
         elif pkt.safs_type == _DONE:
+            if pkt.flags & FLAG_LATE:  # rejected by its receiver (ReceiverAdmission): send it as late
+                dep = self.dep
+                if self.cfg.late_below_ns is not None and not self.rejected:
+                    self.rejected = True
+                    if dep.sched_waiting and dep.scheduler is not None:
+                        dep.scheduler.requeue(dep)
+                return
             if pkt.remaining == 0:
                 self.stop()
                 self.on_closed(self.flow_id)
@@ -949,18 +974,20 @@ class SafsReceiver:
         config: :class:`SafsConfig` (segment size, reorder window).  stats: shared counters.
         on_finish: ``on_finish(flow_id, now_ns)`` once, when the last byte arrived (``now_ns``
             of ``clock``).
+        admission: its host's :class:`ReceiverAdmission` (``SafsConfig.receiver_admission``),
+            which it joins at its first DATA and leaves when complete or stopped; None: none.
 
     Per-flow counters: ``dones`` (DONE, remaining 0), ``nacks`` (DONE listing holes),
-    ``duplicates`` (DATA for a segment already held).
+    ``duplicates`` (DATA for a segment already held); ``rejected``: the admission rejected it.
     """
 
     __slots__ = ("clock", "host", "nic", "src", "sender", "flow_id", "size", "seg", "got",
-                 "received", "finish_ns", "ts", "cfg", "stats", "on_finish", "sender_port", "nack_mark",
-                 "dones", "nacks", "duplicates", "closed")
+                 "received", "finish_ns", "ts", "no_bubble", "cfg", "stats", "on_finish", "sender_port", "nack_mark",
+                 "dones", "nacks", "duplicates", "closed", "admission", "rejected")
 
     def __init__(self, clock: Clock, host: HostPort, src_ip: int, flow_id: int, size_bytes: int,
                  no_bubble_ts_ns: int | None, config: SafsConfig, stats: TransportStats,
-                 on_finish: Callable[[int, int], None]) -> None:
+                 on_finish: Callable[[int, int], None], admission: ReceiverAdmission | None = None) -> None:
         self.clock = clock
         self.host = host
         self.nic = host.nic
@@ -972,7 +999,8 @@ class SafsReceiver:
         self.got: bytearray | None = bytearray(-(-size_bytes // self.seg))
         self.received = 0
         self.finish_ns: int | None = None
-        self.ts = wrap((clock.now + NO_DEADLINE_NS) if no_bubble_ts_ns is None else no_bubble_ts_ns)
+        self.no_bubble = (clock.now + NO_DEADLINE_NS) if no_bubble_ts_ns is None else no_bubble_ts_ns
+        self.ts = wrap(self.no_bubble)
         self.cfg = config
         self.stats = stats
         self.on_finish = on_finish
@@ -980,10 +1008,14 @@ class SafsReceiver:
         self.nack_mark = 0  # segments below this index were checked for loss
         self.dones = self.nacks = self.duplicates = 0
         self.closed = False
+        self.admission = admission
+        self.rejected = False
 
     def stop(self) -> None:
         """Stop the flow: pending loss reports do nothing and later DATA is not answered."""
         self.closed = True
+        if self.admission is not None:
+            self.admission.left(self)
 
     def receive(self, pkt: Packet) -> None:
         """Handle a DATA packet of this flow (other types are ignored)."""
@@ -1007,6 +1039,7 @@ class SafsReceiver:
             self._done(missing_bytes, tuple(missing[: self.cfg.nack_max_segments]))
             return
         got[idx] = 1
+        first = not self.received
         self.received += pkt.payload
         if self.received >= self.size:
             self.got = None
@@ -1014,7 +1047,11 @@ class SafsReceiver:
             self.finish_ns = now
             self.on_finish(self.flow_id, now)
             self._done(0, ())
+            if self.admission is not None:
+                self.admission.left(self)
             return
+        if first and self.admission is not None:
+            self.admission.arrived(self)
         limit = idx - self.cfg.reorder_segments  # segments this far back should have arrived
         if limit >= self.nack_mark:
             holes = tuple(i for i in range(self.nack_mark, limit + 1) if not got[i])
@@ -1032,16 +1069,85 @@ class SafsReceiver:
             lost = sum(min(self.seg, self.size - o) for o in missing)
             self._done(lost, tuple(missing[: self.cfg.nack_max_segments]))
 
-    def _done(self, missing_bytes: int, missing: tuple[int, ...]) -> None:
+    def missing_bytes(self) -> int:
+        """Bytes not yet received (0 once complete)."""
+        return self.size - self.received if self.got is not None else 0
+
+    def reject(self) -> None:
+        """Its host's admission rejected it: tell the sender once, by a DONE with ``FLAG_LATE``
+        (remaining = the bytes still missing), to send the rest as late."""
+        if self.rejected or self.closed:
+            return
+        self.rejected = True
+        self._done(self.missing_bytes(), (), FLAG_LATE)
+
+    def _done(self, missing_bytes: int, missing: tuple[int, ...], flags: int = 0) -> None:
         # To port 23285, which switches parse as SAFS (control queue 7), from the dependency's
         # port (docs/protocol.md, "Transport").
         pkt = _control(self.src, self.sender, self.sender_port, SAFS_UDP_PORT, _DONE, self.flow_id,
                        missing_bytes, self.ts, NACK_ENTRY_BYTES * len(missing))
+        pkt.flags = flags
         pkt.conn = missing
         self.stats.control_bytes += pkt.size
         self.stats.control_packets += 1
-        if missing_bytes:
+        if flags:
+            pass  # a rejection, neither a DONE nor a NACK
+        elif missing_bytes:
             self.nacks += 1
         else:
             self.dones += 1
         self.nic.send(pkt)
+
+
+class ReceiverAdmission:
+    """A receiving host's admission of its inbound SAFS transfers
+    (``SafsConfig.receiver_admission`` "moore-hodgson"; docs/protocol.md, "Receiver admission").
+
+    Where demand is infeasible, the number of transfers that miss their no-bubble timestamps is
+    smallest when the ones that cannot all be on time are given up early and sent after the
+    others, not when every transfer is served by urgency until several are late together: on
+    one link, Moore and Hodgson's rule (J. M. Moore, "An n job, one machine sequencing
+    algorithm for minimizing the number of late jobs", Management Science 15(1), 1968) is
+    optimal. Whenever a transfer's first DATA arrives or one completes, the host runs it over
+    its inbound transfers that are not yet rejected: in order of no-bubble timestamp, add each
+    one's missing bytes at ``line_rate_bps`` to a running finish time from now; when the finish
+    passes the transfer's timestamp, reject the one with the most missing bytes so far (and take
+    its time back). A rejected transfer's receiver tells its sender once (a DONE with
+    ``FLAG_LATE``, :meth:`SafsReceiver.reject`); the sender then sends it after its on-time
+    transfers and marks its DATA late, so every switch queues it in the late class
+    (``late_transfers`` "last"). A rejection is final; a lost one only leaves the transfer
+    on time. The receiver's link is the one resource modelled: a transfer also held back by its
+    sender or a fabric link is not seen as late here unless the link is.
+
+    Args:
+        clock: the host's time (``now``, ns).  line_rate_bps: its link rate, bit/s (> 0).
+    """
+
+    __slots__ = ("clock", "line_rate", "inbound")
+
+    def __init__(self, clock: Clock, line_rate_bps: int) -> None:
+        self.clock = clock
+        self.line_rate = line_rate_bps
+        self.inbound: dict[SafsReceiver, None] = {}  # transfers with bytes missing, in arrival order
+
+    def arrived(self, rx: SafsReceiver) -> None:
+        """``rx``'s first DATA arrived: admit it, then reject what is infeasible."""
+        self.inbound[rx] = None
+        self._check()
+
+    def left(self, rx: SafsReceiver) -> None:
+        """``rx`` is complete (or stopped): the others may fit now (none is taken back)."""
+        if self.inbound.pop(rx, False) is None:
+            self._check()
+
+    def _check(self) -> None:
+        finish = self.clock.now
+        longest: list[tuple[int, int, SafsReceiver]] = []  # max-heap of (-time, id, transfer)
+        for due, _, rx in sorted((rx.no_bubble, id(rx), rx) for rx in self.inbound if not rx.rejected):
+            t = rx.missing_bytes() * 8 * NS_PER_S // self.line_rate
+            finish += t
+            heappush(longest, (-t, id(rx), rx))
+            if finish > due:
+                neg_t, _, out = heappop(longest)
+                finish += neg_t
+                out.reject()

@@ -206,11 +206,11 @@ def _verdict_collective(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _verdict_fabric(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (offered load, deadline factor) grid point: SAFS misses no more transfers than Homa
-    (the allocation issue's target); then the same for the variants ``safs-late-last`` and
-    ``safs-overcommit``, each if run."""
+    (the allocation issue's target); then the same for the variants ``safs-late-last``,
+    ``safs-overcommit`` and ``safs-admission``, each if run."""
     out = []
     for policy, name in (("safs", "SAFS"), ("safs-late-last", "safs-late-last"),
-                         ("safs-overcommit", "safs-overcommit")):
+                         ("safs-overcommit", "safs-overcommit"), ("safs-admission", "safs-admission")):
         for r in rows:
             if r["policy"] != policy:
                 continue

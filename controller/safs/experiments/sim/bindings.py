@@ -28,7 +28,7 @@ from safs.hosts.homa import HomaHost
 from safs.hosts.homa import resolve as homa_resolve
 from safs.hosts.no_grants import no_grant_endpoints
 from safs.hosts.pfabric import PfabricReceiver, PfabricSender
-from safs.hosts.safs import SafsDependency, SafsReceiver, SafsSender, SendScheduler
+from safs.hosts.safs import ReceiverAdmission, SafsDependency, SafsReceiver, SafsSender, SendScheduler
 from safs.hosts.stats import TransportStats
 from safs.targets.homa_pipeline import HomaPipeline
 from safs.targets.pipeline_model import PipelineModel
@@ -111,6 +111,7 @@ class SafsFlows(DctcpFlows):
         self.deps: dict[tuple[str, str], SafsDependency] = {}  # (sender, dependency name) -> sender side
         self.last_dep_id: dict[str, int] = {}  # sender -> its last dependency id
         self.schedulers: dict[str, SendScheduler] = {}  # sender -> its send scheduler (send_order urgency)
+        self.admissions: dict[str, ReceiverAdmission] = {}  # receiver -> its admission (receiver_admission)
 
     def declare(self, sim: SimRun, dep: DependencySpec, src: Host, dst: Host) -> SafsDependency:
         """The sender side of dependency ``dep``, created (and announced to the scheduler by
@@ -142,6 +143,16 @@ class SafsFlows(DctcpFlows):
                 sim.engine, src.nic.rate_bps, cfg.urgency_quantum_ns, late_below_ns=cfg.late_below_ns)
         return found
 
+    def _admission(self, sim: SimRun, dst: Host) -> ReceiverAdmission | None:
+        """``dst``'s :class:`ReceiverAdmission` (one per host), or None when
+        ``receiver_admission`` is "off"."""
+        if self.safs_cfg.receiver_admission == "off":
+            return None
+        found = self.admissions.get(dst.name)
+        if found is None:
+            found = self.admissions[dst.name] = ReceiverAdmission(sim.engine, dst.nic.rate_bps)
+        return found
+
     def dependency(self, sim: SimRun, spec: FlowSpec, src: Host, dst: Host) -> SafsDependency | None:
         """The sender side of ``spec``'s dependency (declared at setup, or new now)."""
         return self.declare(sim, DependencySpec(spec.sender, spec.receiver, spec.dependency_key(), spec.flow_class),
@@ -151,7 +162,7 @@ class SafsFlows(DctcpFlows):
         if spec.flow_class != "pipeline":
             return super().endpoints(sim, fid, spec, src, dst)
         rx = SafsReceiver(sim.engine, dst, src.ip, fid, spec.size_bytes, spec.no_bubble_ts_ns, self.safs_cfg,
-                          sim.stats, sim._on_finish)
+                          sim.stats, sim._on_finish, self._admission(sim, dst))
         tx = SafsSender(sim.engine, src, dst.ip, fid, spec.size_bytes, spec.no_bubble_ts_ns, False, self.safs_cfg,
                         sim.stats, sim._on_closed, self.dependency(sim, spec, src, dst))
         return rx, tx

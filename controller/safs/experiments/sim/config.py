@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -68,6 +68,10 @@ class SimConfig(ConfigModel):
             packets) and how far ahead of the line rate the send scheduler fills the NIC.
             Default 0: one packet at a time, and time held back is lost (a dependency sharing
             its NIC sends below its grant). Policy ``safs-overcommit`` sets 18,000 (two 9000-byte packets).
+        safs_receiver_admission: ``SafsConfig.receiver_admission`` of the SAFS hosts: "off"
+            (default) or "moore-hodgson" (each receiving host rejects the inbound transfers that
+            keep the others from being on time; needs the scheduler's ``allocator.late_transfers``
+            "last"). Policy ``safs-admission`` sets "moore-hodgson".
         buffer_dt_alpha: dynamic-threshold alpha of switch port buffers (0 = plain shared
             buffer). Default 1 (Choudhury and Hahne 1998; a common shared-buffer ASIC default):
             one class alone may fill half the port buffer, so a starved class-0 queue cannot
@@ -108,6 +112,7 @@ class SimConfig(ConfigModel):
     safs_grant_poll_ns: int = Field(10_000, ge=0)
     safs_reorder_window_ns: int = Field(200_000, ge=0)
     safs_burst_bytes: int = Field(0, ge=0, le=1 << 20)
+    safs_receiver_admission: Literal["off", "moore-hodgson"] = "off"
     buffer_dt_alpha: float = Field(1.0, ge=0, le=64)
     dctcp: dict[str, Any] = Field(default_factory=dict)
     homa: dict[str, Any] = Field(default_factory=dict)
@@ -166,8 +171,9 @@ class SimConfig(ConfigModel):
         urgency quantum from the scheduler's).
 
         Raises:
-            InvalidInput: as :meth:`scheduler_config`, or the scheduler's default rate 0 (the
-                transport's ``default_rate_bps`` must be > 0).
+            InvalidInput: as :meth:`scheduler_config`, the scheduler's default rate 0 (the
+                transport's ``default_rate_bps`` must be > 0), or ``safs_receiver_admission``
+                other than "off" without ``allocator.late_transfers`` "last".
         """
         sched = self.scheduler_config(None)
         return SafsConfig(mtu_bytes=self.mtu_bytes, default_rate_bps=sched.default_rate_bps,
@@ -176,7 +182,8 @@ class SimConfig(ConfigModel):
                           unscheduled_bytes=sched.unscheduled_bytes,
                           urgency_quantum_ns=sched.allocator.urgency_quantum_ns,
                           slack_thresholds_ns=tuple(sched.allocator.slack_thresholds_ns) if sched.slack_classes else (),
-                          late_transfers=sched.allocator.late_transfers, burst_bytes=self.safs_burst_bytes)
+                          late_transfers=sched.allocator.late_transfers, burst_bytes=self.safs_burst_bytes,
+                          receiver_admission=self.safs_receiver_admission)
 
     def dctcp_config(self) -> DctcpConfig:
         """The DCTCP settings (``sim.dctcp`` with the MTU).
