@@ -67,7 +67,8 @@ class SimConfig(ConfigModel):
             NIC sent another's packets catches up to its grant by up to this much, at least two
             packets) and how far ahead of the line rate the send scheduler fills the NIC.
             Default 0: one packet at a time, and time held back is lost (a dependency sharing
-            its NIC sends below its grant). Policy ``safs-overcommit`` sets 18,000 (two 9000-byte packets).
+            its NIC sends below its grant). Policies ``safs-overcommit`` and ``safs-admission``
+            set 18,000 (two 9000-byte packets).
         safs_receiver_admission: ``SafsConfig.receiver_admission`` of the SAFS hosts: "off"
             (default) or "moore-hodgson" (each receiving host rejects the inbound transfers that
             keep the others from being on time; needs the scheduler's ``allocator.late_transfers``
