@@ -432,8 +432,12 @@ def test_send_scheduler_requeues_a_waiting_dependency_that_got_a_more_urgent_tra
 class _Inbound:
     """A stand-in inbound transfer for :class:`ReceiverAdmission` (what it reads and calls)."""
 
+    count = 0
+
     def __init__(self, missing: int, due: int) -> None:
         self.missing, self.no_bubble, self.rejected = missing, due, False
+        _Inbound.count += 1
+        self.flow_id, self.sender = _Inbound.count, 1
 
     def missing_bytes(self) -> int:
         return self.missing

@@ -271,8 +271,8 @@ class SchedulerConfig(ConfigModel):
             grants do, at the price of granting more than the usable rate for up to a window
             when they come back. Default 1: off (no entries), so grants never add up to more
             than the port's usable rate (BRIEF's first invariant); policies ``safs-overcommit``
-            and ``safs-admission`` set 2, over a scenario's value (a scenario's value applies to the other SAFS
-            policies). Share design only.
+            and ``safs-admission`` set 2, over a scenario's value (a scenario's value applies to
+            the other SAFS policies). Share design only.
         traffic_classes: aggregates of non-SAFS traffic and their queues and meters
             (:class:`TrafficClassSpec`), installed on every switch; at most 255 (the P4
             program's ``traffic_class`` and ``aggregate_meter`` sizes). Default none: all

@@ -1090,12 +1090,11 @@ class SafsReceiver:
         pkt.conn = missing
         self.stats.control_bytes += pkt.size
         self.stats.control_packets += 1
-        if flags:
-            pass  # a rejection, neither a DONE nor a NACK
-        elif missing_bytes:
-            self.nacks += 1
-        else:
-            self.dones += 1
+        if not flags:  # a rejection (FLAG_LATE) is neither a DONE nor a NACK
+            if missing_bytes:
+                self.nacks += 1
+            else:
+                self.dones += 1
         self.nic.send(pkt)
 
 
@@ -1108,8 +1107,8 @@ class ReceiverAdmission:
     others, not when every transfer is served by urgency until several are late together: on
     one link, Moore and Hodgson's rule (J. M. Moore, "An n job, one machine sequencing
     algorithm for minimizing the number of late jobs", Management Science 15(1), 1968) is
-    optimal. Whenever a transfer's first DATA arrives or one completes, the host runs it over
-    its inbound transfers that are not yet rejected: in order of no-bubble timestamp, add each
+    optimal. Whenever a transfer's first DATA arrives or one completes, the host applies the
+    rule to its inbound transfers that are not yet rejected: in order of no-bubble timestamp, add each
     one's missing bytes at ``line_rate_bps`` to a running finish time from now; when the finish
     passes the transfer's timestamp, reject the one with the most missing bytes so far (and take
     its time back). A rejected transfer's receiver tells its sender once (a DONE with
@@ -1142,12 +1141,14 @@ class ReceiverAdmission:
 
     def _check(self) -> None:
         finish = self.clock.now
-        longest: list[tuple[int, int, SafsReceiver]] = []  # max-heap of (-time, id, transfer)
-        for due, _, rx in sorted((rx.no_bubble, id(rx), rx) for rx in self.inbound if not rx.rejected):
+        # Ties broken by (flow id, sender): unique per receiving host, and the same in every run.
+        longest: list[tuple[int, int, int, SafsReceiver]] = []  # max-heap of (-time, flow id, sender, transfer)
+        for due, fid, sender, rx in sorted((rx.no_bubble, rx.flow_id, rx.sender, rx) for rx in self.inbound
+                                           if not rx.rejected):
             t = rx.missing_bytes() * 8 * NS_PER_S // self.line_rate
             finish += t
-            heappush(longest, (-t, id(rx), rx))
+            heappush(longest, (-t, fid, sender, rx))
             if finish > due:
-                neg_t, _, out = heappop(longest)
+                neg_t, _, _, out = heappop(longest)
                 finish += neg_t
                 out.reject()
