@@ -12,6 +12,8 @@ from safs.core.allocator import AllocatorConfig
 from safs.core.errors import InvalidInput
 from safs.core.scheduler import SchedulerConfig, dctcp_k_packets, scheduler_config_for
 from safs.core.topology import load_topology
+from safs.experiments.runner import check
+from safs.experiments.scenario import load_scenario
 from safs.experiments.sim.config import SimConfig
 from safs.hosts import dctcp
 from safs.hosts.homa import HomaConfig
@@ -122,3 +124,25 @@ def test_one_derivation_of_the_scheduler_settings() -> None:
     assert scheduler_config_for(slow, 9000).default_rate_bps == 250_000_000
     assert scheduler_config_for(slow, 9000, {"default_rate_bps": 5}).default_rate_bps == 5
     assert scheduler_config_for(star(2), 9000).default_rate_bps == SchedulerConfig().default_rate_bps  # 100 Gbit/s
+
+
+def test_receiver_admission_is_checked_under_each_safs_policy_before_any_run(tmp_path: Path) -> None:
+    """``sim.safs_receiver_admission`` needs late transfers last: refused (naming the file, the
+    field and the policy) under ``safs``, which sends them first; accepted under
+    ``safs-late-last``, which sets it, and under DCTCP, whose hosts are not SAFS."""
+    topology = Path(__file__).resolve().parents[1] / "topologies" / "leaf-spine-64.yaml"
+
+    def scenario(policy: str) -> Path:
+        path = tmp_path / f"{policy}.yaml"
+        path.write_text(f"name: adm\ntopology: {topology}\nworkload: {{kind: fabric, params: {{transfers: 10}}}}\n"
+                        f"policies: [{policy}]\nsim: {{safs_receiver_admission: moore-hodgson}}\n")
+        return path
+
+    with pytest.raises(InvalidInput) as err:
+        check(load_scenario(scenario("safs")))
+    assert str(scenario("safs")) in str(err.value) and "sim.safs_receiver_admission" in str(err.value)
+    assert "late_transfers" in str(err.value) and "'safs'" in str(err.value)
+    check(load_scenario(scenario("safs-late-last")))
+    check(load_scenario(scenario("dctcp")))
+    with pytest.raises(InvalidInput, match="admission_rate_fraction"):
+        SafsConfig(late_transfers="last", receiver_admission="moore-hodgson", admission_rate_fraction=1.5)

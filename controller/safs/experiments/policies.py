@@ -26,6 +26,7 @@ from safs.experiments.sim.bindings import (
     SafsFlows,
     SafsPerTransferFlows,
 )
+from safs.experiments.sim.config import SimConfig
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,22 @@ class Policy:
     fluid: bool = False
     mininet_transport: str | None = None
     per_transfer: bool = False
+
+    def sim_config(self, config: SimConfig) -> tuple[SimConfig, dict[str, Any]]:
+        """``config`` with this policy's allocator settings (the hosts use them too) and
+        ``sim_overrides`` applied, and its other scheduler overrides (for the scheduler's config).
+
+        Raises:
+            InvalidInput: a merged setting out of range (as :class:`SimConfig`).
+        """
+        overrides = dict(self.scheduler_overrides)
+        if "allocator" in overrides:
+            sched = config.scheduler
+            allocator = {**sched.get("allocator", {}), **overrides.pop("allocator")}
+            config = config.replace(scheduler={**sched, "allocator": allocator})
+        if self.sim_overrides:
+            config = config.replace(**self.sim_overrides)
+        return config, overrides
 
 
 POLICIES: dict[str, Policy] = {p.name: p for p in (

@@ -33,6 +33,7 @@ from safs.experiments.policies import get_policy
 from safs.experiments.runs import RunSpec, build_run, expand, miss_tolerance_ns, run_seed
 from safs.experiments.scenario import Scenario
 from safs.experiments.sim.backend import simulate
+from safs.experiments.sim.bindings import SafsFlows
 from safs.experiments.sim.config import SimResult
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,14 @@ def check(scenario: Scenario, backend: str = "sim") -> None:
     for spec in expand(scenario):
         if (spec.background_flows, spec.load) not in seen:  # workloads differ only by these
             seen.add((spec.background_flows, spec.load))
-            build_run(scenario, spec)
+            _, _, config = build_run(scenario, spec)
+            for policy in scenario.policies:  # the SAFS hosts' settings under each SAFS policy's own
+                pol = get_policy(policy)
+                try:
+                    if pol.sim is not None and issubclass(pol.sim, SafsFlows):
+                        pol.sim_config(config)[0].safs_config()
+                except InvalidInput as exc:
+                    raise InvalidInput(exc.field, f"{exc.message} under policy {policy!r}", scenario.source) from None
 
 
 @dataclass(frozen=True)

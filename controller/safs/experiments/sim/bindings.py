@@ -150,7 +150,8 @@ class SafsFlows(DctcpFlows):
             return None
         found = self.admissions.get(dst.name)
         if found is None:
-            found = self.admissions[dst.name] = ReceiverAdmission(sim.engine, dst.nic.rate_bps)
+            rate = int(dst.nic.rate_bps * self.safs_cfg.admission_rate_fraction)
+            found = self.admissions[dst.name] = ReceiverAdmission(sim.engine, rate)
         return found
 
     def dependency(self, sim: SimRun, spec: FlowSpec, src: Host, dst: Host) -> SafsDependency | None:

@@ -73,6 +73,9 @@ class SimConfig(ConfigModel):
             (default) or "moore-hodgson" (each receiving host rejects the inbound transfers that
             keep the others from being on time; needs the scheduler's ``allocator.late_transfers``
             "last"). Policy ``safs-admission`` sets "moore-hodgson".
+        safs_admission_rate_fraction: ``SafsConfig.admission_rate_fraction``: the share of a
+            receiver's line rate its admission plans with, in (0, 1], default 0.9 (measured;
+            see there).
         buffer_dt_alpha: dynamic-threshold alpha of switch port buffers (0 = plain shared
             buffer). Default 1 (Choudhury and Hahne 1998; a common shared-buffer ASIC default):
             one class alone may fill half the port buffer, so a starved class-0 queue cannot
@@ -114,6 +117,7 @@ class SimConfig(ConfigModel):
     safs_reorder_window_ns: int = Field(200_000, ge=0)
     safs_burst_bytes: int = Field(0, ge=0, le=1 << 20)
     safs_receiver_admission: Literal["off", "moore-hodgson"] = "off"
+    safs_admission_rate_fraction: float = Field(0.9, gt=0, le=1)
     buffer_dt_alpha: float = Field(1.0, ge=0, le=64)
     dctcp: dict[str, Any] = Field(default_factory=dict)
     homa: dict[str, Any] = Field(default_factory=dict)
@@ -125,7 +129,7 @@ class SimConfig(ConfigModel):
         # Validate the nested configs now so a bad scenario fails before any run. Their errors
         # are InvalidInput with their full names (sim.dctcp.<key>, scheduler.<key>, ...).
         self.profile()
-        self.safs_config()
+        self.safs_config(admission=False)  # its late_transfers may come from the policy: checked per run
         self.dctcp_config()
         self.homa_config()
         self.pfabric_config(None)
@@ -167,16 +171,22 @@ class SimConfig(ConfigModel):
             profile = profile.replace(name=label, **self.control_costs)
         return profile
 
-    def safs_config(self) -> SafsConfig:
+    def safs_config(self, admission: bool = True) -> SafsConfig:
         """The SAFS transport settings (default rate, unscheduled bytes and the send scheduler's
         urgency quantum from the scheduler's).
 
         Raises:
             InvalidInput: as :meth:`scheduler_config`, the scheduler's default rate 0 (the
-                transport's ``default_rate_bps`` must be > 0), or ``safs_receiver_admission``
-                other than "off" without ``allocator.late_transfers`` "last".
+                transport's ``default_rate_bps`` must be > 0), or (unless ``admission`` is False:
+                receiver admission left off) ``safs_receiver_admission`` other than "off" while
+                the run's ``scheduler.allocator.late_transfers`` is not "last".
         """
         sched = self.scheduler_config(None)
+        admit = self.safs_receiver_admission if admission else "off"
+        if admit != "off" and sched.allocator.late_transfers != "last":
+            raise InvalidInput("sim.safs_receiver_admission", f"{admit!r} needs scheduler.allocator.late_transfers "
+                               f"'last' (policies safs-late-last, safs-overcommit and safs-admission set it), got "
+                               f"{sched.allocator.late_transfers!r}")
         return SafsConfig(mtu_bytes=self.mtu_bytes, default_rate_bps=sched.default_rate_bps,
                           renew_fraction=self.renew_fraction, rto_ns=self.safs_rto_ns,
                           grant_poll_ns=self.safs_grant_poll_ns, reorder_window_ns=self.safs_reorder_window_ns,
@@ -184,7 +194,8 @@ class SimConfig(ConfigModel):
                           urgency_quantum_ns=sched.allocator.urgency_quantum_ns,
                           slack_thresholds_ns=tuple(sched.allocator.slack_thresholds_ns) if sched.slack_classes else (),
                           late_transfers=sched.allocator.late_transfers, burst_bytes=self.safs_burst_bytes,
-                          receiver_admission=self.safs_receiver_admission)
+                          receiver_admission=admit,
+                          admission_rate_fraction=self.safs_admission_rate_fraction)
 
     def dctcp_config(self) -> DctcpConfig:
         """The DCTCP settings (``sim.dctcp`` with the MTU).

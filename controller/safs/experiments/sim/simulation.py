@@ -75,13 +75,7 @@ class Simulation(EngineWorkloadHost):
         if pol.sim is None:
             raise InvalidInput("policy", f"{pol.name!r} is a fluid model, not a packet-level Simulation: "
                                "run it with simulate() or safs.experiments.sim.oracle.OracleNetwork")
-        overrides = dict(pol.scheduler_overrides)
-        if "allocator" in overrides:  # the hosts use allocator settings too: into the run's config
-            sched = config.scheduler
-            allocator = {**sched.get("allocator", {}), **overrides.pop("allocator")}
-            config = config.replace(scheduler={**sched, "allocator": allocator})
-        if pol.sim_overrides:
-            config = config.replace(**pol.sim_overrides)
+        config, overrides = pol.sim_config(config)
         self.topology = topology
         self.policy = pol.name
         self.config = config
