@@ -55,17 +55,19 @@ def check(scenario: Scenario, backend: str = "sim") -> None:
     if backend == "mininet":
         check_policies(scenario.policies, scenario.source)
     seen = set()
+    config = None
     for spec in expand(scenario):
         if (spec.background_flows, spec.load) not in seen:  # workloads differ only by these
             seen.add((spec.background_flows, spec.load))
             _, _, config = build_run(scenario, spec)
-            for policy in scenario.policies:  # the SAFS hosts' settings under each SAFS policy's own
-                pol = get_policy(policy)
-                try:
-                    if pol.sim is not None and issubclass(pol.sim, SafsFlows):
-                        pol.sim_config(config)[0].safs_config()
-                except InvalidInput as exc:
-                    raise InvalidInput(exc.field, f"{exc.message} under policy {policy!r}", scenario.source) from None
+    # The SAFS hosts' settings under each SAFS policy's own (a policy may set late_transfers).
+    for policy in scenario.policies if config is not None else ():
+        pol = get_policy(policy)
+        try:
+            if pol.sim is not None and issubclass(pol.sim, SafsFlows):
+                pol.sim_config(config)[0].safs_config()
+        except InvalidInput as exc:
+            raise InvalidInput(exc.field, f"{exc.message} under policy {policy!r}", scenario.source) from None
 
 
 @dataclass(frozen=True)
