@@ -517,6 +517,8 @@ SHARE_THRESHOLDS_NS = (0, 1000 * NS_PER_S, 2000 * NS_PER_S, 3000 * NS_PER_S)
 LATE, SOON, MID, LAX, FAR = (s * NS_PER_S for s in (-500, 500, 1500, 2500, 5000))  # urgency 0, 1, 2, 3, 4
 DEFAULT_KBPS = 1_000_000  # the share test's default grant (SchedulerConfig default 1 Gbit/s)
 HOLD_RELEASE = 5_000  # holder_release_bytes: below the steps' 10,000 + seq remaining bytes
+HOLD_PREEMPT_NS = 2**32 - 1  # holder_preempt_ns, its largest (4.3 s): finishes 1 s apart preempt only by
+# the slack rule (a shorter claimant whose time fits in the holder's slack)
 ALONE, TOP, WAITING = n.SHARE_ALONE, n.SHARE_TOP, n.SHARE_WAITING
 
 
@@ -528,6 +530,7 @@ class ShareDifferentialTest(DiffTestBase):
         # top_overcommit: the scheduler's top_boost entries go to both targets too; every window
         # here is silent (0 top-class bytes), which no entry covers, so no share is raised.
         cfg = SchedulerConfig(default_rate_bps=10**9, unscheduled_bytes=0, holder_release_bytes=HOLD_RELEASE,
+                              holder_preempt_ns=HOLD_PREEMPT_NS,
                               allocator=AllocatorConfig(slack_thresholds_ns=SHARE_THRESHOLDS_NS), top_overcommit=2.0)
         try:
             self.start(cfg, "10Gbps")
@@ -744,6 +747,31 @@ class ShareDifferentialTest(DiffTestBase):
         self.expect_grant("A", req, (TOP, 1), flags=sole)
         # A no longer sole: one sole dependency left, no holder; both share the class.
         self.expect_grant("A", data, (ALONE, 2))
+        for name in ("A", "C"):
+            self.expect_none(name, flags=FLAG_LAST)
+        self.run_holder_slack_sequence()
+
+    def run_holder_slack_sequence(self) -> None:
+        """The holder's slack rule: a sole claimant finishing before the holder by less than
+        ``holder_preempt_ns`` takes the port iff it is shorter and its time at 100 Gbit/s
+        (remaining / 12.8 ns per byte) fits in the holder's slack. All in class SOON (0..1000 s);
+        finishes 1 s apart, far beyond the ms between steps."""
+        req, sole, s = MsgType.REQUEST, FLAG_SOLE, NS_PER_S
+        big, small = 10_000_000, 20_000  # 781 us and 1.6 us at 100 Gbit/s
+        self.expect_grant("A", req, (ALONE, 1), flags=sole, slack=SOON, remaining=small)  # one sole: no holder
+        self.expect_grant("C", req, (TOP, 1), flags=sole, slack=SOON, remaining=big)  # takes the free port
+        # A finishes 1 s before C, is shorter and fits in C's 500 s of slack: it takes the port.
+        self.expect_grant("A", req, (TOP, 1), flags=sole, slack=SOON - s, remaining=small)
+        # C, finishing after A, waits.
+        self.expect_grant("C", req, (WAITING, 1), flags=sole, slack=SOON, remaining=big)
+        # A with 400 s of slack holds 10 TB (781 s at 100 Gbit/s): C, 6.4 TB (500 s) finishing 1 s
+        # earlier and shorter, does not fit in A's slack and waits.
+        def at_100g(remaining: int) -> int:  # ns: FINISH_SHIFT_A/B in defines.p4
+            return remaining // 16 + remaining // 64
+        a_rem, c_rem = 10 * 10**12, 64 * 10**11
+        self.expect_grant("A", req, (TOP, 1), flags=sole, slack=400 * s, remaining=a_rem)
+        self.expect_grant("C", req, (WAITING, 1), flags=sole, slack=400 * s + at_100g(a_rem) - at_100g(c_rem) - s,
+                          remaining=c_rem)
         for name in ("A", "C"):
             self.expect_none(name, flags=FLAG_LAST)
 

@@ -347,6 +347,28 @@ def test_holder_releases_near_its_end_and_an_earlier_finish_preempts_it() -> Non
     assert send(sw, MsgType.REQUEST, 1, -500, flags=FLAG_SOLE, remaining=BIG)[0] == rate(n.SHARE_ALONE, 1)
 
 
+def test_a_shorter_claimant_that_fits_in_the_holders_slack_preempts_it() -> None:
+    """A sole dependency finishing 50 us before the holder (less than preempt_ns) takes the port
+    when it is shorter and its time at 100 Gbit/s fits in the holder's slack; not when it is
+    longer, nor when the holder's slack is shorter than its time."""
+    def at_100g(remaining: int) -> int:  # ns: FINISH_SHIFT_A/B in defines.p4
+        return remaining // 16 + remaining // 64
+    short = 1_000_000  # the claimant's remaining bytes
+    for holder_rem, holder_slack, preempts in (
+            (4 * short, 200_000, True),  # shorter, and the holder can wait for it
+            (short // 2, 200_000, False),  # longer than the holder
+            (4 * short, at_100g(short) - 1, False)):  # the holder cannot wait that long
+        sw = holder_on(switch())
+        send(sw, MsgType.REQUEST, 1, 10**7, flags=FLAG_SOLE, remaining=BIG)  # 1 sole dependency: no holder yet
+        got = send(sw, MsgType.REQUEST, 2, holder_slack, flags=FLAG_SOLE, remaining=holder_rem)[0]
+        assert (got, sw.read_register(n.HOLDER_SLOT, 2)) == (rate(n.SHARE_TOP, 1), 6)
+        # Dependency 1, in the same class (slack >= 0), now finishes 50 us before the holder.
+        claim_slack = holder_slack + at_100g(holder_rem) - at_100g(short) - 50_000
+        got = send(sw, MsgType.REQUEST, 1, claim_slack, flags=FLAG_SOLE, remaining=short)[0]
+        assert (got, sw.read_register(n.HOLDER_SLOT, 2)) == ((rate(n.SHARE_TOP, 1), 5) if preempts
+                                                              else (rate(n.SHARE_WAITING, 1), 6))
+
+
 def test_without_the_holder_sole_dependencies_share_like_the_others() -> None:
     """holder idle_ns 0 (the table's default; SchedulerConfig.holder_idle_ns 0): FLAG_SOLE is
     counted but changes no share."""

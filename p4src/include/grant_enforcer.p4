@@ -49,7 +49,7 @@
  *   with FLAG_SOLE (the sender's only dependency with data) not behind a contended in-link
  *   are counted in dep_sole / sole_load_u too; when top has n_sole >= 2 they count as one
  *   (load = n_top - n_sole + 1, waiting = rest + n_sole - 1) and one of them, the holder
- *   (holder_slot, _class, _seen, _finish by port), gets that share; the others wait, without
+ *   (holder_slot, _class, _seen, _finish, _start by port), gets that share; the others wait, without
  *   the spare level, and their GRANTs say FLAG_SOLE (pick_port_share has the rules)
  *
  *   DATA    : dep_meter[slot] -> colour; not green -> queue 1 (over rate), never dropped;
@@ -172,6 +172,8 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
     register<ns_t>(NUM_PORTS) holder_seen;
     @name(".SafsIngress.holder_finish")
     register<ns_t>(NUM_PORTS) holder_finish;
+    @name(".SafsIngress.holder_start")
+    register<ns_t>(NUM_PORTS) holder_start;
     @name(".SafsIngress.dep_out_class")
     register<bit<8>>(DEP_SLOTS) dep_out_class;
     @name(".SafsIngress.dep_out_port")
@@ -643,8 +645,9 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
     // others wait (the waiting share without the spare level: they share the holder's queue,
     // so it could not take back a spare they used). A sole dependency takes the port when no one
     // holds it, the holder left the class, its DATA finds the holder silent for idle_ns, or it
-    // finishes more than preempt_ns before the holder (finish = latest start + remaining at
-    // 100 Gbit/s); a holder with at most release_bytes left frees the port and keeps its share.
+    // finishes before the holder (finish = latest start + remaining at 100 Gbit/s) by more than
+    // preempt_ns, or at all if it is shorter and its time fits in the holder's slack; a holder
+    // with at most release_bytes left frees the port and keeps its share.
     // Then the port's top-class DATA window. A stale packet writes nothing back.
     @hidden
     action pick_port_share() {
@@ -694,20 +697,32 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         holder_seen.read(was_seen, port);
         ns_t was_finish;
         holder_finish.read(was_finish, port);
+        ns_t was_start;
+        holder_start.read(was_start, port);
         meter_slot_t h_slot = was_slot;
         bit<8> h_cls = was_cls;
         ns_t h_seen = was_seen;
         ns_t h_finish = was_finish;
+        ns_t h_start = was_start;
         if (h_slot == meta.meter_slot && (h_cls != cls || sole_cls == 0)) {
             h_slot = 0;  // the holder left the class or is no longer sole
         }
         hold_waiting = 0;
         if (dep_urgency == port_top && grouped && sole_cls != 0) {
             bytes48_t rem = hdr.safs.remaining_bytes;
-            ns_t finish = hdr.safs.timestamp_ns + (rem >> FINISH_SHIFT_A) + (rem >> FINISH_SHIFT_B);
+            ns_t dur = (rem >> FINISH_SHIFT_A) + (rem >> FINISH_SHIFT_B);  // its time at 100 Gbit/s
+            ns_t finish = hdr.safs.timestamp_ns + dur;
             ns_t ahead = was_finish - finish;  // below 2^47: the claimant finishes first
             bool silent = hdr.safs.msg_type == SAFS_DATA && meta.now_ns - was_seen > (ns_t) hold_idle_ns;
-            bool earlier = ahead > (ns_t) hold_preempt_ns && ahead < 48w0x800000000000;
+            bool first = ahead != 0 && ahead < 48w0x800000000000;
+            bool earlier = first && ahead > (ns_t) hold_preempt_ns;
+            // A shorter claimant finishing first whose whole time fits in the holder's slack
+            // (the holder still starts by its latest start after it) costs the holder nothing.
+            bool shorter = was_finish - was_start > dur;
+            bool fits = was_start - meta.now_ns - dur < 48w0x800000000000;
+            if (first && shorter && fits) {
+                earlier = true;
+            }
             if (rem <= (bytes48_t) hold_release_bytes) {
                 if (h_slot == meta.meter_slot) {
                     h_slot = 0;
@@ -717,6 +732,7 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
                 h_cls = cls;
                 h_seen = meta.now_ns;
                 h_finish = finish;
+                h_start = hdr.safs.timestamp_ns;
             } else {
                 load = waiting;
                 mode = SHARE_WAITING;
@@ -728,11 +744,13 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
             h_cls = was_cls;
             h_seen = was_seen;
             h_finish = was_finish;
+            h_start = was_start;
         }
         holder_slot.write(port, h_slot);
         holder_class.write(port, h_cls);
         holder_seen.write(port, h_seen);
         holder_finish.write(port, h_finish);
+        holder_start.write(port, h_start);
         meta.load = load;
         meta.share_mode = mode;
         // The port's top-class DATA bytes: a window older than TOP_WINDOW_NS closes (its bytes

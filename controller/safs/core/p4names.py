@@ -157,6 +157,7 @@ HOLDER_SLOT = "SafsIngress.holder_slot"  # by egress port: the holder's meter sl
 HOLDER_CLASS = "SafsIngress.holder_class"  # by egress port: 1 + the holder's urgency when it took the port
 HOLDER_SEEN = "SafsIngress.holder_seen"  # by egress port: when the holder's last packet passed (fabric ns)
 HOLDER_FINISH = "SafsIngress.holder_finish"  # by egress port: its finish estimate (fabric ns)
+HOLDER_START = "SafsIngress.holder_start"  # by egress port: its latest start (fabric ns)
 PORT_TX_BYTES = "SafsEgress.port_tx_bytes"  # indirect counter by egress port
 QDEPTH_HIST = "SafsEgress.qdepth_hist"  # indirect counter, index = port * 8 + bucket
 QDEPTH_BUCKETS = 8  # bucket b counts packets enqueued with depth in [2^b - 1, 2^(b+1) - 1)

@@ -261,7 +261,9 @@ class SchedulerConfig(ConfigModel):
             1 MiB port buffer: docs/evaluation.md).
         holder_preempt_ns: a sole dependency whose finish estimate (latest start + remaining
             bytes at 100 Gbit/s) is more than this before the holder's takes the port (EDF
-            between holders). Default 100 µs.
+            between holders). Default 100 µs. One finishing before the holder by less also takes
+            it when it is shorter and its time at 100 Gbit/s fits in the holder's slack
+            (docs/protocol.md, "Order within the class: the port holder").
         top_overcommit: the most a receiver port's top-class share is raised by when that class
             left the port partly idle in the last window (``top_boost``; docs/protocol.md,
             "Top-class overcommit"), in [1, 2]: a top-class dependency sharing the port with

@@ -534,6 +534,7 @@ class PipelineModel:
         self._holder_class = [0] * n.NUM_PORTS
         self._holder_seen = [0] * n.NUM_PORTS
         self._holder_finish = [0] * n.NUM_PORTS
+        self._holder_start = [0] * n.NUM_PORTS
         self._holder_cfg = (0, 0, 0)  # holder table: (idle_ns, release_bytes, preempt_ns); idle 0: off
         self._hold_waiting = False  # this packet's dependency waits for the holder (FLAG_SOLE on its GRANT)
         self._default_grant = (0, 0, 0, n.DEFAULT_METER_SLOT)  # (kbps, epoch 0, lease_us, slot)
@@ -1289,8 +1290,9 @@ class PipelineModel:
         one's share; the others wait (the waiting share, without the spare level: they share
         the holder's queue, so the holder could not take back a spare they used). A sole
         dependency takes the port when no one holds it, the holder left the class, its DATA
-        finds the holder silent for ``idle_ns`` or it finishes more than ``preempt_ns`` before
-        the holder (finish = latest start + remaining at 100 Gbit/s); a holder with at most
+        finds the holder silent for ``idle_ns`` or it finishes before the holder (finish = latest
+        start + remaining at 100 Gbit/s) by more than ``preempt_ns``, or at all if it is shorter
+        and its time fits in the holder's slack (``holder_start`` - now); a holder with at most
         ``release_bytes`` left frees the port and keeps its share (the next one ramps up
         meanwhile). A stale packet moves nothing. A top-class share (alone or top) of a load of
         2 or more is then multiplied by the port's top_boost / 256 (top-class overcommit)."""
@@ -1317,16 +1319,22 @@ class PipelineModel:
                 if h_slot == slot:
                     h_slot = 0
             else:
-                finish = (pkt.ts + (rem >> n.FINISH_SHIFTS[0]) + (rem >> n.FINISH_SHIFTS[1])) & TIME_MASK
+                dur = (rem >> n.FINISH_SHIFTS[0]) + (rem >> n.FINISH_SHIFTS[1])  # its time at 100 Gbit/s
+                finish = (pkt.ts + dur) & TIME_MASK
                 ahead = (self._holder_finish[port] - finish) & TIME_MASK  # < HALF: finishes first
+                # A shorter claimant finishing first whose whole time fits in the holder's slack
+                # (the holder still starts by its latest start after it) costs the holder nothing.
+                shorter = (self._holder_finish[port] - self._holder_start[port]) & TIME_MASK > dur
+                fits = (self._holder_start[port] - now - dur) & TIME_MASK < HALF
                 if (h_slot == slot or h_slot == 0 or h_cls != cls
                         or (pkt.safs_type == _DATA and (now - self._holder_seen[port]) & TIME_MASK > idle_ns)
-                        or preempt_ns < ahead < HALF):
+                        or preempt_ns < ahead < HALF or (0 < ahead < HALF and shorter and fits)):
                     h_slot = slot
                     if not stale:
                         self._holder_class[port] = cls
                         self._holder_seen[port] = now
                         self._holder_finish[port] = finish
+                        self._holder_start[port] = pkt.ts
                 else:
                     load, mode = waiting, n.SHARE_WAITING
                     top_bytes = None  # a waiting sole dependency: the waiting share, no spare
@@ -1366,7 +1374,8 @@ class PipelineModel:
                      **dict(zip(n.OUT_WEIGHTS, self._outs.weights or (), strict=True)),
                      n.DEP_SOLE: self._dep_sole, **dict(zip(n.SOLE_LOADS, self._sole_loads, strict=True)),
                      n.HOLDER_SLOT: self._holder_slot, n.HOLDER_CLASS: self._holder_class,
-                     n.HOLDER_SEEN: self._holder_seen, n.HOLDER_FINISH: self._holder_finish}
+                     n.HOLDER_SEEN: self._holder_seen, n.HOLDER_FINISH: self._holder_finish,
+                     n.HOLDER_START: self._holder_start}
         cells = registers.get(register)
         if cells is None:
             raise InvalidInput("register", f"must be one of {', '.join(registers)}, got {register!r}")
