@@ -766,8 +766,7 @@ class ShareDifferentialTest(DiffTestBase):
         self.expect_grant("C", req, (WAITING, 1), flags=sole, slack=SOON, remaining=big)
         # A with 400 s of slack holds 10 TB (781 s at 100 Gbit/s): C, 6.4 TB (500 s) finishing 1 s
         # earlier and shorter, does not fit in A's slack and waits.
-        def at_100g(remaining: int) -> int:  # ns: FINISH_SHIFT_A/B in defines.p4
-            return remaining // 16 + remaining // 64
+        at_100g = n.holder_time_ns
         a_rem, c_rem = 10 * 10**12, 64 * 10**11
         self.expect_grant("A", req, (TOP, 1), flags=sole, slack=400 * s, remaining=a_rem)
         self.expect_grant("C", req, (WAITING, 1), flags=sole, slack=400 * s + at_100g(a_rem) - at_100g(c_rem) - s,

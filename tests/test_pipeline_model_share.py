@@ -351,8 +351,7 @@ def test_a_shorter_claimant_that_fits_in_the_holders_slack_preempts_it() -> None
     """A sole dependency finishing 50 us before the holder (less than preempt_ns) takes the port
     when it is shorter and its time at 100 Gbit/s fits in the holder's slack; not when it is
     longer, nor when the holder's slack is shorter than its time."""
-    def at_100g(remaining: int) -> int:  # ns: FINISH_SHIFT_A/B in defines.p4
-        return remaining // 16 + remaining // 64
+    at_100g = n.holder_time_ns
     short = 1_000_000  # the claimant's remaining bytes
     for holder_rem, holder_slack, preempts in (
             (4 * short, 200_000, True),  # shorter, and the holder can wait for it

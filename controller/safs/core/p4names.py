@@ -55,6 +55,14 @@ TOP_BOOST_STEPS = 16  # the controller's ranges per unit of boost (steps of 1/16
 TOP_BOOST_SIZE = 2048  # TOP_BOOST_SIZE in defines.p4: 16 steps per host port (top_overcommit <= 2), 128 ports
 FINISH_SHIFTS = (4, 6)  # FINISH_SHIFT_A, _B in defines.p4: finish = latest start + (rem >> 4) + (rem >> 6)
 FINISH_RATE_BPS = 100_000_000_000  # the port rate that estimate is for
+
+
+def holder_time_ns(remaining: int) -> int:
+    """The holder rule's time for ``remaining`` bytes at :data:`FINISH_RATE_BPS`, ns, as the
+    P4 program computes it (constant shifts, 2.4% short)."""
+    return (remaining >> FINISH_SHIFTS[0]) + (remaining >> FINISH_SHIFTS[1])
+
+
 # Contended in-links: the same shares for a fabric link into a receiver's ToR, by ingress port
 # (every dependency arriving on a non-host port is counted there; with entries for the port, its
 # rate is the smaller of the two shares). The controller writes them for the links it accounts.

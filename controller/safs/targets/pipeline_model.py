@@ -1319,7 +1319,7 @@ class PipelineModel:
                 if h_slot == slot:
                     h_slot = 0
             else:
-                dur = (rem >> n.FINISH_SHIFTS[0]) + (rem >> n.FINISH_SHIFTS[1])  # its time at 100 Gbit/s
+                dur = n.holder_time_ns(rem)  # its time at 100 Gbit/s
                 finish = (pkt.ts + dur) & TIME_MASK
                 ahead = (self._holder_finish[port] - finish) & TIME_MASK  # < HALF: finishes first
                 # A shorter claimant finishing first whose whole time fits in the holder's slack
