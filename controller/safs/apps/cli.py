@@ -25,6 +25,9 @@ from safs.apps.cliargs import OneLineParser
 from safs.core.errors import SafsError
 from safs.experiments.backends import BACKENDS
 
+POLICIES_HELP = ("override the policies, e.g. safs,dctcp (docs/baselines.md lists them; an unknown name prints "
+                 "the valid ones)")
+
 # Each subcommand's module, imported only when that subcommand runs: `safs controller` does not
 # pay for the simulator, SciPy and Matplotlib that `safs eval` imports (about 2 s of a restart).
 COMMANDS = {
@@ -73,7 +76,7 @@ def _add_eval_parser(sub: Any) -> None:
         "(and plots/) are moved aside as NAME.<YYYYMMDDTHHMMSS>.EXT, timing.json is merged per experiment",
     )
     ev.add_argument("--seeds", type=_int_list, help="override the seeds, e.g. 1,2,3")
-    ev.add_argument("--policies", type=_name_list, help="override the policies, e.g. safs,dctcp")
+    ev.add_argument("--policies", type=_name_list, help=POLICIES_HELP)
     ev.add_argument("--jobs", type=int, default=None, help="local worker processes (default: one per CPU)")
     ev.add_argument(
         "--ray",
@@ -124,7 +127,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--target", default="sim", choices=BACKENDS, help="where to run (default: sim)")
     run.add_argument("--seeds", type=_int_list, help="override the scenario's seeds, e.g. 1,2,3")
-    run.add_argument("--policies", type=_name_list, help="override the policies, e.g. safs,dctcp")
+    run.add_argument("--policies", type=_name_list, help=POLICIES_HELP)
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--jobs", type=int, default=None, help="local worker processes (default: one per CPU)")
     run.add_argument(
