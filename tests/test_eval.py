@@ -306,6 +306,10 @@ def test_fabric_verdict_judges_safs_then_its_variants_against_homa_per_grid_poin
         ("load 0.3, deadline x2.0: safs-late-last misses <= Homa's", True),
         ("load 0.9, deadline x2.0: safs-overcommit misses <= Homa's", False),
         ("load 0.9, deadline x2.0: safs-admission misses <= Homa's", True)]
+    # With 95% intervals in the summary rows, "ours" shows them beside the means.
+    rows = [row("safs-admission", 0.9, 35.8) | {"pipeline_deadline_misses_ci95": 19.4},
+            row("homa", 0.9, 35.0) | {"pipeline_deadline_misses_ci95": 12.6}]
+    assert [(v["ours"], v["pass"]) for v in exp.verdict(rows)] == [("35.8 ± 19.4 vs 35.0 ± 12.6 per run", False)]
 
 
 # ---- options that do not apply, re-runs and --replot -------------------------------------------
