@@ -688,15 +688,21 @@ class _ThreeFlows:
         return len(self.finished) == 3
 
 
-@pytest.mark.parametrize("policy", ["safs", "dctcp"])
-def test_driver_runs_a_workload_over_real_agents(agents: Agents, policy: str) -> None:
+@pytest.mark.parametrize("policy, agent_args", [
+    ("safs", ()), ("dctcp", ()),
+    # what the Mininet target passes for safs-admission (the expects carry no-bubble timestamps)
+    ("safs-admission", ("--late-transfers", "last", "--receiver-admission", "moore-hodgson",
+                        "--pace-burst-bytes", "18000")),
+])
+def test_driver_runs_a_workload_over_real_agents(agents: Agents, policy: str, agent_args: tuple[str, ...]) -> None:
     """emu-net's RealtimeNetwork driving three real agents (no switch: SAFS flows keep the
     default grant): every flow finishes, no FCT is shorter than its bytes at the rate."""
     net = _subnet()
     ips = {"a": net + "1", "b": net + "2", "c": net + "3"}
     rate = 20 * MBIT
     clients = {
-        h: agents.start(h, ip, "--default-rate-bps", str(rate), "--line-rate-bps", str(rate)) for h, ip in ips.items()
+        h: agents.start(h, ip, "--default-rate-bps", str(rate), "--line-rate-bps", str(rate), *agent_args)
+        for h, ip in ips.items()
     }
     run = RealtimeNetwork(clients, ips, policy)
     workload = _ThreeFlows()
@@ -707,7 +713,7 @@ def test_driver_runs_a_workload_over_real_agents(agents: Agents, policy: str) ->
     run.drain()
     assert set(run.sender_events) == {r.flow_id for r in records.values()}  # sender side too
     for r in records.values():
-        if r.flow_class == "pipeline" and policy == "safs":
+        if r.flow_class == "pipeline" and policy != "dctcp":
             assert r.finish_ns - r.start_ns >= (r.size_bytes - 32_768) * 8 * 10**9 // rate
     assert records["p/b->c"].start_ns >= 50_000_000
 
@@ -874,3 +880,42 @@ def test_polls_back_off_with_grant_poll_backoff(agents: Agents) -> None:
         assert _by_role(wait_events([a, b], 2))["receiver"]["bytes"] == 300_000
     finally:
         sw.close()
+
+
+def test_host_logic_reads_fabric_time_so_slack_and_admission_are_right() -> None:
+    """The agent's SAFS host logic compares fabric times (a hint's no-bubble timestamp, 48-bit
+    wall-clock ns) with its clock, so that clock reads fabric time, not the loop's monotonic
+    ns: a transfer due 1 s from now has about 1 s of slack (not late, no urgency signal due
+    yet), and a receiver's admission (--receiver-admission) with the expected no-bubble
+    timestamp rejects the transfer that cannot be on time and keeps the one that can."""
+    from safs.apps.agent.loop import Loop
+    from safs.apps.agent.main import parse_args
+    from safs.apps.agent.safs_socket import SafsEndpoint, emu_config
+    from safs.core.timebase import wrap
+
+    args = parse_args(["--host", "h", "--ip", "127.0.0.1", "--control", "/tmp/x.sock", "--late-transfers", "last",
+                       "--receiver-admission", "moore-hodgson", "--admission-rate-fraction", "0.5"])
+    cfg = emu_config(10 * MBIT, unscheduled_bytes=3000, slack_thresholds_ns=(0, 10**6, 10**7, 10**8),
+                     late_transfers=args.late_transfers, receiver_admission=args.receiver_admission,
+                     admission_rate_fraction=args.admission_rate_fraction)
+    loop = Loop()
+    ep = SafsEndpoint(loop, "127.0.0.1", cfg, 10 * MBIT, lambda *a: None, lambda *a: None, port=0)
+    try:
+        assert abs(ep.clock.now - time.time_ns()) < 50_000_000
+        sender = ep.start_sender(9, "127.0.0.2", 3000, wrap(time.time_ns() + 10**9), False, loop.now() + 10**10)
+        slack = sender.latest_start_key() - ep.clock.now
+        assert 0.9e9 < slack <= 1e9
+        assert not sender.late(ep.clock.now, cfg.late_below_ns)
+        # 5 Mbit/s planned: 125 kB take 200 ms. Due in 300 ms: fits; the second, due in 250 ms,
+        # does not fit after it, and is the longer: rejected.
+        assert ep.admission is not None and ep.admission.rate == 5 * MBIT
+        now = time.time_ns()
+        fits = ep.expect(1, "127.0.0.2", 125_000, wrap(now + 300_000_000))
+        late = ep.expect(2, "127.0.0.2", 200_000, wrap(now + 250_000_000))
+        for rx in (fits, late):
+            assert 0 < rx.no_bubble - ep.clock.now < 400_000_000
+            ep.admission.arrived(rx)
+        assert late.rejected and not fits.rejected
+    finally:
+        ep.close()
+        loop.close()

@@ -135,6 +135,8 @@ def test_transport_per_policy_and_class(topo):
         assert sends[0]["send_at_ns"] == net.fabric(1000) and sends[0]["dst_host"] == "stage1"
         expects = [r for r in fabric.requests if r["op"] == "expect"]
         assert expects[0]["host"] == "stage1" and expects[0]["src_ip"] == "10.0.0.1"
+        # the receiver gets the no-bubble timestamp too (its admission plans with it)
+        assert expects[0]["no_bubble_ts_ns"] == net.fabric(nb) and expects[1]["no_bubble_ts_ns"] is None
         # a TCP receiver's port goes to the sender
         tcp_sends = [s for s in sends if s["transport"] == "tcp"]
         assert all(s["port"] == 40000 + s["flow_id"] for s in tcp_sends)

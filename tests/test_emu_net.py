@@ -103,6 +103,30 @@ def test_mininet_target_refuses_simulator_only_policies():
     check(load_scenario(ROOT / "scenarios" / "mininet-afd.yaml"), "mininet")
 
 
+def test_mininet_runs_take_each_policys_settings_as_the_simulator_does():
+    """The Mininet target configures the controller and the agents from ``Policy.configs``, the
+    simulator's merge: a policy's scheduler overrides reach the controller (safs-per-transfer's
+    per-transfer grants, safs-admission's late transfers last and top-class overcommit) and its
+    host settings the agents (receiver admission, pacer burst)."""
+    from safs.experiments.policies import get_policy, mininet_policies
+    from safs.experiments.runs import build_run, expand
+    from safs.experiments.scenario import load_scenario
+
+    assert {"safs", "safs-per-transfer", "safs-late-last", "safs-overcommit", "safs-admission"} <= set(
+        mininet_policies())
+    scenario = load_scenario(ROOT / "scenarios" / "mininet-afd.yaml")
+    topology, _, sim_config = build_run(scenario, next(iter(expand(scenario))))
+    assert sim_config.scheduler_config(topology).grant_mode == "share"
+    _, sched = get_policy("safs-per-transfer").configs(sim_config, topology)
+    assert sched.grant_mode == "per-transfer"
+    config, sched = get_policy("safs-admission").configs(sim_config, topology)
+    assert sched.allocator.late_transfers == "last" and sched.top_overcommit == 2
+    assert config.safs_receiver_admission == "moore-hodgson" and config.safs_burst_bytes == 18_000
+    assert config.safs_config().receiver_admission == "moore-hodgson"
+    config, sched = get_policy("safs").configs(sim_config, topology)
+    assert config == sim_config and sched == sim_config.scheduler_config(topology)
+
+
 # ---------------------------------------------------------------------------- root + Mininet
 
 _BUILD = textwrap.dedent("""\

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from safs.core.errors import InvalidInput
+from safs.core.scheduler import SchedulerConfig
+from safs.core.topology import Topology
 from safs.experiments.sim.bindings import (
     D2tcpFlows,
     DctcpFlows,
@@ -78,6 +80,19 @@ class Policy:
             config = config.replace(**self.sim_overrides)
         return config, overrides
 
+    def configs(self, config: SimConfig, topology: Topology | None) -> tuple[SimConfig, SchedulerConfig]:
+        """The run's settings under this policy, for either target: ``config`` as
+        :meth:`sim_config` returns it, and the scheduler's settings derived from it for
+        ``topology`` with this policy's other scheduler overrides applied (the controller's
+        config on Mininet, the simulated scheduler's on the simulator).
+
+        Raises:
+            InvalidInput: a merged setting out of range (named).
+        """
+        config, overrides = self.sim_config(config)
+        sched = config.scheduler_config(topology)
+        return config, sched.replace(**overrides) if overrides else sched
+
 
 POLICIES: dict[str, Policy] = {p.name: p for p in (
     Policy("safs", "SAFS: slack classes, rate grants and meters at the receiver's ToR", hinted=True,
@@ -102,17 +117,18 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
            hinted=True, scheduler_overrides={"holder_idle_ns": 0}, sim=SafsFlows),
     Policy("safs-late-last", "SAFS variant: late transfers after on-time ones (allocator.late_transfers last: "
            "fewer misses, later late transfers)", hinted=True,
-           scheduler_overrides={"allocator": {"late_transfers": "last"}}, sim=SafsFlows),
+           scheduler_overrides={"allocator": {"late_transfers": "last"}}, sim=SafsFlows, mininet_transport="safs"),
     Policy("safs-overcommit", "SAFS variant: safs-late-last with top-class overcommit (a port's top-class "
            "shares raised up to 2x while its senders leave it partly idle) and senders that catch up on "
            "time their NIC gave others (a two-packet pacer burst)", hinted=True,
            scheduler_overrides={"allocator": {"late_transfers": "last"}, "top_overcommit": 2.0},
-           sim_overrides={"safs_burst_bytes": 18_000}, sim=SafsFlows),
+           sim_overrides={"safs_burst_bytes": 18_000}, sim=SafsFlows, mininet_transport="safs"),
     Policy("safs-admission", "SAFS variant: safs-overcommit with receiver admission (each receiving host "
            "rejects, by Moore and Hodgson's rule at its link, the transfers that keep the others from being "
            "on time; their senders send them as late)", hinted=True,
            scheduler_overrides={"allocator": {"late_transfers": "last"}, "top_overcommit": 2.0},
-           sim_overrides={"safs_burst_bytes": 18_000, "safs_receiver_admission": "moore-hodgson"}, sim=SafsFlows),
+           sim_overrides={"safs_burst_bytes": 18_000, "safs_receiver_admission": "moore-hodgson"}, sim=SafsFlows,
+           mininet_transport="safs"),
 )}
 
 

@@ -72,7 +72,7 @@ class Agent:
         self.cfg = emu_config(args.default_rate_bps, args.mtu_bytes, args.unscheduled_bytes,
                               args.grant_poll_ns, args.reorder_window_ns, args.rto_ns, args.pace_burst_bytes,
                               args.urgency_quantum_ns, tuple(args.slack_thresholds_ns), args.grant_poll_backoff,
-                              args.late_transfers)
+                              args.late_transfers, args.receiver_admission, args.admission_rate_fraction)
         with _naming(f"--ip {args.ip}: SAFS UDP socket"):
             self.safs = SafsEndpoint(self.loop, args.ip, self.cfg, args.line_rate_bps,
                                      self._sender_done("safs"), self._receiver_done("safs"),
@@ -156,7 +156,7 @@ class Agent:
             return {"port": self.args.tcp_port}
         if req.flow_id in self.safs.receivers:
             raise InvalidInput("flow_id", f"flow {req.flow_id} is already expected on {self.host}; ids must be unique")
-        self.safs.expect(req.flow_id, req.src_ip, req.size_bytes)
+        self.safs.expect(req.flow_id, req.src_ip, req.size_bytes, req.no_bubble_ts_ns)
         return {}
 
     def _start_at(self, send_at_ns: int) -> int:
@@ -379,6 +379,16 @@ def _ipv4(text: str) -> str:
         raise argparse.ArgumentTypeError(f"must be an IPv4 address A.B.C.D, got {text!r}") from None
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {value}")
+    return value
+
+
 def _int_list(text: str) -> list[int]:
     """Comma-separated integers (argparse type), e.g. ``0,100000,1000000``."""
     try:
@@ -461,6 +471,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="first",
         help="'last': send a dependency whose head transfer's slack is below the first slack threshold after "
              "the others (the scheduler's allocator.late_transfers; default: first)",
+    )
+    p.add_argument(
+        "--receiver-admission",
+        choices=("off", "moore-hodgson"),
+        default="off",
+        help="'moore-hodgson': reject, at this host's link, the inbound transfers that keep the others from "
+             "being on time (needs --late-transfers last; policy safs-admission; default: off)",
+    )
+    p.add_argument(
+        "--admission-rate-fraction",
+        type=_fraction,
+        default=SafsConfig().admission_rate_fraction,
+        help="share of --line-rate-bps the receiver admission plans with, in (0, 1] (default: %(default)s)",
     )
     p.add_argument(
         "--pace-burst-bytes",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -31,8 +32,16 @@ from safs.core.protocol import (
     pack_header_into,
     unpack_header,
 )
-from safs.core.timebase import fabric_clock, wrap
-from safs.hosts.safs import NACK_ENTRY_BYTES, SafsConfig, SafsDependency, SafsReceiver, SafsSender, SendScheduler
+from safs.core.timebase import diff, fabric_clock, wrap
+from safs.hosts.safs import (
+    NACK_ENTRY_BYTES,
+    ReceiverAdmission,
+    SafsConfig,
+    SafsDependency,
+    SafsReceiver,
+    SafsSender,
+    SendScheduler,
+)
 from safs.hosts.stats import TransportStats
 
 RECV_BATCH = 256  # datagrams read per readable event
@@ -51,7 +60,8 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
                rto_ns: int = RTO_NS, burst_bytes: int | None = None,
                urgency_quantum_ns: int = SafsConfig().urgency_quantum_ns,
                slack_thresholds_ns: tuple[int, ...] = (),
-               grant_poll_backoff: int = 1, late_transfers: str = "first") -> SafsConfig:
+               grant_poll_backoff: int = 1, late_transfers: str = "first", receiver_admission: str = "off",
+               admission_rate_fraction: float = SafsConfig().admission_rate_fraction) -> SafsConfig:
     """The simulator's :class:`SafsConfig` with time constants scaled to an emulated fabric.
 
     Mininet links with BMv2 switches have RTTs of about 1 ms (software switches, tens of Mbit/s)
@@ -66,7 +76,8 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
     ``urgency_quantum_ns``, the send scheduler's deadline resolution, and
     ``slack_thresholds_ns``, the switches' slack classes (for urgency signals; empty: none),
     are the scenario's allocator settings, as is ``late_transfers`` (the Mininet target passes
-    them). Polls back off up
+    them); ``receiver_admission`` and ``admission_rate_fraction`` are the run's (policy
+    ``safs-admission``: the simulator's ``sim.safs_receiver_admission``). Polls back off up
     to ``grant_poll_backoff`` times ``grant_poll_ns`` (default 1: a fixed period); the Mininet
     target passes the simulator's: 16 for dependency senders, 1 for the per-transfer design.
 
@@ -79,7 +90,8 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
                       rto_max_ns=max(500_000_000, rto_ns), unscheduled_bytes=unscheduled_bytes,
                       burst_bytes=max(1, burst), urgency_quantum_ns=urgency_quantum_ns,
                       slack_thresholds_ns=slack_thresholds_ns, grant_poll_backoff=grant_poll_backoff,
-                      late_transfers=late_transfers)
+                      late_transfers=late_transfers, receiver_admission=receiver_admission,
+                      admission_rate_fraction=admission_rate_fraction)
 
 
 @dataclass
@@ -138,19 +150,32 @@ class SafsStats:
 
 
 class _LoopClock:
-    """:class:`safs.hosts.env.Clock` on the agent's loop (monotonic ns)."""
+    """:class:`safs.hosts.env.Clock` on the agent's loop, reading fabric time: wall-clock ns
+    (``time.time_ns()``, unwrapped; :func:`safs.core.timebase.fabric_clock` is it mod 2^48).
 
-    __slots__ = ("loop",)
+    The host logic compares its clock with fabric times (a transfer's no-bubble timestamp and
+    latest start, as hints and DATA carry them): slack, lateness, urgency signals, admission.
+    Timers run on the loop's monotonic clock, shifted by the offset between the two clocks
+    taken once at start (a wall-clock step during a run moves no timer).
+    """
+
+    __slots__ = ("loop", "offset")
 
     def __init__(self, loop: Loop) -> None:
         self.loop = loop
+        self.offset = time.time_ns() - loop.now()
 
     @property
     def now(self) -> int:
-        return self.loop.now()
+        return self.loop.now() + self.offset
+
+    def unwrap(self, t_ns: int) -> int:
+        """A 48-bit fabric time as this clock's ns: the one nearest now."""
+        now = self.now
+        return now + diff(t_ns, wrap(now))
 
     def at(self, t_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
-        self.loop.at(t_ns, fn, arg)
+        self.loop.at(t_ns - self.offset, fn, arg)
 
     def after(self, dt_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
         self.loop.after(dt_ns, fn, arg)
@@ -235,6 +260,10 @@ class SafsEndpoint:
                                         config.late_below_ns)
                           if config.send_order == "urgency" else None)
         self.receivers: dict[int, SafsReceiver] = {}
+        # receiver admission (SafsConfig.receiver_admission), planning at the payload rate the
+        # link delivers while busy, as the simulator's hosts do
+        self.admission = (ReceiverAdmission(self.clock, int(line_rate_bps * config.admission_rate_fraction))
+                          if config.receiver_admission != "off" else None)
         self.unknown: dict[int, list[Packet]] = {}  # flow -> DATA that came before its expect
         self.on_sender_done = on_sender_done
         self.on_sender_sent = on_sender_sent
@@ -298,11 +327,12 @@ class SafsEndpoint:
             self.stats.send_errors += 1
             return True
 
-    def start_sender(self, flow_id: int, dst_ip: str, size_bytes: int, no_bubble_ts_ns: int,
+    def start_sender(self, flow_id: int, dst_ip: str, size_bytes: int, no_bubble_ts_ns: int | None,
                      background: bool, start_at_ns: int, dep_id: int = 0) -> SafsSender:
         """Create flow ``flow_id``'s sender and start it at monotonic time ``start_at_ns``.
 
-        ``no_bubble_ts_ns`` is fabric time (48-bit); latest start times are stamped from it.
+        ``no_bubble_ts_ns`` is fabric time (48-bit; None: no deadline); latest start times are
+        stamped from it.
         ``dep_id``: the dependency whose grant it shares (created on first use); 0: a
         dependency of its own (per-transfer mode).
         """
@@ -313,7 +343,8 @@ class SafsEndpoint:
             if dep is None:
                 dep = self.dependencies[dep_id] = SafsDependency(self.clock, self.host, dst, dep_id, background,
                                                                  self.cfg, self.transport, self.scheduler)
-        sender = SafsSender(self.clock, self.host, dst, flow_id, size_bytes, no_bubble_ts_ns, background, self.cfg,
+        no_bubble = None if no_bubble_ts_ns is None else self.clock.unwrap(no_bubble_ts_ns)
+        sender = SafsSender(self.clock, self.host, dst, flow_id, size_bytes, no_bubble, background, self.cfg,
                             self.transport, self._sender_closed, dep, self.on_sender_sent, self._complete_lead)
         self.senders[flow_id] = sender
         self.loop.at(start_at_ns, self._start, sender)
@@ -338,10 +369,13 @@ class SafsEndpoint:
             "requests": sender.dep.requests, "grants": sender.dep.grants, "data_packets": sender.data_packets,
             "retransmitted_bytes": sender.retransmitted_bytes, "fallbacks": sender.dep.fallbacks})
 
-    def expect(self, flow_id: int, src_ip: str, size_bytes: int) -> SafsReceiver:
-        """Prepare to receive flow ``flow_id`` from ``src_ip``; replays DATA that came early."""
+    def expect(self, flow_id: int, src_ip: str, size_bytes: int, no_bubble_ts_ns: int | None = None) -> SafsReceiver:
+        """Prepare to receive flow ``flow_id`` from ``src_ip``; replays DATA that came early.
+        ``no_bubble_ts_ns``: its no-bubble timestamp, fabric time (48-bit; None: no deadline),
+        which the receiver admission plans with."""
+        no_bubble = None if no_bubble_ts_ns is None else self.clock.unwrap(no_bubble_ts_ns)
         receiver = SafsReceiver(self.clock, self.host, int(ipaddress.IPv4Address(src_ip)), flow_id, size_bytes,
-                                0, self.cfg, self.transport, self._receiver_finished)
+                                no_bubble, self.cfg, self.transport, self._receiver_finished, self.admission)
         self.receivers[flow_id] = receiver
         for pkt in self.unknown.pop(flow_id, ()):
             receiver.receive(pkt)

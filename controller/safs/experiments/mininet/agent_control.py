@@ -69,12 +69,15 @@ def _text(req: dict, field: str, max_len: int, default: str | None = "") -> str 
 @dataclass(frozen=True)
 class Expect:
     """``{"op": "expect"}``: receive flow ``flow_id`` (1..2^32-1) of ``size_bytes``
-    (1..2^48-1) from ``src_ip`` over ``transport``."""
+    (1..2^48-1) from ``src_ip`` over ``transport``; ``no_bubble_ts_ns``: its no-bubble
+    timestamp, fabric ns (0..2^63-1, reduced mod 2^48) or None (no deadline), which a SAFS
+    receiver's admission plans with (``--receiver-admission``)."""
 
     flow_id: int
     src_ip: str
     size_bytes: int
     transport: str
+    no_bubble_ts_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,8 @@ def parse_request(req: object) -> tuple[str, Expect | Send | Background | None]:
         _int(req, "port", 1, 65535, "1..65535", None)
         return op, Expect(_int(req, "flow_id", FLOW_ID_MIN, FLOW_ID_MAX, "1..2^32-1"), _ip(req, "src_ip"),
                           _int(req, "size_bytes", 1, REMAINING_BYTES_MAX, "1..2^48-1 bytes"),
-                          _choice(req, "transport", TRANSPORTS))
+                          _choice(req, "transport", TRANSPORTS),
+                          _int(req, "no_bubble_ts_ns", 0, _U63, "0..2^63-1 ns (fabric time) or null", None))
     if op == "send":
         return op, Send(
             _int(req, "flow_id", FLOW_ID_MIN, FLOW_ID_MAX, "1..2^32-1"), _ip(req, "dst_ip"),
@@ -250,10 +254,11 @@ class AgentClient:
             raise AgentError(str(reply.get("error")))
         return reply
 
-    def expect(self, flow_id: int, src_ip: str, size_bytes: int, transport: str = "safs") -> dict:
-        """Receiver side of a flow; the reply has ``port`` for TCP."""
-        return self.request({"op": "expect", "flow_id": flow_id, "src_ip": src_ip,
-                             "size_bytes": size_bytes, "transport": transport})
+    def expect(self, flow_id: int, src_ip: str, size_bytes: int, transport: str = "safs",
+               no_bubble_ts_ns: int | None = None) -> dict:
+        """Receiver side of a flow (fields: :class:`Expect`); the reply has ``port`` for TCP."""
+        return self.request({"op": "expect", "flow_id": flow_id, "src_ip": src_ip, "size_bytes": size_bytes,
+                             "transport": transport, "no_bubble_ts_ns": no_bubble_ts_ns})
 
     def send(self, flow_id: int, dst_ip: str, size_bytes: int, transport: str = "safs", *,
              flow_class: str = "pipeline", no_bubble_ts_ns: int | None = None, send_at_ns: int = 0,

@@ -165,7 +165,9 @@ def run_one(emu: Any, scenario: Any, spec: Any, run_dir: Path,
     """One run on a built network (module docstring, steps 1-4); returns its record and fills
     ``samples`` (if given) with ``Workload.samples()``."""
     topology, workload, sim_config = build_run(scenario, spec)
-    sched = sim_config.scheduler_config(topology)
+    # The policy's settings over the scenario's, as on the simulator (its scheduler overrides
+    # configure the controller; its SAFS host settings, the agents).
+    sim_config, sched = get_policy(spec.policy).configs(sim_config, topology)
     tag = f"{spec.policy}-bg{spec.background_flows}-s{spec.seed}-r{spec.repetition}"
     hint_sock = run_dir / f"hints-{tag}.sock"
     config = ControllerConfig(
@@ -379,8 +381,10 @@ def start_agents(
     emu: Any, run_dir: Path, tag: str, hint_addr: str, sched: Any, sim_config: Any
 ) -> tuple[dict[str, Any], list[subprocess.Popen]]:
     """Start ``python -m safs.apps.agent`` in every host's namespace and connect to each, with
-    the scheduler's default rate and unscheduled bytes and the scenario's SAFS timers and MTU
-    (``sim_config``: :class:`safs.experiments.sim.simulation.SimConfig`, as the simulator uses them).
+    the scheduler's default rate and unscheduled bytes and the run's SAFS host settings: timers,
+    MTU, late transfers, receiver admission and pacer burst (``sim_config``:
+    :class:`safs.experiments.sim.simulation.SimConfig` with the policy's settings, as the
+    simulator uses them).
 
     Raises:
         safs.experiments.mininet.agent_control.AgentError: an agent did not listen within the timeout (its log is in
@@ -430,6 +434,11 @@ def start_agents(
                                             if sched.slack_classes and sched.grant_mode == "share" else ""),
                 "--late-transfers",
                 sched.allocator.late_transfers,
+                "--receiver-admission",
+                sim_config.safs_receiver_admission,
+                "--admission-rate-fraction",
+                str(sim_config.safs_admission_rate_fraction),
+                *(["--pace-burst-bytes", str(sim_config.safs_burst_bytes)] if sim_config.safs_burst_bytes else []),
                 "--log",
                 str(logf),
             ]

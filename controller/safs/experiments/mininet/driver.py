@@ -197,6 +197,7 @@ class RealtimeNetwork:
         flow_id = next(self._ids)
         transport = self.pipeline_transport if spec.flow_class == "pipeline" else "tcp"
         flow = _Flow(flow_id, spec, start, on_done, transport)
+        no_bubble = None if spec.no_bubble_ts_ns is None else self.fabric(spec.no_bubble_ts_ns)
         reply = self.agents[spec.receiver].request(
             {
                 "op": "expect",
@@ -204,6 +205,7 @@ class RealtimeNetwork:
                 "src_ip": self.host_ips[spec.sender],
                 "size_bytes": spec.size_bytes,
                 "transport": transport,
+                "no_bubble_ts_ns": no_bubble,
             }
         )
         send = {
@@ -213,7 +215,7 @@ class RealtimeNetwork:
             "size_bytes": spec.size_bytes,
             "transport": transport,
             "flow_class": spec.flow_class,
-            "no_bubble_ts_ns": None if spec.no_bubble_ts_ns is None else self.fabric(spec.no_bubble_ts_ns),
+            "no_bubble_ts_ns": no_bubble,
             "send_at_ns": self.fabric(start),
             "label": spec.label,
             "dst_host": spec.receiver,

@@ -75,7 +75,7 @@ class Simulation(EngineWorkloadHost):
         if pol.sim is None:
             raise InvalidInput("policy", f"{pol.name!r} is a fluid model, not a packet-level Simulation: "
                                "run it with simulate() or safs.experiments.sim.oracle.OracleNetwork")
-        config, overrides = pol.sim_config(config)
+        config, sched_cfg = pol.configs(config, topology)
         self.topology = topology
         self.policy = pol.name
         self.config = config
@@ -84,9 +84,6 @@ class Simulation(EngineWorkloadHost):
         self.network: Network = build_network(topology, self.engine, self.binding.pipeline_class,
                                                float(config.buffer_dt_alpha), self.binding.make_port())
         self.stats = TransportStats()
-        sched_cfg = config.scheduler_config(topology)
-        if overrides:  # an ablation switches one half of SAFS off
-            sched_cfg = sched_cfg.replace(**overrides)
         self.plane = SimControlPlane(self.engine, config.profile())
         targets = {name: self.plane.target(name, sw.pipeline) for name, sw in self.network.switches.items()}
         self.scheduler = Scheduler(topology, targets, sched_cfg)
