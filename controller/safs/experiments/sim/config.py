@@ -74,7 +74,7 @@ class SimConfig(ConfigModel):
             keep the others from being on time; needs the scheduler's ``allocator.late_transfers``
             "last"). Policy ``safs-admission`` sets "moore-hodgson".
         safs_admission_rate_fraction: ``SafsConfig.admission_rate_fraction``: the share of a
-            receiver's line rate its admission plans with, in (0, 1], default 0.9 (measured;
+            receiver's line rate its admission plans with, in (0, 1], default 0.8 (measured;
             see there).
         buffer_dt_alpha: dynamic-threshold alpha of switch port buffers (0 = plain shared
             buffer). Default 1 (Choudhury and Hahne 1998; a common shared-buffer ASIC default):
@@ -117,7 +117,7 @@ class SimConfig(ConfigModel):
     safs_reorder_window_ns: int = Field(200_000, ge=0)
     safs_burst_bytes: int = Field(0, ge=0, le=1 << 20)
     safs_receiver_admission: Literal["off", "moore-hodgson"] = "off"
-    safs_admission_rate_fraction: float = Field(0.9, gt=0, le=1)
+    safs_admission_rate_fraction: float = Field(SafsConfig.model_fields["admission_rate_fraction"].default, gt=0, le=1)
     buffer_dt_alpha: float = Field(1.0, ge=0, le=64)
     dctcp: dict[str, Any] = Field(default_factory=dict)
     homa: dict[str, Any] = Field(default_factory=dict)
