@@ -208,7 +208,7 @@ class SafsConfig(ConfigModel):
             sender is told by a DONE with ``FLAG_LATE`` and sends it as late (policy
             ``safs-admission``; docs/protocol.md, "Receiver admission").
         admission_rate_fraction: the share of the receiver's line rate the admission plans
-            with, in (0, 1]. Default 0.8, measured (docs/evaluation.md, "Planning rate"): a busy
+            with, in (0, 1]. Default 0.8, measured (docs/evaluation.md, "Planning rate 0.8"): a busy
             receiver's 100 Gbit/s link delivers 85-90 Gbit/s of payload on average (headers,
             the 1% headroom, grant hand-overs and senders busy elsewhere take the rest: 89.7 on
             fabric-leaf-spine-64, 85.1 at load 0.9 of the fabric grid), and the rule needs a
