@@ -144,5 +144,7 @@ def test_receiver_admission_is_checked_under_each_safs_policy_before_any_run(tmp
     assert "late_transfers" in str(err.value) and "'safs'" in str(err.value)
     check(load_scenario(scenario("safs-late-last")))
     check(load_scenario(scenario("dctcp")))
+    # the default, "firm" (only transfers with a firm deadline may be rejected), needs no late rule
+    assert SimConfig().safs_config().receiver_admission == "firm"
     with pytest.raises(InvalidInput, match="admission_rate_fraction"):
         SafsConfig(late_transfers="last", receiver_admission="moore-hodgson", admission_rate_fraction=1.5)

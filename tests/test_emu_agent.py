@@ -494,6 +494,8 @@ BAD_REQUESTS = [
     ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "safs", "dep_id": 65536},
      "dep_id"),
     ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "safs", "dep_id": -1}, "dep_id"),
+    ({"op": "send", "flow_id": 1, "dst_ip": "10.0.0.2", "size_bytes": 1, "transport": "safs", "firm": 1}, "firm"),
+    ({"op": "expect", "flow_id": 1, "src_ip": "10.0.0.1", "size_bytes": 1, "transport": "safs", "firm": "no"}, "firm"),
     ({"op": "expect", "flow_id": 1, "src_ip": "10.0.0.1", "size_bytes": 1 << 48, "transport": "safs"}, "size_bytes"),
     (
         {

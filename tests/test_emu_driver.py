@@ -127,7 +127,7 @@ def test_transport_per_policy_and_class(topo):
     for policy, pipeline_transport in (("safs", "safs"), ("dctcp", "tcp")):
         net, fabric = _net(topo, policy)
         nb = 5_000_000
-        net.start_flow(FlowSpec("stage0", "stage1", 1000, nb, "p"), lambda t: None, send_at_ns=1000)
+        net.start_flow(FlowSpec("stage0", "stage1", 1000, nb, "p", firm=True), lambda t: None, send_at_ns=1000)
         net.start_flow(FlowSpec("bg0", "stage1", 1000, None, "b", "background"), lambda t: None)
         sends = [r for r in fabric.requests if r["op"] == "send"]
         assert [s["transport"] for s in sends] == [pipeline_transport, "tcp"]
@@ -137,6 +137,8 @@ def test_transport_per_policy_and_class(topo):
         assert expects[0]["host"] == "stage1" and expects[0]["src_ip"] == "10.0.0.1"
         # the receiver gets the no-bubble timestamp too (its admission plans with it)
         assert expects[0]["no_bubble_ts_ns"] == net.fabric(nb) and expects[1]["no_bubble_ts_ns"] is None
+        # both ends are told a firm deadline (the receiver's admission may reject it, the sender give it up)
+        assert [r["firm"] for r in expects] == [r["firm"] for r in sends] == [True, False]
         # a TCP receiver's port goes to the sender
         tcp_sends = [s for s in sends if s["transport"] == "tcp"]
         assert all(s["port"] == 40000 + s["flow_id"] for s in tcp_sends)

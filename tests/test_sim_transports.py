@@ -165,12 +165,13 @@ class Flow:
 
 def safs_flow(eng, net, src: int, dst: int, fid: int, size: int, cfg: SafsConfig, stats: TransportStats,
               nbts: int | None = None, dep: SafsDependency | None = None,
-              admission: ReceiverAdmission | None = None) -> tuple[SafsSender, SafsReceiver, Flow]:
+              admission: ReceiverAdmission | None = None,
+              firm: bool = False) -> tuple[SafsSender, SafsReceiver, Flow]:
     """Transfer ``fid`` of ``dep`` (None: a dependency of its own, per-transfer mode), started now;
-    ``admission``: its receiver's."""
+    ``admission``: its receiver's; ``firm``: its deadline is firm (both ends are told)."""
     s, d = net.hosts[f"h{src}"], net.hosts[f"h{dst}"]
     rec = Flow()
-    rx = SafsReceiver(eng, d, s.ip, fid, size, nbts, cfg, stats, rec.on_finish, admission)
+    rx = SafsReceiver(eng, d, s.ip, fid, size, nbts, cfg, stats, rec.on_finish, admission, firm)
     orig = rx.receive
 
     def spy(pkt: Packet) -> None:
@@ -178,7 +179,7 @@ def safs_flow(eng, net, src: int, dst: int, fid: int, size: int, cfg: SafsConfig
         orig(pkt)
 
     d.receivers[fid] = type("Spy", (), {"receive": staticmethod(spy)})()
-    tx = SafsSender(eng, s, d.ip, fid, size, nbts, False, cfg, stats, rec.on_closed, dep)
+    tx = SafsSender(eng, s, d.ip, fid, size, nbts, False, cfg, stats, rec.on_closed, dep, firm=firm)
     s.senders[fid] = tx
     tx.start()
     return tx, rx, rec
@@ -434,8 +435,8 @@ class _Inbound:
 
     count = 0
 
-    def __init__(self, missing: int, due: int) -> None:
-        self.missing, self.no_bubble, self.rejected = missing, due, False
+    def __init__(self, missing: int, due: int, firm: bool = True) -> None:
+        self.missing, self.no_bubble, self.rejected, self.firm = missing, due, False, firm
         _Inbound.count += 1
         self.flow_id, self.sender = _Inbound.count, 1
 
@@ -468,6 +469,61 @@ def test_receiver_admission_rejects_by_moore_and_hodgson() -> None:
     assert not any(rx.rejected for rx in ok)
 
 
+def test_receiver_admission_rejects_only_firm_transfers_by_default() -> None:
+    """``firm_only`` (``receiver_admission`` "firm", the default): the same three transfers as
+    above with the 1.2 MB soft (a pipeline's: late bytes are still needed) and the others firm.
+    The soft one keeps its place and its time; the rule gives up the longest firm one instead
+    (the 1 MB, which the soft one's time makes late); with only soft ones late, none goes."""
+    eng = Engine(1)
+    adm = ReceiverAdmission(eng, 8 * G)
+    small, big, mid = (_Inbound(200_000, 500_000), _Inbound(1_200_000, 1_200_000, firm=False),
+                       _Inbound(1_000_000, 1_300_000))
+    for rx in (mid, big, small):
+        adm.arrived(rx)  # type: ignore[arg-type]
+    assert (small.rejected, big.rejected, mid.rejected) == (False, False, True)
+    soft = ReceiverAdmission(eng, 8 * G)
+    late = [_Inbound(1_000_000, 1_100_000, firm=False) for _ in range(3)]  # one fits, two do not
+    for rx in late:
+        soft.arrived(rx)  # type: ignore[arg-type]
+    assert not any(rx.rejected for rx in late) and soft.firm_inbound == 0
+    anyone = ReceiverAdmission(eng, 8 * G, firm_only=False)  # "moore-hodgson": any may go
+    for rx in late:
+        anyone.arrived(rx)  # type: ignore[arg-type]
+    assert sum(rx.rejected for rx in late) == 2
+
+
+@pytest.mark.parametrize("late_transfers", ["first", "last"])
+def test_a_firm_transfer_is_given_up_when_late_under_either_late_rule(late_transfers: str) -> None:
+    """One dependency from h1 to h0 (10 Gbit/s line, granted 1 Gbit/s) with a firm 1 MB due at
+    2 ms (8 ms at the grant: its slack reaches 0 at about 1.36 ms) and a soft 100 KB due at 5 ms. The firm
+    one starts first; once its slack is below 0 it is given up: the soft one goes first, and the
+    firm one's DATA carry a latest start that puts it in the least urgent SAFS class at every
+    switch (under "first" the slack of a transfer without deadline, under "last" just below 0).
+    A soft transfer in the same state under "first" would stay the most urgent (see
+    test_safs_late_transfer...); its receiver's admission never rejects it."""
+    rate = 10 * G
+    eng, net, tor = star(2, rate)
+    cfg = SafsConfig(default_rate_bps=G, late_transfers=late_transfers)  # type: ignore[arg-type]
+    stats = TransportStats()
+    tor.grant = (G, 1, 20_000_000)
+    dep = dependency(eng, net, 1, 0, 1, cfg, stats)
+    firm_tx, _, firm = safs_flow(eng, net, 1, 0, 1, 1_000_000, cfg, stats, nbts=2_000_000, dep=dep, firm=True)
+    eng.run(1_300_000)
+    assert not firm_tx.given_up(eng.now)
+    eng.run(1_500_000)
+    assert firm_tx.given_up(eng.now) and not firm_tx.rejected  # late by its own slack, no DONE needed
+    soft_tx, _, soft = safs_flow(eng, net, 1, 0, 2, 100_000, cfg, stats, nbts=5_000_000, dep=dep)
+    eng.run(10**9)
+    assert soft.finish_ns is not None and firm.finish_ns is not None and soft.finish_ns < firm.finish_ns
+    assert not soft_tx.given_up(eng.now)
+    slack = [sl for fid, sl in tor.data_slack if fid == 1]
+    assert slack[0] > 0  # on time at first
+    if late_transfers == "first":
+        assert slack[-1] > 10_000_000  # beyond the last threshold: the class of no deadline
+    else:
+        assert -10_000 < slack[-1] < 0  # the late class, which "last" puts below every on-time one
+
+
 def test_a_transfer_its_receiver_rejects_is_sent_late_after_the_host_s_on_time_ones() -> None:
     """Three senders to h0 (10 Gbit/s) at once, 1.2 MB due 1.2 ms, 1 MB due 1.3 ms, 200 KB due
     0.5 ms (h1 also sends 1 MB to h4, due 3 ms): h0's admission rejects the 1.2 MB; its sender
@@ -478,7 +534,7 @@ def test_a_transfer_its_receiver_rejects_is_sent_late_after_the_host_s_on_time_o
     cfg = SafsConfig(default_rate_bps=rate // 10, late_transfers="last", receiver_admission="moore-hodgson")
     stats = TransportStats()
     tor.grant = (rate, 1, 20_000_000)
-    adm = ReceiverAdmission(eng, rate)
+    adm = ReceiverAdmission(eng, rate, firm_only=False)  # "moore-hodgson": soft transfers may go too
     sched = SendScheduler(eng, rate, cfg.urgency_quantum_ns, late_below_ns=cfg.late_below_ns)
     to_h0, to_h4 = dependency(eng, net, 1, 0, 3, cfg, stats, sched), dependency(eng, net, 1, 4, 4, cfg, stats, sched)
     big_tx, big_rx, big = safs_flow(eng, net, 1, 0, 1, 1_200_000, cfg, stats, nbts=1_200_000, dep=to_h0,

@@ -661,6 +661,18 @@ def test_fabric_transfers_offer_the_bisection_load_and_the_deadline_rule():
     assert small.done() and small.metrics()["fabric_transfers_done"] == 50
 
 
+def test_fabric_firm_marks_every_transfer_and_a_flow_spec_checks_it():
+    topo = load_topology(TOPO / "leaf-spine-64.yaml")
+    firm = build_workload("fabric", {"transfers": 20, "firm": True}, topo)
+    soft = build_workload("fabric", {"transfers": 20}, topo)
+    assert all(spec.firm for _, spec in firm.flows) and not any(spec.firm for _, spec in soft.flows)
+    assert [(t, s.size_bytes) for t, s in firm.flows] == [(t, s.size_bytes) for t, s in soft.flows]
+    with pytest.raises(InvalidInput, match="flow.firm"):
+        FlowSpec("h0", "h1", 10, None, "bulk", "background", firm=True)  # only a pipeline deadline can be firm
+    with pytest.raises(InvalidInput, match="flow.firm"):
+        FlowSpec("h0", "h1", 10, 5, "p", firm=1)  # type: ignore[arg-type]
+
+
 def test_fabric_bisection_of_an_oversubscribed_fabric_is_the_core():
     topo = load_topology(TOPO / "leaf-spine-oversub.yaml")  # 4 x 200G uplinks, 20 x 100G hosts
     assert bisection_bps(topo, topo.hosts()) == 4 * 200e9 / 2
@@ -672,6 +684,7 @@ def test_fabric_bisection_of_an_oversubscribed_fabric_is_the_core():
     ({"transfers": 0}, "transfers"), ({"hosts": ["h0"]}, "hosts"), ({"hosts": ["h0", "nope"]}, "hosts"),
     ({"min_bytes": 10, "max_bytes": 5}, "max_bytes"), ({"distribution": ""}, "distribution"),
     ({"distribution": "hpcc_WebSearch_distribution.txt", "max_bytes": 5}, "max_bytes"), ({"rate": 1}, "rate"),
+    ({"firm": 1}, "firm"), ({"firm": "yes"}, "firm"),
 ])
 def test_fabric_bad_params(params, field):
     topo = load_topology(TOPO / "leaf-spine-64.yaml")

@@ -200,13 +200,16 @@ class SafsConfig(ConfigModel):
             (0 if there are none: it cannot meet its no-bubble timestamp even at line rate) is
             late: a dependency sends its on-time transfers first (its head), and the
             :class:`SendScheduler` sends a dependency whose head is late after the host's other
-            dependencies, as the switches' slack classes then do.
-        receiver_admission: ``"off"`` (default) or ``"moore-hodgson"`` (needs ``late_transfers``
-            "last"): each receiving host keeps its inbound transfers in a
+            dependencies, as the switches' slack classes then do. A transfer with a firm
+            deadline is treated so under either setting (:class:`SafsSender`, ``firm``).
+        receiver_admission: ``"firm"`` (default), ``"moore-hodgson"`` (needs ``late_transfers``
+            "last") or ``"off"``: each receiving host keeps its inbound transfers in a
             :class:`ReceiverAdmission`, which rejects, by Moore and Hodgson's rule at its link
             rate, the ones that keep the others from being on time; a rejected transfer's
-            sender is told by a DONE with ``FLAG_LATE`` and sends it as late (policy
-            ``safs-admission``; docs/protocol.md, "Receiver admission").
+            sender is told by a DONE with ``FLAG_LATE`` and sends it as late. With "firm" only
+            transfers with a firm deadline (the application's ``firm`` flag: late is worthless)
+            may be rejected, the others only take their time; with "moore-hodgson" any may
+            (policy ``safs-admission``); docs/protocol.md, "Receiver admission".
         admission_rate_fraction: the share of the receiver's line rate the admission plans
             with, in (0, 1]. Default 0.8, measured (docs/evaluation.md, "Planning rate 0.8"): a busy
             receiver's 100 Gbit/s link delivers 85-90 Gbit/s of payload on average (headers,
@@ -220,8 +223,8 @@ class SafsConfig(ConfigModel):
     Raises:
         InvalidInput: a field out of its range (``mtu_bytes`` in MIN_MTU_BYTES..65535; rates and
             times > 0 (``grant_poll_ns`` >= 0); ``renew_fraction`` in (0, 1); ``rto_max_ns`` >= ``rto_ns``; counts >= 1;
-            byte budgets >= 0; ``admission_rate_fraction`` in (0, 1]), ``receiver_admission`` other
-            than "off" without ``late_transfers`` "last", or an unknown field.
+            byte budgets >= 0; ``admission_rate_fraction`` in (0, 1]), ``receiver_admission``
+            "moore-hodgson" without ``late_transfers`` "last", or an unknown field.
     """
 
     mtu_bytes: int = Field(9000, ge=MIN_MTU_BYTES, le=65535)
@@ -240,14 +243,14 @@ class SafsConfig(ConfigModel):
     urgency_quantum_ns: int = Field(100_000, gt=0)
     slack_thresholds_ns: tuple[int, ...] = ()
     late_transfers: Literal["first", "last"] = "first"
-    receiver_admission: Literal["off", "moore-hodgson"] = "off"
+    receiver_admission: Literal["off", "firm", "moore-hodgson"] = "firm"
     admission_rate_fraction: float = Field(0.8, gt=0, le=1)
 
     @model_validator(mode="after")
     def _rto_max_covers_rto(self) -> SafsConfig:
         if self.rto_max_ns < self.rto_ns:
             raise FieldError("rto_max_ns", f"must be an integer >= rto_ns ({self.rto_ns}), got {self.rto_max_ns!r}")
-        if self.receiver_admission != "off" and self.late_transfers != "last":
+        if self.receiver_admission == "moore-hodgson" and self.late_transfers != "last":
             raise FieldError("receiver_admission", f"{self.receiver_admission!r} needs late_transfers 'last' (a "
                              f"rejected transfer is sent as late), got late_transfers {self.late_transfers!r}")
         return self
@@ -258,6 +261,13 @@ class SafsConfig(ConfigModel):
         else the first slack threshold (0 without thresholds), ns."""
         if self.late_transfers == "first":
             return None
+        return self.firm_late_below_ns
+
+    @cached_property
+    def firm_late_below_ns(self) -> int:
+        """Slack, ns, below which a transfer with a firm deadline is given up whatever
+        ``late_transfers`` says: the first slack threshold (0 without thresholds: it cannot
+        meet its no-bubble timestamp even at line rate)."""
         return self.slack_thresholds_ns[0] if self.slack_thresholds_ns else 0
 
     @cached_property
@@ -638,7 +648,7 @@ class SafsDependency:
         if not thresholds or self.next_send_ns <= now:
             return
         head = self._head()
-        if head is None or head.rejected:  # a rejected transfer stays in the late class
+        if head is None or head.given_up(now):  # a transfer given up stays in the least urgent class
             return
         latest = head.latest_start_key()
         for th in reversed(thresholds):  # the largest threshold not yet crossed is crossed first
@@ -753,6 +763,17 @@ class SafsSender:
             earlier: when the new bytes left take at most ``complete_lead()`` ns at the held
             rate (the Mininet agent completes the flow at the hint API then). None: never.
         complete_lead: the lead in ns (read at each check; default 0: at the last byte).
+        firm: its no-bubble timestamp is a firm deadline (the application's word: a late
+            transfer is worthless, as for independent requests whose count of misses is the
+            metric), not a pipeline's soft one (late is still needed, the sooner the better).
+            A firm transfer is given up once its slack falls below the first slack threshold
+            (``SafsConfig.firm_late_below_ns``) or its receiver rejects it (a DONE with
+            ``FLAG_LATE``, any ``late_transfers``): its dependency then sends it after its
+            other transfers and its DATA carries a latest start that puts it in the least
+            urgent SAFS class at every switch (with ``late_transfers`` "first" the slack of a
+            transfer without deadline, with "last" the late class), so it no longer takes
+            capacity from transfers that can still be on time (docs/protocol.md, "Firm
+            deadlines"). Default False.
 
     Observable state for tests: ``rate_bps``, ``epoch``, ``lease_expiry_ns`` (the dependency's),
     ``closed``; per-transfer counters ``data_packets``, ``retransmitted_bytes``, ``probes``, and
@@ -764,14 +785,14 @@ class SafsSender:
 
     __slots__ = ("clock", "dep", "flow_id", "size", "no_bubble", "cfg", "seg", "stats", "on_closed", "on_sent",
                  "complete_lead", "line_rate", "next_offset", "retx", "retx_set", "probe_token", "rto", "closed",
-                 "started", "sent_reported", "data_packets", "retransmitted_bytes", "probes", "rejected")
+                 "started", "sent_reported", "data_packets", "retransmitted_bytes", "probes", "rejected", "firm")
 
     def __init__(self, clock: Clock, host: HostPort, dst_ip: int, flow_id: int, size_bytes: int,
                  no_bubble_ts_ns: int | None, background: bool, config: SafsConfig,
                  stats: TransportStats, on_closed: Callable[[int], None],
                  dependency: SafsDependency | None = None,
                  on_sent: Callable[[int], None] | None = None,
-                 complete_lead: Callable[[], int] | None = None) -> None:
+                 complete_lead: Callable[[], int] | None = None, firm: bool = False) -> None:
         if type(size_bytes) is not int or size_bytes <= 0:
             raise InvalidInput("size_bytes", f"must be an integer > 0, got {size_bytes!r}")
         self.clock = clock
@@ -797,6 +818,7 @@ class SafsSender:
         self.sent_reported = False
         self.data_packets = self.retransmitted_bytes = self.probes = 0
         self.rejected = False  # its receiver rejected it (a DONE with FLAG_LATE): it is late
+        self.firm = firm
 
     # Grant state lives in the dependency.
     @property
@@ -848,16 +870,26 @@ class SafsSender:
         return self.no_bubble - (remaining * 8 * NS_PER_S) // self.line_rate
 
     def late(self, now: int, late_below_ns: int | None) -> bool:
-        """Late at ``now`` (host clock, ns): rejected by its receiver, or its slack is below
+        """Late at ``now`` (host clock, ns): given up (:meth:`given_up`), or its slack is below
         ``late_below_ns`` (``SafsConfig.late_below_ns``; None: nothing counts as late)."""
-        return late_below_ns is not None and (self.rejected or self.latest_start_key() - now < late_below_ns)
+        if self.given_up(now):
+            return True
+        return late_below_ns is not None and self.latest_start_key() - now < late_below_ns
+
+    def given_up(self, now: int) -> bool:
+        """Rejected by its receiver, or firm and below ``SafsConfig.firm_late_below_ns`` of
+        slack at ``now`` (ns): sent after the others, in the least urgent class."""
+        return self.rejected or (self.firm and self.latest_start_key() - now < self.cfg.firm_late_below_ns)
 
     def wire_latest_start(self, remaining: int, now: int) -> int:
-        """The latest start its DATA and REQUESTs carry (48-bit): the real one, or for a rejected
-        transfer one that puts it below the first slack threshold at every switch (the late
-        class: ``late_below_ns`` - 1 ns of slack when it leaves)."""
-        if self.rejected:
-            return latest_start_ns(now + (self.cfg.late_below_ns or 0) - 1, 0, self.line_rate)
+        """The latest start its DATA and REQUESTs carry (48-bit): the real one, or for a transfer
+        given up one that puts it in the least urgent SAFS class at every switch: with
+        ``late_transfers`` "last" the late class (``late_below_ns`` - 1 ns of slack when it
+        leaves), with "first" the class of a transfer without deadline."""
+        if self.given_up(now):
+            cfg = self.cfg
+            slack = NO_DEADLINE_NS if cfg.late_below_ns is None else cfg.late_below_ns - 1
+            return latest_start_ns(now + slack, 0, self.line_rate)
         return latest_start_ns(self.no_bubble, remaining, self.line_rate)
 
     def send_segment(self, offset: int, now: int, resent: bool, last: bool) -> int:
@@ -954,7 +986,7 @@ class SafsSender:
         elif pkt.safs_type == _DONE:
             if pkt.flags & FLAG_LATE:  # rejected by its receiver (ReceiverAdmission): send it as late
                 dep = self.dep
-                if self.cfg.late_below_ns is not None and not self.rejected:
+                if (self.firm or self.cfg.late_below_ns is not None) and not self.rejected:
                     self.rejected = True
                     if dep.sched_waiting and dep.scheduler is not None:
                         dep.scheduler.requeue(dep)
@@ -986,6 +1018,8 @@ class SafsReceiver:
             of ``clock``).
         admission: its host's :class:`ReceiverAdmission` (``SafsConfig.receiver_admission``),
             which it joins at its first DATA and leaves when complete or stopped; None: none.
+        firm: the transfer's deadline is firm (:class:`SafsSender`'s ``firm``, which the
+            receiving application states as well): the admission may reject it. Default False.
 
     Per-flow counters: ``dones`` (DONE, remaining 0), ``nacks`` (DONE listing holes),
     ``duplicates`` (DATA for a segment already held); ``rejected``: the admission rejected it.
@@ -993,11 +1027,12 @@ class SafsReceiver:
 
     __slots__ = ("clock", "host", "nic", "src", "sender", "flow_id", "size", "seg", "got",
                  "received", "finish_ns", "ts", "no_bubble", "cfg", "stats", "on_finish", "sender_port", "nack_mark",
-                 "dones", "nacks", "duplicates", "closed", "admission", "rejected")
+                 "dones", "nacks", "duplicates", "closed", "admission", "rejected", "firm")
 
     def __init__(self, clock: Clock, host: HostPort, src_ip: int, flow_id: int, size_bytes: int,
                  no_bubble_ts_ns: int | None, config: SafsConfig, stats: TransportStats,
-                 on_finish: Callable[[int, int], None], admission: ReceiverAdmission | None = None) -> None:
+                 on_finish: Callable[[int, int], None], admission: ReceiverAdmission | None = None,
+                 firm: bool = False) -> None:
         self.clock = clock
         self.host = host
         self.nic = host.nic
@@ -1020,6 +1055,7 @@ class SafsReceiver:
         self.closed = False
         self.admission = admission
         self.rejected = False
+        self.firm = firm
 
     def stop(self) -> None:
         """Stop the flow: pending loss reports do nothing and later DATA is not answered."""
@@ -1120,37 +1156,48 @@ class ReceiverAdmission:
     optimal. Whenever a transfer's first DATA arrives or one completes, the host applies the
     rule to its inbound transfers that are not yet rejected: in order of no-bubble timestamp, add each
     one's missing bytes at ``rate_bps`` to a running finish time from now; when the finish
-    passes the transfer's timestamp, reject the one with the most missing bytes so far (and take
-    its time back). A rejected transfer's receiver tells its sender once (a DONE with
-    ``FLAG_LATE``, :meth:`SafsReceiver.reject`); the sender then sends it after its on-time
-    transfers and marks its DATA late, so every switch queues it in the late class
-    (``late_transfers`` "last"). A rejection is final; a lost one only leaves the transfer
-    on time. The receiver's link is the one resource modelled: a transfer also held back by its
+    passes the transfer's timestamp, reject the rejectable one with the most missing bytes so
+    far (and take its time back). With ``firm_only`` (``receiver_admission`` "firm", the
+    default) only transfers whose deadline is firm (``SafsReceiver.firm``) are checked and
+    rejected: the others are a pipeline's, whose late bytes are still needed, so they keep their
+    place and take their time, and a firm transfer is not given up for one of them; without it
+    (``receiver_admission`` "moore-hodgson") every transfer. A rejected transfer's
+    receiver tells its sender once (a DONE with ``FLAG_LATE``, :meth:`SafsReceiver.reject`); the
+    sender then gives it up (:meth:`SafsSender.given_up`): sends it after its other transfers,
+    in the least urgent SAFS class at every switch. A rejection is final; a lost one only
+    leaves the transfer on time. The receiver's link is the one resource modelled: a transfer also held back by its
     sender or a fabric link is not seen as late here unless the link is.
 
     Args:
         clock: the host's time (``now``, ns).  rate_bps: the payload rate its link delivers while
             busy, bit/s (> 0): the line rate times ``SafsConfig.admission_rate_fraction``.
+        firm_only: only transfers with a firm deadline may be rejected (default True).
     """
 
-    __slots__ = ("clock", "rate", "inbound")
+    __slots__ = ("clock", "rate", "firm_only", "inbound", "firm_inbound")
 
-    def __init__(self, clock: Clock, rate_bps: int) -> None:
+    def __init__(self, clock: Clock, rate_bps: int, firm_only: bool = True) -> None:
         self.clock = clock
         self.rate = rate_bps
+        self.firm_only = firm_only
+        self.firm_inbound = 0  # of them, how many are firm (with firm_only and none, nothing to check)
         self.inbound: dict[SafsReceiver, None] = {}  # transfers with bytes missing, in arrival order
 
     def arrived(self, rx: SafsReceiver) -> None:
         """``rx``'s first DATA arrived: admit it, then reject what is infeasible."""
         self.inbound[rx] = None
+        self.firm_inbound += rx.firm
         self._check()
 
     def left(self, rx: SafsReceiver) -> None:
         """``rx`` is complete (or stopped): the others may fit now (none is taken back)."""
         if self.inbound.pop(rx, False) is None:
+            self.firm_inbound -= rx.firm
             self._check()
 
     def _check(self) -> None:
+        if self.firm_only and not self.firm_inbound:
+            return
         finish = self.clock.now
         # Ties broken by (flow id, sender): unique per receiving host, and the same in every run.
         longest: list[tuple[int, int, int, SafsReceiver]] = []  # max-heap of (-time, flow id, sender, transfer)
@@ -1158,8 +1205,9 @@ class ReceiverAdmission:
                                            if not rx.rejected):
             t = rx.missing_bytes() * 8 * NS_PER_S // self.rate
             finish += t
-            heappush(longest, (-t, fid, sender, rx))
-            if finish > due:
-                neg_t, _, _, out = heappop(longest)
-                finish += neg_t
-                out.reject()
+            if rx.firm or not self.firm_only:  # a soft one takes its time and is not checked
+                heappush(longest, (-t, fid, sender, rx))
+                if finish > due:
+                    neg_t, _, _, out = heappop(longest)
+                    finish += neg_t
+                    out.reject()

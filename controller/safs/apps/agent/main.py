@@ -156,7 +156,7 @@ class Agent:
             return {"port": self.args.tcp_port}
         if req.flow_id in self.safs.receivers:
             raise InvalidInput("flow_id", f"flow {req.flow_id} is already expected on {self.host}; ids must be unique")
-        self.safs.expect(req.flow_id, req.src_ip, req.size_bytes, req.no_bubble_ts_ns)
+        self.safs.expect(req.flow_id, req.src_ip, req.size_bytes, req.no_bubble_ts_ns, req.firm)
         return {}
 
     def _start_at(self, send_at_ns: int) -> int:
@@ -202,7 +202,8 @@ class Agent:
                 self._announce, hint, start_fabric
             )
         self.safs.start_sender(
-            req.flow_id, req.dst_ip, req.size_bytes, no_bubble, req.flow_class == "background", start_at, req.dep_id
+            req.flow_id, req.dst_ip, req.size_bytes, no_bubble, req.flow_class == "background", start_at, req.dep_id,
+            req.firm,
         )
         return {}
 
@@ -474,10 +475,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--receiver-admission",
-        choices=("off", "moore-hodgson"),
-        default="off",
-        help="'moore-hodgson': reject, at this host's link, the inbound transfers that keep the others from "
-             "being on time (needs --late-transfers last; policy safs-admission; default: off)",
+        choices=("off", "firm", "moore-hodgson"),
+        default=SafsConfig().receiver_admission,
+        help="reject, at this host's link, the inbound transfers that keep the others from being on time: "
+             "'firm' only those whose deadline is firm (the expect's firm), 'moore-hodgson' any (needs "
+             "--late-transfers last; policy safs-admission) (default: %(default)s)",
     )
     p.add_argument(
         "--admission-rate-fraction",

@@ -60,7 +60,8 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
                rto_ns: int = RTO_NS, burst_bytes: int | None = None,
                urgency_quantum_ns: int = SafsConfig().urgency_quantum_ns,
                slack_thresholds_ns: tuple[int, ...] = (),
-               grant_poll_backoff: int = 1, late_transfers: str = "first", receiver_admission: str = "off",
+               grant_poll_backoff: int = 1, late_transfers: str = "first",
+               receiver_admission: str = SafsConfig().receiver_admission,
                admission_rate_fraction: float = SafsConfig().admission_rate_fraction) -> SafsConfig:
     """The simulator's :class:`SafsConfig` with time constants scaled to an emulated fabric.
 
@@ -262,7 +263,8 @@ class SafsEndpoint:
         self.receivers: dict[int, SafsReceiver] = {}
         # receiver admission (SafsConfig.receiver_admission), planning at the payload rate the
         # link delivers while busy, as the simulator's hosts do
-        self.admission = (ReceiverAdmission(self.clock, int(line_rate_bps * config.admission_rate_fraction))
+        self.admission = (ReceiverAdmission(self.clock, int(line_rate_bps * config.admission_rate_fraction),
+                                            config.receiver_admission == "firm")
                           if config.receiver_admission != "off" else None)
         self.unknown: dict[int, list[Packet]] = {}  # flow -> DATA that came before its expect
         self.on_sender_done = on_sender_done
@@ -328,13 +330,14 @@ class SafsEndpoint:
             return True
 
     def start_sender(self, flow_id: int, dst_ip: str, size_bytes: int, no_bubble_ts_ns: int | None,
-                     background: bool, start_at_ns: int, dep_id: int = 0) -> SafsSender:
+                     background: bool, start_at_ns: int, dep_id: int = 0, firm: bool = False) -> SafsSender:
         """Create flow ``flow_id``'s sender and start it at monotonic time ``start_at_ns``.
 
         ``no_bubble_ts_ns`` is fabric time (48-bit; None: no deadline); latest start times are
         stamped from it.
         ``dep_id``: the dependency whose grant it shares (created on first use); 0: a
-        dependency of its own (per-transfer mode).
+        dependency of its own (per-transfer mode). ``firm``: its deadline is firm
+        (:class:`SafsSender`).
         """
         dst = int(ipaddress.IPv4Address(dst_ip))
         dep = None
@@ -345,7 +348,8 @@ class SafsEndpoint:
                                                                  self.cfg, self.transport, self.scheduler)
         no_bubble = None if no_bubble_ts_ns is None else self.clock.unwrap(no_bubble_ts_ns)
         sender = SafsSender(self.clock, self.host, dst, flow_id, size_bytes, no_bubble, background, self.cfg,
-                            self.transport, self._sender_closed, dep, self.on_sender_sent, self._complete_lead)
+                            self.transport, self._sender_closed, dep, self.on_sender_sent, self._complete_lead,
+                            firm)
         self.senders[flow_id] = sender
         self.loop.at(start_at_ns, self._start, sender)
         return sender
@@ -369,13 +373,15 @@ class SafsEndpoint:
             "requests": sender.dep.requests, "grants": sender.dep.grants, "data_packets": sender.data_packets,
             "retransmitted_bytes": sender.retransmitted_bytes, "fallbacks": sender.dep.fallbacks})
 
-    def expect(self, flow_id: int, src_ip: str, size_bytes: int, no_bubble_ts_ns: int | None = None) -> SafsReceiver:
+    def expect(self, flow_id: int, src_ip: str, size_bytes: int, no_bubble_ts_ns: int | None = None,
+               firm: bool = False) -> SafsReceiver:
         """Prepare to receive flow ``flow_id`` from ``src_ip``; replays DATA that came early.
         ``no_bubble_ts_ns``: its no-bubble timestamp, fabric time (48-bit; None: no deadline),
-        which the receiver admission plans with."""
+        which the receiver admission plans with; ``firm``: its deadline is firm, so the
+        admission may reject it (:class:`SafsReceiver`)."""
         no_bubble = None if no_bubble_ts_ns is None else self.clock.unwrap(no_bubble_ts_ns)
         receiver = SafsReceiver(self.clock, self.host, int(ipaddress.IPv4Address(src_ip)), flow_id, size_bytes,
-                                no_bubble, self.cfg, self.transport, self._receiver_finished, self.admission)
+                                no_bubble, self.cfg, self.transport, self._receiver_finished, self.admission, firm)
         self.receivers[flow_id] = receiver
         for pkt in self.unknown.pop(flow_id, ()):
             receiver.receive(pkt)

@@ -49,6 +49,13 @@ def _choice(req: dict, field: str, choices: tuple[str, ...], default: str | None
     return value
 
 
+def _bool(req: dict, field: str) -> bool:
+    value = req.get(field, False)
+    if type(value) is not bool:
+        raise InvalidInput(field, f"must be true or false, got {value!r}")
+    return value
+
+
 def _ip(req: dict, field: str) -> str:
     value = req.get(field)
     try:
@@ -71,13 +78,15 @@ class Expect:
     """``{"op": "expect"}``: receive flow ``flow_id`` (1..2^32-1) of ``size_bytes``
     (1..2^48-1) from ``src_ip`` over ``transport``; ``no_bubble_ts_ns``: its no-bubble
     timestamp, fabric ns (0..2^63-1, reduced mod 2^48) or None (no deadline), which a SAFS
-    receiver's admission plans with (``--receiver-admission``)."""
+    receiver's admission plans with (``--receiver-admission``); ``firm``: the deadline is
+    firm, so the admission may reject the flow (``safs.hosts.safs.SafsReceiver``)."""
 
     flow_id: int
     src_ip: str
     size_bytes: int
     transport: str
     no_bubble_ts_ns: int | None = None
+    firm: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,7 +99,8 @@ class Send:
     required for SAFS flows when the agent has a hint address (the hint names hosts);
     ``dep_id``: the SAFS dependency the transfer belongs to (1..65535, the id the controller
     was told at launch; its transfers share one grant); 0: its own dependency, announced and
-    completed per transfer at the hint API (policy ``safs-per-transfer``).
+    completed per transfer at the hint API (policy ``safs-per-transfer``); ``firm``: the
+    deadline is firm (``safs.hosts.safs.SafsSender``).
     """
 
     flow_id: int
@@ -104,6 +114,7 @@ class Send:
     port: int | None
     dst_host: str | None
     dep_id: int = 0
+    firm: bool = False
 
 
 @dataclass(frozen=True)
@@ -141,7 +152,8 @@ def parse_request(req: object) -> tuple[str, Expect | Send | Background | None]:
         return op, Expect(_int(req, "flow_id", FLOW_ID_MIN, FLOW_ID_MAX, "1..2^32-1"), _ip(req, "src_ip"),
                           _int(req, "size_bytes", 1, REMAINING_BYTES_MAX, "1..2^48-1 bytes"),
                           _choice(req, "transport", TRANSPORTS),
-                          _int(req, "no_bubble_ts_ns", 0, _U63, "0..2^63-1 ns (fabric time) or null", None))
+                          _int(req, "no_bubble_ts_ns", 0, _U63, "0..2^63-1 ns (fabric time) or null", None),
+                          _bool(req, "firm"))
     if op == "send":
         return op, Send(
             _int(req, "flow_id", FLOW_ID_MIN, FLOW_ID_MAX, "1..2^32-1"), _ip(req, "dst_ip"),
@@ -150,7 +162,8 @@ def parse_request(req: object) -> tuple[str, Expect | Send | Background | None]:
             _int(req, "no_bubble_ts_ns", 0, _U63, "0..2^63-1 ns (fabric time) or null", None),
             _int(req, "send_at_ns", 0, _U63, "0..2^63-1 ns (fabric time; 0 = now)", 0),
             _text(req, "label", LABEL_MAX_LEN), _int(req, "port", 1, 65535, "1..65535", None),
-            _text(req, "dst_host", 128, None), _int(req, "dep_id", 0, DEP_ID_MAX, f"0..{DEP_ID_MAX}", 0))
+            _text(req, "dst_host", 128, None), _int(req, "dep_id", 0, DEP_ID_MAX, f"0..{DEP_ID_MAX}", 0),
+            _bool(req, "firm"))
     if op == "background":
         ips = req.get("dst_ips")
         if not isinstance(ips, list) or not ips:
@@ -255,18 +268,19 @@ class AgentClient:
         return reply
 
     def expect(self, flow_id: int, src_ip: str, size_bytes: int, transport: str = "safs",
-               no_bubble_ts_ns: int | None = None) -> dict:
+               no_bubble_ts_ns: int | None = None, firm: bool = False) -> dict:
         """Receiver side of a flow (fields: :class:`Expect`); the reply has ``port`` for TCP."""
         return self.request({"op": "expect", "flow_id": flow_id, "src_ip": src_ip, "size_bytes": size_bytes,
-                             "transport": transport, "no_bubble_ts_ns": no_bubble_ts_ns})
+                             "transport": transport, "no_bubble_ts_ns": no_bubble_ts_ns, "firm": firm})
 
     def send(self, flow_id: int, dst_ip: str, size_bytes: int, transport: str = "safs", *,
              flow_class: str = "pipeline", no_bubble_ts_ns: int | None = None, send_at_ns: int = 0,
-             label: str = "", port: int | None = None, dst_host: str | None = None, dep_id: int = 0) -> dict:
+             label: str = "", port: int | None = None, dst_host: str | None = None, dep_id: int = 0,
+             firm: bool = False) -> dict:
         """Sender side of a flow (fields: :class:`Send`)."""
         req = {"op": "send", "flow_id": flow_id, "dst_ip": dst_ip, "size_bytes": size_bytes,
                "transport": transport, "flow_class": flow_class, "no_bubble_ts_ns": no_bubble_ts_ns,
-               "send_at_ns": send_at_ns, "label": label}
+               "send_at_ns": send_at_ns, "label": label, "firm": firm}
         if port is not None:
             req["port"] = port
         if dst_host is not None:

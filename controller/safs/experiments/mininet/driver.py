@@ -206,6 +206,7 @@ class RealtimeNetwork:
                 "size_bytes": spec.size_bytes,
                 "transport": transport,
                 "no_bubble_ts_ns": no_bubble,
+                "firm": spec.firm,
             }
         )
         send = {
@@ -219,6 +220,7 @@ class RealtimeNetwork:
             "send_at_ns": self.fabric(start),
             "label": spec.label,
             "dst_host": spec.receiver,
+            "firm": spec.firm,
         }
         if reply.get("port") is not None:
             send["port"] = int(reply["port"])

@@ -151,7 +151,8 @@ class SafsFlows(DctcpFlows):
         found = self.admissions.get(dst.name)
         if found is None:
             rate = int(dst.nic.rate_bps * self.safs_cfg.admission_rate_fraction)
-            found = self.admissions[dst.name] = ReceiverAdmission(sim.engine, rate)
+            found = self.admissions[dst.name] = ReceiverAdmission(sim.engine, rate,
+                                                                  self.safs_cfg.receiver_admission == "firm")
         return found
 
     def dependency(self, sim: SimRun, spec: FlowSpec, src: Host, dst: Host) -> SafsDependency | None:
@@ -163,9 +164,9 @@ class SafsFlows(DctcpFlows):
         if spec.flow_class != "pipeline":
             return super().endpoints(sim, fid, spec, src, dst)
         rx = SafsReceiver(sim.engine, dst, src.ip, fid, spec.size_bytes, spec.no_bubble_ts_ns, self.safs_cfg,
-                          sim.stats, sim._on_finish, self._admission(sim, dst))
+                          sim.stats, sim._on_finish, self._admission(sim, dst), spec.firm)
         tx = SafsSender(sim.engine, src, dst.ip, fid, spec.size_bytes, spec.no_bubble_ts_ns, False, self.safs_cfg,
-                        sim.stats, sim._on_closed, self.dependency(sim, spec, src, dst))
+                        sim.stats, sim._on_closed, self.dependency(sim, spec, src, dst), firm=spec.firm)
         return rx, tx
 
 

@@ -69,10 +69,11 @@ class SimConfig(ConfigModel):
             Default 0: one packet at a time, and time held back is lost (a dependency sharing
             its NIC sends below its grant). Policies ``safs-overcommit`` and ``safs-admission``
             set 18,000 (two 9000-byte packets).
-        safs_receiver_admission: ``SafsConfig.receiver_admission`` of the SAFS hosts: "off"
-            (default) or "moore-hodgson" (each receiving host rejects the inbound transfers that
-            keep the others from being on time; needs the scheduler's ``allocator.late_transfers``
-            "last"). Policy ``safs-admission`` sets "moore-hodgson".
+        safs_receiver_admission: ``SafsConfig.receiver_admission`` of the SAFS hosts: "firm"
+            (default: each receiving host rejects, of its inbound transfers with a firm deadline,
+            those that keep the others from being on time), "moore-hodgson" (any transfer may be
+            rejected; needs the scheduler's ``allocator.late_transfers`` "last"; policy
+            ``safs-admission`` sets it) or "off".
         safs_admission_rate_fraction: ``SafsConfig.admission_rate_fraction``: the share of a
             receiver's line rate its admission plans with, in (0, 1], default 0.8 (measured;
             see there).
@@ -116,7 +117,8 @@ class SimConfig(ConfigModel):
     safs_grant_poll_ns: int = Field(10_000, ge=0)
     safs_reorder_window_ns: int = Field(200_000, ge=0)
     safs_burst_bytes: int = Field(0, ge=0, le=1 << 20)
-    safs_receiver_admission: Literal["off", "moore-hodgson"] = "off"
+    safs_receiver_admission: Literal["off", "firm", "moore-hodgson"] = (
+        SafsConfig.model_fields["receiver_admission"].default)
     safs_admission_rate_fraction: float = Field(SafsConfig.model_fields["admission_rate_fraction"].default, gt=0, le=1)
     buffer_dt_alpha: float = Field(1.0, ge=0, le=64)
     dctcp: dict[str, Any] = Field(default_factory=dict)
@@ -178,12 +180,12 @@ class SimConfig(ConfigModel):
         Raises:
             InvalidInput: as :meth:`scheduler_config`, the scheduler's default rate 0 (the
                 transport's ``default_rate_bps`` must be > 0), or (unless ``admission`` is False:
-                receiver admission left off) ``safs_receiver_admission`` other than "off" while
+                receiver admission left off) ``safs_receiver_admission`` "moore-hodgson" while
                 the run's ``scheduler.allocator.late_transfers`` is not "last".
         """
         sched = self.scheduler_config(None)
         admit = self.safs_receiver_admission if admission else "off"
-        if admit != "off" and sched.allocator.late_transfers != "last":
+        if admit == "moore-hodgson" and sched.allocator.late_transfers != "last":
             raise InvalidInput("sim.safs_receiver_admission", f"{admit!r} needs scheduler.allocator.late_transfers "
                                f"'last' (policies safs-late-last, safs-overcommit and safs-admission set it), got "
                                f"{sched.allocator.late_transfers!r}")

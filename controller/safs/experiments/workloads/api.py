@@ -31,6 +31,11 @@ class FlowSpec:
         dependency: the SAFS dependency the transfer belongs to, a name unique per sender (its
             transfers share one grant at the receiver's ToR, docs/protocol.md "Grants"); None:
             the sender's dependency for this receiver and class.
+        firm: the no-bubble timestamp is a firm deadline: the transfer is worthless once late
+            (independent requests whose count of misses is the metric), so SAFS may give it up
+            to keep others on time (docs/protocol.md, "Firm deadlines"). Default False: a
+            pipeline's soft deadline (late bytes still hold up the consumer). Only a pipeline
+            flow can be firm.
 
     Raises:
         InvalidInput: empty or equal endpoints, size < 1, unknown class, or a pipeline flow
@@ -44,6 +49,7 @@ class FlowSpec:
     label: str
     flow_class: str = "pipeline"
     dependency: str | None = None
+    firm: bool = False
 
     def __post_init__(self) -> None:
         if not self.sender or not self.receiver:
@@ -58,6 +64,9 @@ class FlowSpec:
             raise InvalidInput("flow.flow_class", f"must be one of {', '.join(FLOW_CLASSES)}, got {self.flow_class!r}")
         if self.flow_class == "pipeline" and self.no_bubble_ts_ns is None:
             raise InvalidInput("flow.no_bubble_ts_ns", "a pipeline flow needs a no-bubble timestamp")
+        if type(self.firm) is not bool or (self.firm and self.flow_class != "pipeline"):
+            raise InvalidInput("flow.firm", f"must be true only for a pipeline flow, else false, got {self.firm!r} "
+                               f"for a {self.flow_class} flow")
         if self.no_bubble_ts_ns is not None and (isinstance(self.no_bubble_ts_ns, bool)
                                                  or not isinstance(self.no_bubble_ts_ns, int)
                                                  or self.no_bubble_ts_ns < 0):

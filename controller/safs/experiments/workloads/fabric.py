@@ -17,7 +17,9 @@ Each transfer is due ``deadline_factor`` times its uncontended time
 (:meth:`safs.core.topology.Topology.min_transfer_ns`, the "line-rate time") plus
 ``deadline_slack_us`` after its first byte, and is announced ``announce_lead_us`` before that
 byte (as a runtime that knows the transfer when the producing op starts). Transfers of one
-(sender, receiver) pair form one SAFS dependency.
+(sender, receiver) pair form one SAFS dependency. With ``firm`` their deadlines are firm: a late
+transfer is worthless, as the family's metric (the count of misses) says, and SAFS may give it
+up to keep others on time (``FlowSpec.firm``; docs/protocol.md, "Firm deadlines").
 
 Seeded: arrivals, pairs and sizes come from ``random.Random("fabric:<seed>")``.
 
@@ -34,7 +36,7 @@ from typing import Any
 from safs.core.distributions import load_distribution
 from safs.core.errors import InvalidInput
 from safs.experiments.workloads.api import DependencySpec, FlowSpec, WorkloadAPI
-from safs.experiments.workloads.params import check_known, float_param, int_param
+from safs.experiments.workloads.params import bool_param, check_known, float_param, int_param
 
 NS_PER_US = 1_000
 LOG_UNIFORM = "log-uniform"
@@ -63,14 +65,15 @@ class FabricTransfers:
     ``distribution`` ``log-uniform`` (sizes log-uniform in ``[min_bytes, max_bytes]``, defaults
     10_000 and 2_000_000) or a flow-size file (shipped name or path; then ``min_bytes`` /
     ``max_bytes`` are refused), ``announce_lead_us`` 0 (0..100_000), ``start_us`` 50 (0..10^6:
-    the first arrival no earlier, so persistent background has started).
+    the first arrival no earlier, so persistent background has started), ``firm`` false (true:
+    every transfer's deadline is firm, ``FlowSpec.firm``).
 
     Raises:
         InvalidInput: an unknown or out-of-range parameter (field ``workload.params.<key>``).
     """
 
     KNOWN = {"hosts", "transfers", "offered_load", "deadline_factor", "deadline_slack_us", "distribution",
-             "min_bytes", "max_bytes", "announce_lead_us", "start_us"}
+             "min_bytes", "max_bytes", "announce_lead_us", "start_us", "firm"}
 
     def __init__(self, params: dict[str, Any], topology: Any, seed: int = 1) -> None:
         check_known(params, self.KNOWN)
@@ -89,6 +92,7 @@ class FabricTransfers:
         slack_ns = int_param(params, "deadline_slack_us", 20, 0, 100_000) * NS_PER_US
         lead_ns = int_param(params, "announce_lead_us", 0, 0, 100_000) * NS_PER_US
         start_ns = int_param(params, "start_us", 50, 0, 1_000_000) * NS_PER_US
+        self.firm = bool_param(params, "firm", False)
         dist_name = params.get("distribution", LOG_UNIFORM)
         if not isinstance(dist_name, str) or not dist_name:
             raise InvalidInput("workload.params.distribution",
@@ -123,7 +127,7 @@ class FabricTransfers:
             nbytes = size()
             send = round(t)
             due = send + round(self.deadline_factor * topology.min_transfer_ns(src, dst, nbytes)) + slack_ns
-            self.flows.append((send, FlowSpec(src, dst, nbytes, due, f"fabric {i} {src}->{dst}")))
+            self.flows.append((send, FlowSpec(src, dst, nbytes, due, f"fabric {i} {src}->{dst}", firm=self.firm)))
         self.lead_ns = lead_ns
         self.finished = 0
 
@@ -136,7 +140,7 @@ class FabricTransfers:
         for send, spec in self.flows:
             # No-bubble timestamps are relative to the workload's start, like the send times.
             spec = FlowSpec(spec.sender, spec.receiver, spec.size_bytes, base + (spec.no_bubble_ts_ns or 0),
-                            spec.label)
+                            spec.label, firm=spec.firm)
             api.call_at(base + send - self.lead_ns,
                         lambda spec=spec, at=base + send: api.start_flow(spec, self._done, send_at_ns=at))
 

@@ -53,7 +53,7 @@ class _JobAPI:
     def start_flow(self, spec: FlowSpec, on_done: Callable[[int], None], send_at_ns: int | None = None) -> int:
         job = self.job
         ours = FlowSpec(spec.sender, spec.receiver, spec.size_bytes, spec.no_bubble_ts_ns, f"{job.name}: {spec.label}",
-                        spec.flow_class, f"{job.name}:{spec.dependency_key()}")
+                        spec.flow_class, f"{job.name}:{spec.dependency_key()}", spec.firm)
 
         def done(finish_ns: int) -> None:
             job.finished(spec, finish_ns)

@@ -36,6 +36,14 @@ def float_param(params: dict[str, Any], key: str, default: float, lo: float, hi:
     return float(v)
 
 
+def bool_param(params: dict[str, Any], key: str, default: bool) -> bool:
+    """``params[key]`` (or ``default``) as true or false (nothing else: 0, 1 and "yes" are refused)."""
+    v = params.get(key, default)
+    if type(v) is not bool:
+        raise InvalidInput(f"workload.params.{key}", f"must be true or false, got {v!r}")
+    return v
+
+
 def hosts_param(params: dict[str, Any], key: str, default: list[str], topology: Any, count_key: str,
                 lo: int, hi: int) -> list[str]:
     """``params[key]`` (or ``default``): a list of ``lo..hi`` distinct host names of ``topology``
