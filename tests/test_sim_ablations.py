@@ -263,3 +263,20 @@ def test_unknown_ablation_name_lists_the_valid_ones() -> None:
     assert err.value.field == "policy"
     for p in ("safs-no-grants", "safs-no-classes", "edf-oracle", "safs"):
         assert p in err.value.message
+
+
+@pytest.mark.parametrize("firm", [False, True])
+def test_default_safs_gives_up_a_firm_transfer_that_keeps_others_from_being_on_time(firm: bool) -> None:
+    """Under the default ``safs`` (late transfers first), three 1 MB transfers into h0 due at
+    150, 250 and 350 µs (80 µs each at the line rate, so all three could make it) and a 3 MB
+    one due at 200 µs, which cannot (240 µs). Soft: the 3 MB one is most urgent, then late and
+    still most urgent (BRIEF: maximum lateness no worse than EDF), so all four miss. Firm: h0's
+    admission rejects it at its first DATA and its sender gives it up (least urgent class,
+    after the others): the three 1 MB transfers are on time and only it misses."""
+    sim = Simulation(star(5), "safs", 1, SimConfig(max_time_ns=20_000 * US))
+    specs = [FlowSpec("h1", "h0", 3_000_000, 200 * US, "hopeless", firm=firm)]
+    specs += [FlowSpec(f"h{i + 2}", "h0", 1_000_000, (150 + 100 * i) * US, f"ok{i}", firm=firm) for i in range(3)]
+    res = sim.run(AllAtZero(specs))
+    assert all(f.finish_ns is not None for f in res.flows)  # a transfer given up is still delivered
+    late = sorted(f.sender for f in res.flows if f.finish_ns > f.no_bubble_ts_ns)
+    assert late == (["h1"] if firm else ["h1", "h2", "h3", "h4"])

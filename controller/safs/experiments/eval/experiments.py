@@ -414,7 +414,7 @@ EXPERIMENTS: dict[str, Experiment] = {
             overrides={"seeds": [1, 2, 3, 4, 5]},
             group_by=("offered_load", "deadline_factor"),
             quick={"seeds": [1], "policies": ["safs", "homa"], "workload": {
-                "kind": "fabric", "params": {"transfers": 100},
+                "kind": "fabric", "params": {"transfers": 100, "firm": True},
                 "sweep": {"offered_load": [0.3], "deadline_factor": [2.0, 5.0]}}},
         ),
         Experiment(
