@@ -499,6 +499,18 @@ BAD_TRACES = [
 ]
 
 
+def test_trace_deadline_column_marks_firm_flows(tmp_path):
+    f = tmp_path / "firm.csv"
+    f.write_text(HEADER.rstrip() + ",deadline\n0,h1,h0,10,5,a,pipeline,firm\n1,h1,h0,10,5,b,pipeline,\n"
+                 "2,h1,h0,10,,c,background,soft\n")
+    assert [s.firm for _, s in load_trace_file(f)] == [True, False, False]
+    for body in ("0,h1,h0,10,,c,background,firm\n", "0,h1,h0,10,5,a,pipeline,hard\n"):
+        f.write_text(HEADER.rstrip() + ",deadline\n" + body)
+        with pytest.raises(InvalidInput) as exc:
+            load_trace_file(f)
+        assert exc.value.field == "line 2, column deadline" and exc.value.source == str(f)
+
+
 @pytest.mark.parametrize("body,field", BAD_TRACES)
 def test_bad_trace_rows_name_line_and_column(tmp_path, body, field):
     f = tmp_path / "bad.csv"

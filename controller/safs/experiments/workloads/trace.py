@@ -1,10 +1,12 @@
 """User flow traces: run your own workload as a list of timed flows (docs/trace-format.md).
 
-CSV with header ``start_ns,sender,receiver,bytes,no_bubble_ts_ns,label[,class]`` or a JSON
-list of objects with the same keys. ``no_bubble_ts_ns`` may be empty / null (then the flow
+CSV with header ``start_ns,sender,receiver,bytes,no_bubble_ts_ns,label[,class][,deadline]`` or a
+JSON list of objects with the same keys. ``no_bubble_ts_ns`` may be empty / null (then the flow
 has no deadline; it must be of class ``background``); ``class`` is ``pipeline`` (default) or
-``background``. Each flow starts at ``start_ns`` (open loop). Deadline misses and FCTs are
-computed by the runner from the simulator's flow records.
+``background``; ``deadline`` is ``soft`` (default: a pipeline's, late bytes are still needed)
+or ``firm`` (a late flow is worthless, ``FlowSpec.firm``; pipeline flows only). Each flow
+starts at ``start_ns`` (open loop). Deadline misses and FCTs are computed by the runner from
+the simulator's flow records.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from safs.core.timebase import HALF, TIME_MASK
 from safs.experiments.workloads.api import DependencySpec, FlowSpec, WorkloadAPI
 
 REQUIRED = ("start_ns", "sender", "receiver", "bytes", "no_bubble_ts_ns", "label")
-OPTIONAL = ("class",)
+OPTIONAL = ("class", "deadline")
+DEADLINE_KINDS = ("soft", "firm")
 
 
 def _int_cell(value: Any, where: str, column: str, source: str, minimum: int, allow_empty: bool = False) -> int | None:
@@ -99,6 +102,11 @@ def parse_rows(
                 "a pipeline flow needs a no-bubble timestamp (or set class to background)",
                 source,
             )
+        kind = row.get("deadline") or "soft"
+        kind = kind.strip() if isinstance(kind, str) else kind
+        if kind not in DEADLINE_KINDS or (kind == "firm" and flow_class != "pipeline"):
+            raise InvalidInput(f"{where}, column deadline", f"expected soft or firm (firm only for a pipeline "
+                               f"flow), got {row.get('deadline')!r} for a {flow_class} flow", source)
         for column in ("sender", "receiver"):
             name = row[column]
             if not isinstance(name, str) or not name.strip():
@@ -109,7 +117,7 @@ def parse_rows(
         if sender == receiver:
             raise InvalidInput(f"{where}, column receiver", f"must differ from the sender {sender!r}", source)
         label = str(row["label"]) if row["label"] is not None else ""
-        flows.append((start, FlowSpec(sender, receiver, size, deadline, label, flow_class)))
+        flows.append((start, FlowSpec(sender, receiver, size, deadline, label, flow_class, firm=kind == "firm")))
     flows.sort(key=lambda item: item[0])
     return flows
 
