@@ -146,5 +146,7 @@ def test_receiver_admission_is_checked_under_each_safs_policy_before_any_run(tmp
     check(load_scenario(scenario("dctcp")))
     # the default, "firm" (only transfers with a firm deadline may be rejected), needs no late rule
     assert SimConfig().safs_config().receiver_admission == "firm"
+    # an unquoted YAML off arrives as false: it means "off", not a type error
+    assert SimConfig.from_mapping({"safs_receiver_admission": False}).safs_receiver_admission == "off"
     with pytest.raises(InvalidInput, match="admission_rate_fraction"):
         SafsConfig(late_transfers="last", receiver_admission="moore-hodgson", admission_rate_fraction=1.5)

@@ -678,6 +678,7 @@ def test_fabric_firm_marks_every_transfer_and_a_flow_spec_checks_it():
     firm = build_workload("fabric", {"transfers": 20, "firm": True}, topo)
     soft = build_workload("fabric", {"transfers": 20}, topo)
     assert all(spec.firm for _, spec in firm.flows) and not any(spec.firm for _, spec in soft.flows)
+    assert (firm.metrics()["fabric_firm"], soft.metrics()["fabric_firm"]) == (1.0, 0.0)  # in the run records
     assert [(t, s.size_bytes) for t, s in firm.flows] == [(t, s.size_bytes) for t, s in soft.flows]
     with pytest.raises(InvalidInput, match="flow.firm"):
         FlowSpec("h0", "h1", 10, None, "bulk", "background", firm=True)  # only a pipeline deadline can be firm

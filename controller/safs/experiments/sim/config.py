@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from safs.core.config import ConfigModel
 from safs.core.errors import InvalidInput
@@ -125,6 +125,11 @@ class SimConfig(ConfigModel):
     homa: dict[str, Any] = Field(default_factory=dict)
     pfabric: dict[str, Any] = Field(default_factory=dict)
     scheduler: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("safs_receiver_admission", mode="before")
+    @classmethod
+    def _yaml_off(cls, v: Any) -> Any:
+        return "off" if v is False else v  # YAML reads an unquoted off as false
 
     @model_validator(mode="after")
     def _nested_configs(self) -> SimConfig:

@@ -23,8 +23,9 @@ up to keep others on time (``FlowSpec.firm``; docs/protocol.md, "Firm deadlines"
 
 Seeded: arrivals, pairs and sizes come from ``random.Random("fabric:<seed>")``.
 
-Metrics: ``fabric_transfers``, ``fabric_transfers_done`` and ``fabric_offered_gbps`` (the
-aggregate offered rate); misses, lateness and FCTs are the runner's ``pipeline_*`` keys.
+Metrics: ``fabric_transfers``, ``fabric_transfers_done``, ``fabric_offered_gbps`` (the
+aggregate offered rate) and ``fabric_firm`` (1 if the deadlines are firm, else 0); misses,
+lateness and FCTs are the runner's ``pipeline_*`` keys.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class FabricTransfers:
 
     def metrics(self) -> dict[str, float]:
         return {"fabric_transfers": float(len(self.flows)), "fabric_transfers_done": float(self.finished),
-                "fabric_offered_gbps": self.offered_bps / 1e9}
+                "fabric_offered_gbps": self.offered_bps / 1e9, "fabric_firm": float(self.firm)}
 
     def dependencies(self) -> list[DependencySpec]:
         """One per (sender, receiver) pair that has a transfer."""
