@@ -38,8 +38,8 @@ class FlowSpec:
             flow can be firm.
 
     Raises:
-        InvalidInput: empty or equal endpoints, size < 1, unknown class, or a pipeline flow
-            without a no-bubble timestamp.
+        InvalidInput: empty or equal endpoints, size < 1, unknown class, a pipeline flow
+            without a no-bubble timestamp, or ``firm`` not a bool or true for a background flow.
     """
 
     sender: str
