@@ -46,7 +46,17 @@ def test_pool_matches_serial_in_order() -> None:
 def test_ray_matches_serial() -> None:
     scenario = _scenario([1, 2], [2])
     serial = run_scenario_outputs(scenario, jobs=1)
-    on_ray = run_scenario_outputs(scenario, ray_address="local")  # a private local Ray, shut down after
+    try:
+        on_ray = run_scenario_outputs(scenario, ray_address="local")  # a private local Ray, shut down after
+    except InvalidInput as err:
+        # Ray gives its raylet a fixed 30 s to register; once, in a full CI run on 2 cores, it
+        # did not (no raylet log at all). That is Ray's start-up, not what this test checks:
+        # start it once more, and fail if it fails again.
+        if "timed out during startup" not in err.message:
+            raise
+        import ray  # noqa: PLC0415 (optional; the skipif above checked it is there)
+        ray.shutdown()  # what the failed start left running
+        on_ray = run_scenario_outputs(scenario, ray_address="local")
     assert _stable(on_ray) == _stable(serial)
 
 
