@@ -1183,6 +1183,15 @@ class ReceiverAdmission:
         self.firm_inbound = 0  # of them, how many are firm (with firm_only and none, nothing to check)
         self.inbound: dict[SafsReceiver, None] = {}  # transfers with bytes missing, in arrival order
 
+    @classmethod
+    def for_host(cls, clock: Clock, line_rate_bps: int, config: SafsConfig) -> ReceiverAdmission | None:
+        """A receiving host's admission as ``config`` sets it (None with ``receiver_admission``
+        "off"): planning at ``line_rate_bps`` (bit/s) times ``admission_rate_fraction``, only firm
+        transfers rejectable under "firm". The simulator's hosts and the Mininet agent both use it."""
+        if config.receiver_admission == "off":
+            return None
+        return cls(clock, int(line_rate_bps * config.admission_rate_fraction), config.receiver_admission == "firm")
+
     def arrived(self, rx: SafsReceiver) -> None:
         """``rx``'s first DATA arrived: admit it, then reject what is infeasible."""
         self.inbound[rx] = None

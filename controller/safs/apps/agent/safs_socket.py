@@ -261,11 +261,8 @@ class SafsEndpoint:
                                         config.late_below_ns)
                           if config.send_order == "urgency" else None)
         self.receivers: dict[int, SafsReceiver] = {}
-        # receiver admission (SafsConfig.receiver_admission), planning at the payload rate the
-        # link delivers while busy, as the simulator's hosts do
-        self.admission = (ReceiverAdmission(self.clock, int(line_rate_bps * config.admission_rate_fraction),
-                                            config.receiver_admission == "firm")
-                          if config.receiver_admission != "off" else None)
+        # receiver admission (SafsConfig.receiver_admission), as the simulator's hosts have it
+        self.admission = ReceiverAdmission.for_host(self.clock, line_rate_bps, config)
         self.unknown: dict[int, list[Packet]] = {}  # flow -> DATA that came before its expect
         self.on_sender_done = on_sender_done
         self.on_sender_sent = on_sender_sent

@@ -111,7 +111,7 @@ class SafsFlows(DctcpFlows):
         self.deps: dict[tuple[str, str], SafsDependency] = {}  # (sender, dependency name) -> sender side
         self.last_dep_id: dict[str, int] = {}  # sender -> its last dependency id
         self.schedulers: dict[str, SendScheduler] = {}  # sender -> its send scheduler (send_order urgency)
-        self.admissions: dict[str, ReceiverAdmission] = {}  # receiver -> its admission (receiver_admission)
+        self.admissions: dict[str, ReceiverAdmission | None] = {}  # receiver -> its admission (receiver_admission)
 
     def declare(self, sim: SimRun, dep: DependencySpec, src: Host, dst: Host) -> SafsDependency:
         """The sender side of dependency ``dep``, created (and announced to the scheduler by
@@ -146,14 +146,9 @@ class SafsFlows(DctcpFlows):
     def _admission(self, sim: SimRun, dst: Host) -> ReceiverAdmission | None:
         """``dst``'s :class:`ReceiverAdmission` (one per host), or None when
         ``receiver_admission`` is "off"."""
-        if self.safs_cfg.receiver_admission == "off":
-            return None
-        found = self.admissions.get(dst.name)
-        if found is None:
-            rate = int(dst.nic.rate_bps * self.safs_cfg.admission_rate_fraction)
-            found = self.admissions[dst.name] = ReceiverAdmission(sim.engine, rate,
-                                                                  self.safs_cfg.receiver_admission == "firm")
-        return found
+        if dst.name not in self.admissions:
+            self.admissions[dst.name] = ReceiverAdmission.for_host(sim.engine, dst.nic.rate_bps, self.safs_cfg)
+        return self.admissions[dst.name]
 
     def dependency(self, sim: SimRun, spec: FlowSpec, src: Host, dst: Host) -> SafsDependency | None:
         """The sender side of ``spec``'s dependency (declared at setup, or new now)."""
