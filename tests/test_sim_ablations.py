@@ -26,7 +26,7 @@ from safs.experiments.sim.simulation import Simulation
 from safs.experiments.workloads.api import FlowSpec
 from safs.hosts.dctcp import DctcpSender
 from safs.hosts.no_grants import SafsShim
-from safs.hosts.safs import SafsSender
+from safs.hosts.safs import SafsConfig, SafsDependency, SafsSender
 
 US = 1_000
 DATA, GRANT = int(MsgType.DATA), int(MsgType.GRANT)
@@ -202,20 +202,30 @@ def test_late_last_serves_a_late_transfer_after_an_on_time_one_at_switch_and_hos
     assert q_late["h1"] <= {QUEUE_SLACK_LEAST_URGENT, QUEUE_OVER_RATE} and t_late["h2"] < t_late["h1"]
 
 
-def busy_sender(policy: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Simulation, dict[int, int], int]:
+def busy_sender(policy: str, monkeypatch: pytest.MonkeyPatch, yield_fraction: float = 0.0,
+                yields: list[tuple[int, int, bool]] | None = None) -> tuple[Simulation, dict[int, int], int]:
     """h2 sends 1 MB to h0 due at 200 µs (flow 1, the most urgent) and 1 MB to h1 due at 2 ms
     (flow 2); h3 sends 1 MB to h1 due at 2 ms (flow 3). Returns the run, each flow's finish
     time (ns) and the highest grant (bit/s) flow 3 sent under from 10 µs (both dependencies
-    counted at h1's port by then) until flow 1 finished."""
-    sim = Simulation(star(4), policy, 1, SimConfig(max_time_ns=20_000 * US))
+    counted at h1's port by then) until flow 1 finished. ``yield_fraction``: the SAFS hosts'
+    ``nic_yield_fraction`` (0: h2's busy dependency keeps its place at h1's port); ``yields``
+    collects (dep_id, time, yielded) of every yield and claim."""
+    sim = Simulation(star(4), policy, 1, SimConfig(max_time_ns=20_000 * US, safs_nic_yield_fraction=yield_fraction))
     sends: list[tuple[int, int, int]] = []  # (flow id, time, grant)
     send = SafsSender._send_data
+    set_yielded = SafsDependency._set_yielded
 
     def recording(self, offset, now, last, resent):  # noqa: ANN001, ANN202 - wraps _send_data
         sends.append((self.flow_id, now, self.dep.rate_bps))
         return send(self, offset, now, last, resent)
 
+    def recording_yield(self, yielded):  # noqa: ANN001, ANN202 - wraps _set_yielded
+        if yields is not None:
+            yields.append((self.dep_id, self.clock.now, yielded))
+        return set_yielded(self, yielded)
+
     monkeypatch.setattr(SafsSender, "_send_data", recording)
+    monkeypatch.setattr(SafsDependency, "_set_yielded", recording_yield)
     res = sim.run(AllAtZero([FlowSpec("h2", "h0", 1_000_000, 200 * US, "urgent"),
                              FlowSpec("h2", "h1", 1_000_000, 2_000 * US, "busy"),
                              FlowSpec("h3", "h1", 1_000_000, 2_000 * US, "free")]))
@@ -231,7 +241,9 @@ def test_overcommit_lets_a_free_sender_use_what_a_busy_one_leaves_and_the_busy_o
     two transfers (a dependency the send scheduler held back loses that time), so the urgent
     one takes longer than its line-rate time. "safs-overcommit": top_boost raises h3's share
     above half while h2's is unused, and h2's pacer catches up, so the urgent one leaves at
-    its grant. The ToR holds top_boost entries under safs-overcommit only."""
+    its grant. The ToR holds top_boost entries under safs-overcommit only. (Both with
+    yielding off: with it h2's busy dependency would give up its place at h1's port, the next
+    test.)"""
     plain, t_plain, peak_plain = busy_sender("safs-late-last", monkeypatch)
     oc, t_oc, peak_oc = busy_sender("safs-overcommit", monkeypatch)
     tor = "tor0"
@@ -242,6 +254,29 @@ def test_overcommit_lets_a_free_sender_use_what_a_busy_one_leaves_and_the_busy_o
     assert peak_plain <= usable // 2 < 0.8 * usable < peak_oc
     line_rate_ns = 1_000_000 * 8 * 10**9 // plain.topology.host_link_bps("h0")
     assert t_oc[1] < 1.1 * line_rate_ns < t_plain[1]
+
+
+def test_a_dependency_its_nic_cannot_serve_yields_its_place_to_a_free_sender(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same three transfers under the default ``safs``. Without yielding, h2's busy
+    dependency keeps half of h1's port while h2's NIC serves the urgent transfer at line rate,
+    so h3 gets half of it. With yielding (the default 0.25): the busy dependency, which the
+    urgent one's grant leaves less than a quarter of h2's NIC, yields (a REQUEST with
+    FLAG_BACKGROUND: the least urgent class at h1's ToR) and h3 gets most of h1's port; once
+    the urgent transfer has sent its last byte the busy one claims its place back. The urgent
+    transfer is no later for it, and the free one finishes earlier."""
+    plain, t_plain, peak_plain = busy_sender("safs", monkeypatch)
+    yields: list[tuple[int, int, bool]] = []
+    ylds, t_yld, peak_yld = busy_sender("safs", monkeypatch, 0.25, yields)
+    usable = plain.scheduler.allocator.config.usable_bps(plain.topology.host_link_bps("h1"))
+    assert ylds.binding.safs_cfg.nic_yield_fraction == 0.25 and plain.binding.safs_cfg.nic_yield_fraction == 0
+    assert peak_plain <= usable // 2 < 0.8 * usable < peak_yld
+    assert [yielded for _, _, yielded in yields] == [True, False] and yields[0][0] == yields[1][0]
+    assert yields[0][1] < 10 * US and yields[1][1] <= t_yld[1]
+    assert t_yld[1] <= t_plain[1] and t_yld[3] < t_plain[3]
+    assert SafsConfig().nic_yield_fraction == 0.25 == SimConfig().safs_nic_yield_fraction
+    with pytest.raises(InvalidInput) as err:
+        SimConfig.from_mapping({"safs_nic_yield_fraction": 0.6})
+    assert err.value.field == "sim.safs_nic_yield_fraction"
 
 
 def test_scheduler_flags_are_checked_and_listed() -> None:

@@ -55,7 +55,7 @@ def transfer_dep_id(flow_id: int) -> int:
     return flow_id % DEP_ID_MAX + 1
 
 
-FLAG_BACKGROUND = 0x01  # the dependency is hinted as background class
+FLAG_BACKGROUND = 0x01  # background class: hinted so, or yielding while its NIC is taken (sender rule 5b)
 FLAG_LAST = 0x02  # DATA: the dependency has no new data after this packet (it goes idle)
 FLAG_RENEW = 0x04  # DATA: the sender's lease is running out; the receiver's ToR sends a GRANT
 # DATA: the sender's ToR demoted it (no admitted dependency, over the port's unclaimed_meter);

@@ -50,6 +50,11 @@ Sender (../shared/BRIEF.md, "Design decisions / How grants reach senders"):
   bytes left, sends next, so a host whose grants add up to more than its uplink finishes its
   transfers in EDF order instead of all late together. ``send_order: fifo`` (the first design,
   policy ``safs-fifo-sender``): each dependency paces on its own into the NIC's FIFO.
+- Yielding (``SafsConfig.nic_yield_fraction``): a dependency whose host's more urgent
+  dependencies hold grants that leave it less than that fraction of the line rate tells its
+  receiver's ToR with a REQUEST carrying ``FLAG_BACKGROUND`` (the least urgent class there: the
+  port's share goes to the receiver's other senders), and claims its place back with a REQUEST
+  without the flag once they leave it twice that (docs/protocol.md, "Yielding").
 - Per-transfer mode (policy ``safs-per-transfer``, today's design kept for comparison): every
   transfer is its own dependency with a grant the controller installs (rate 0 possible while
   more urgent transfers use the link); it polls at a fixed ``grant_poll_ns``
@@ -210,6 +215,13 @@ class SafsConfig(ConfigModel):
             transfers with a firm deadline (the application's ``firm`` flag: late is worthless)
             may be rejected, the others only take their time; with "moore-hodgson" any may
             (policy ``safs-admission``); docs/protocol.md, "Receiver admission".
+        nic_yield_fraction: a dependency whose host's more urgent dependencies hold grants that
+            leave it less than this fraction of the line rate yields its place at its
+            receiver's ToR, and claims it back once they leave it twice this fraction (0: never
+            yields; at most 0.5; default 0.25): :meth:`SafsDependency._check_yield`. Chosen on
+            seed 1 of the fabric grid among 0.1, 0.25 and 0.5 (misses 899 / 885 / 910 when any
+            dependency ahead in the send order counts, 915 / 901 at 0.25 / 0.5 when only more
+            urgent ones count, as here; 1,045 without); docs/evaluation.md, "Senders yield".
         admission_rate_fraction: the share of the receiver's line rate the admission plans
             with, in (0, 1]. Default 0.8, measured (docs/evaluation.md, "Planning rate 0.8"): a busy
             receiver's 100 Gbit/s link delivers 85-90 Gbit/s of payload on average (headers,
@@ -223,7 +235,8 @@ class SafsConfig(ConfigModel):
     Raises:
         InvalidInput: a field out of its range (``mtu_bytes`` in MIN_MTU_BYTES..65535; rates and
             times > 0 (``grant_poll_ns`` >= 0); ``renew_fraction`` in (0, 1); ``rto_max_ns`` >= ``rto_ns``; counts >= 1;
-            byte budgets >= 0; ``admission_rate_fraction`` in (0, 1]), ``receiver_admission``
+            byte budgets >= 0; ``admission_rate_fraction`` in (0, 1]; ``nic_yield_fraction`` in
+            [0, 0.5]), ``receiver_admission``
             "moore-hodgson" without ``late_transfers`` "last", or an unknown field.
     """
 
@@ -245,6 +258,7 @@ class SafsConfig(ConfigModel):
     late_transfers: Literal["first", "last"] = "first"
     receiver_admission: Literal["off", "firm", "moore-hodgson"] = "firm"
     admission_rate_fraction: float = Field(0.8, gt=0, le=1)
+    nic_yield_fraction: float = Field(0.25, ge=0, le=0.5)
 
     @model_validator(mode="after")
     def _rto_max_covers_rto(self) -> SafsConfig:
@@ -319,7 +333,7 @@ class SendScheduler:
     """
 
     __slots__ = ("clock", "line_rate", "quantum", "late_below", "ahead_ns", "free_at_ns", "waiting", "order",
-                 "turn", "wake_pending", "active")
+                 "turn", "wake_pending", "active", "yielded")
 
     def __init__(self, clock: Clock, line_rate_bps: int, urgency_quantum_ns: int, burst_bytes: int = 0,
                  late_below_ns: int | None = None) -> None:
@@ -336,6 +350,7 @@ class SendScheduler:
         # The host's dependencies with unfinished transfers (they add and drop themselves), as an
         # ordered set: the sole check walks these, not every dependency, on each DATA packet.
         self.active: dict[SafsDependency, None] = {}
+        self.yielded = 0  # how many of them have yielded (SafsDependency._check_yield)
 
     def sole(self, dep: SafsDependency) -> bool:
         """No dependency of the host but ``dep`` has data to send (FLAG_SOLE)."""
@@ -351,8 +366,32 @@ class SendScheduler:
         if not dep.sched_waiting:
             dep.sched_waiting = True
             self._queue(dep, head, now)
+            dep._check_yield(now)
         self._arm(now)
         return False
+
+    def rate_left(self, dep: SafsDependency, head: SafsSender, now: int) -> int:
+        """The line rate, bit/s, that the grants of the host's more urgent dependencies with
+        data leave ``dep`` (whose head transfer is ``head``): more urgent = an earlier no-bubble
+        timestamp at ``urgency_quantum_ns``, or on time while ``dep``'s head is late. Equally
+        urgent ones do not count: they take turns with ``dep`` (fewest bytes left first) and
+        each gets its grant in turn. May be negative."""
+        key = self._key(head, now)[:2]
+        used = 0
+        for d in self.active:
+            if d is not dep:
+                h = d._head()
+                if h is not None and self._key(h, now)[:2] < key:
+                    used += d.rate_bps
+        return self.line_rate - used
+
+    def check_yields(self, now: int) -> None:
+        """The host's grants or urgencies changed: each yielded dependency checks whether it
+        may claim its place back."""
+        if self.yielded:
+            for d in list(self.active):
+                if d.yielded:
+                    d._check_yield(now)
 
     def requeue(self, dep: SafsDependency) -> None:
         """``dep``, waiting for its turn, got a new transfer: queue it by its (new) head now; its
@@ -417,8 +456,8 @@ class SafsDependency:
             dependency hands its packets straight to the NIC (its FIFO orders them).
 
     Observable state: ``rate_bps``, ``epoch``, ``lease_expiry_ns`` (None without a lease),
-    ``transfers`` (unfinished, in start order); counters ``requests``, ``grants``,
-    ``grants_stale``, ``fallbacks``.
+    ``transfers`` (unfinished, in start order), ``yielded``; counters ``requests``, ``grants``,
+    ``grants_stale``, ``fallbacks``, ``yields``.
 
     Raises:
         InvalidInput: ``dep_id`` outside 1..65535.
@@ -428,7 +467,7 @@ class SafsDependency:
                  "line_rate", "rate_bps", "epoch", "lease_expiry_ns", "transfers", "pace_token", "pacing",
                  "next_send_ns", "last_size", "last_send_ns", "renew_token", "renew_pending", "polling", "poll_ns",
                  "unscheduled_left", "requests", "grants", "grants_stale", "fallbacks", "scheduler", "holder_wait",
-                 "sched_waiting", "sched_entry", "signal_token", "signals")
+                 "sched_waiting", "sched_entry", "signal_token", "signals", "background", "yielded", "yields")
 
     def __init__(self, clock: Clock, host: HostPort, dst_ip: int, dep_id: int, background: bool,
                  config: SafsConfig, stats: TransportStats, scheduler: SendScheduler | None = None) -> None:
@@ -441,7 +480,8 @@ class SafsDependency:
         self.dst = dst_ip
         self.sport = 1024 + dep_id % 64000
         self.dep_id = dep_id
-        self.flags = FLAG_BACKGROUND if background else 0
+        self.background = background
+        self.flags = FLAG_BACKGROUND if background else 0  # FLAG_BACKGROUND also while yielded
         self.cfg = config
         self.seg = config.segment_bytes
         # Token-bucket depth (0: one packet at a time, exact gaps).
@@ -469,6 +509,8 @@ class SafsDependency:
         self.sched_entry = 0  # the scheduler's entry for it that counts (SendScheduler.requeue)
         self.signal_token = 0  # the armed urgency signal (_arm_urgency_signal)
         self.signals = 0  # urgency-signal REQUESTs sent
+        self.yielded = False  # its place at the receiver's ToR given up (_check_yield)
+        self.yields = 0  # times it yielded
 
     # ---- transfers ------------------------------------------------------------------------
     def add(self, sender: SafsSender) -> None:
@@ -495,6 +537,9 @@ class SafsDependency:
             self.transfers.remove(sender)
         if not self.transfers and self.scheduler is not None:
             self.scheduler.active.pop(self, None)
+            if self.yielded:
+                self._set_yielded(False)
+            self.scheduler.check_yields(self.clock.now)
 
     def has_data(self) -> bool:
         """Some transfer has bytes to send (new or to retransmit)."""
@@ -577,10 +622,14 @@ class SafsDependency:
             self.next_send_ns = now
         for _ in range(MAX_PACKETS_PER_WAKE):
             tx = self._head()
+            sched = self.scheduler
             if tx is None:
                 self.pacing = False
+                if sched is not None:
+                    sched.check_yields(now)  # its grant no longer takes the NIC from the others
                 return
-            sched = self.scheduler
+            if self.yielded:
+                self._check_yield(now)
             if sched is not None and not sched.may_send(self, tx, now):
                 return  # still pacing: the scheduler calls _turn when this dependency may send
             resent = bool(tx.retx)
@@ -668,6 +717,46 @@ class SafsDependency:
             self.signals += 1
             self._request(head)
 
+    # ---- yielding its place when the NIC is taken -----------------------------------------
+    def _check_yield(self, now: int) -> None:
+        """Yield this dependency's place at its receiver's ToR while the host's more urgent
+        dependencies hold grants that leave it less than ``nic_yield_fraction`` of the line
+        rate (:meth:`SendScheduler.rate_left`), and claim it back once they leave twice that.
+
+        Each receiver's ToR shares its port among the dependencies it counts, but one host's
+        grants from several receivers can add up to more than its NIC, and its send scheduler
+        serves the most urgent first: a dependency it cannot serve would hold a share that its
+        receiver's other senders could use (BRIEF's invariant: no more than a sender's
+        uplink). Yielding is a REQUEST with ``FLAG_BACKGROUND``, which moves the dependency to
+        the least urgent class there (grant_enforcer.p4, update_share): the port's share goes
+        to the others, and the dependency gets the waiting share, scaled by what they leave
+        unused; its DATA carry the flag while it stays yielded. Claiming back is a REQUEST
+        without it (its class by its slack again; the GRANT answers). No P4 change: a
+        background dependency's flag and a REQUEST's class move already do this."""
+        frac = self.cfg.nic_yield_fraction
+        sched = self.scheduler
+        if not frac or sched is None or self.background:
+            return
+        head = self._head()
+        if head is None:
+            return
+        left = sched.rate_left(self, head, now)
+        if self.yielded:
+            if left >= 2 * frac * self.line_rate:
+                self._set_yielded(False)
+                self._request(head)
+        elif left < frac * self.line_rate:
+            self._set_yielded(True)
+            self.yields += 1
+            self._request(head)
+
+    def _set_yielded(self, yielded: bool) -> None:
+        sched = self.scheduler
+        assert sched is not None
+        self.yielded = yielded
+        sched.yielded += 1 if yielded else -1
+        self.flags = self.flags | FLAG_BACKGROUND if yielded else self.flags & ~FLAG_BACKGROUND
+
     # ---- polling (per-transfer mode) ------------------------------------------------------
     def _start_poll(self) -> None:
         if self.cfg.grant_poll_ns and not self.polling:
@@ -735,7 +824,10 @@ class SafsDependency:
             self.clock.at(now + int(lease_ns * self.cfg.renew_fraction), self._renew, self.renew_token)
         self.epoch = epoch
         if rate != self.rate_bps:
+            lower = rate < self.rate_bps
             self.rate_bps = rate
+            if lower and self.scheduler is not None:
+                self.scheduler.check_yields(now)  # a lower grant leaves the others more
             self._repace(now)
             if self._slow() or self.holder_wait:
                 self._start_poll()

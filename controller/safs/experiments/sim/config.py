@@ -77,6 +77,9 @@ class SimConfig(ConfigModel):
         safs_admission_rate_fraction: ``SafsConfig.admission_rate_fraction``: the share of a
             receiver's line rate its admission plans with, in (0, 1], default 0.8 (measured;
             see there).
+        safs_nic_yield_fraction: ``SafsConfig.nic_yield_fraction`` of the SAFS hosts, in
+            [0, 0.5], default 0.25 (0: dependencies never yield their place when their NIC is
+            taken; an ablation).
         buffer_dt_alpha: dynamic-threshold alpha of switch port buffers (0 = plain shared
             buffer). Default 1 (Choudhury and Hahne 1998; a common shared-buffer ASIC default):
             one class alone may fill half the port buffer, so a starved class-0 queue cannot
@@ -120,6 +123,7 @@ class SimConfig(ConfigModel):
     safs_receiver_admission: Literal["off", "firm", "moore-hodgson"] = (
         SafsConfig.model_fields["receiver_admission"].default)
     safs_admission_rate_fraction: float = Field(SafsConfig.model_fields["admission_rate_fraction"].default, gt=0, le=1)
+    safs_nic_yield_fraction: float = Field(SafsConfig.model_fields["nic_yield_fraction"].default, ge=0, le=0.5)
     buffer_dt_alpha: float = Field(1.0, ge=0, le=64)
     dctcp: dict[str, Any] = Field(default_factory=dict)
     homa: dict[str, Any] = Field(default_factory=dict)
@@ -202,7 +206,8 @@ class SimConfig(ConfigModel):
                           slack_thresholds_ns=tuple(sched.allocator.slack_thresholds_ns) if sched.slack_classes else (),
                           late_transfers=sched.allocator.late_transfers, burst_bytes=self.safs_burst_bytes,
                           receiver_admission=admit,
-                          admission_rate_fraction=self.safs_admission_rate_fraction)
+                          admission_rate_fraction=self.safs_admission_rate_fraction,
+                          nic_yield_fraction=self.safs_nic_yield_fraction)
 
     def dctcp_config(self) -> DctcpConfig:
         """The DCTCP settings (``sim.dctcp`` with the MTU).
