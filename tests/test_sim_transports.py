@@ -16,6 +16,7 @@ from safs.core.protocol import (
     ECN_CE,
     ECN_ECT0,
     EPOCH_NONE,
+    FLAG_BACKGROUND,
     FLAG_LAST,
     FLAG_RENEW,
     FLAG_RESENT,
@@ -53,9 +54,11 @@ def push_wanted(held_kbps: int, grant_kbps: int, epoch: int, flags: int) -> bool
 
 class StandInToR:
     """Routes by destination; control 7, SAFS DATA 4, others 0; ECN above ``k``; answers
-    REQUESTs for hosts in ``receivers`` with ``grant`` = (rate_bps, epoch, lease_ns) and pushes
-    it to DATA by :func:`push_wanted`. Records the REQUESTs, the pushes, the DATA that asked for
-    a renewal and every DATA's (time, flow id, flags, epoch, held rate)."""
+    REQUESTs for hosts in ``receivers`` with ``grant`` = (rate_bps, epoch, lease_ns) (or the
+    receiver port's in ``port_grants``; ``background_grant`` for packets with FLAG_BACKGROUND,
+    the least urgent class) and pushes it to DATA by :func:`push_wanted`. Records the REQUESTs
+    (with their flags), the pushes, the DATA that asked for a renewal and every DATA's (time,
+    flow id, flags, epoch, held rate)."""
 
     def __init__(self, routes: dict[int, int], receivers: set[int], k: int = 10**9) -> None:
         self.routes = routes
@@ -64,11 +67,13 @@ class StandInToR:
         self.clock = lambda: 0
         self.grant: tuple[int, int, int] | None = None
         self.port_grants: dict[int, tuple[int, int, int]] = {}  # receiver port -> its own grant
+        self.background_grant: tuple[int, int, int] | None = None  # for packets with FLAG_BACKGROUND
         self.answering = True
         self.holder_wait = False  # GRANTs say FLAG_SOLE: "waiting for the port's holder"
         self.requests = 0
         self.request_times: list[int] = []
         self.request_slack: list[int] = []  # latest start carried by each REQUEST minus its arrival time
+        self.request_flags: list[tuple[int, int, int]] = []  # (time, dep_id, flags) of each REQUEST
         self.pushes = 0
         self.push_times: list[int] = []
         self.renewals = 0  # DATA with RENEW
@@ -77,11 +82,13 @@ class StandInToR:
         self.drop_data: set[tuple[int, int]] = set()  # (flow_id, remaining) to drop once
         self.drop_done_once = False
 
-    def _grant_of(self, port: int) -> tuple[int, int, int] | None:
+    def _grant_of(self, port: int, flags: int = 0) -> tuple[int, int, int] | None:
+        if flags & FLAG_BACKGROUND and self.background_grant is not None:
+            return self.background_grant
         return self.port_grants.get(port, self.grant)
 
     def _grant_pkt(self, to: Packet) -> Packet:
-        rate, epoch, lease = self._grant_of(self.routes[to.dst])  # type: ignore[misc]
+        rate, epoch, lease = self._grant_of(self.routes[to.dst], to.flags)  # type: ignore[misc]
         g = Packet(to.dst, to.src, PROTO_UDP, to.dport, to.sport, 78)
         g.safs_version, g.safs_type, g.flow_id, g.dep_id = SAFS_VERSION, int(MsgType.GRANT), to.flow_id, to.dep_id
         g.rate_kbps, g.epoch, g.lease_us = rate // 1000, epoch, lease // 1000
@@ -105,7 +112,7 @@ class StandInToR:
             self.data_log.append((self.clock(), pkt.flow_id, pkt.flags, pkt.epoch, pkt.rate_kbps))
             self.data_slack.append((pkt.flow_id, pkt.ts - self.clock()))
             self.renewals += bool(pkt.flags & FLAG_RENEW)
-            grant = self._grant_of(port)
+            grant = self._grant_of(port, pkt.flags)
             if (port in self.receivers and self.answering and grant is not None
                     and push_wanted(pkt.rate_kbps, grant[0] // 1000, pkt.epoch, pkt.flags)):
                 self.pushes += 1
@@ -116,6 +123,7 @@ class StandInToR:
             self.requests += 1
             self.request_times.append(self.clock())
             self.request_slack.append(pkt.ts - self.clock())
+            self.request_flags.append((self.clock(), pkt.dep_id, pkt.flags))
             if not self.answering or self._grant_of(port) is None:
                 return []
             return [(self.routes[pkt.src], self._grant_pkt(pkt))]
@@ -202,6 +210,43 @@ def rate_between(arrivals: list[tuple[int, int]], t0: int, t1: int) -> float:
 
 
 # ---------------------------------------------------------------------------------- SAFS
+
+@pytest.mark.parametrize("fraction", [0.25, 0.0])
+def test_a_dependency_yields_while_more_urgent_grants_take_its_nic_and_claims_back_after(fraction: float) -> None:
+    """h1 sends 2 MB to h0 due at 300 µs (dependency 1, granted 99 Gbit/s) and 1 MB to h2 due
+    at 10 ms (dependency 2, granted 50 Gbit/s, or 2 Gbit/s in the least urgent class).
+    Dependency 1's grant leaves dependency 2 less than a quarter of h1's NIC, so once it waits
+    for the NIC it yields: a REQUEST with FLAG_BACKGROUND, and its DATA carry the flag; once
+    dependency 1 has sent its last byte it claims its place back (a REQUEST without the flag,
+    then DATA without it). The urgent transfer then gets nearly all of the NIC. With
+    ``nic_yield_fraction`` 0 no packet carries the flag, and dependency 2's 50 Gbit/s takes
+    NIC time from the urgent one."""
+    eng, net, tor = star(3, 100 * G)
+    tor.port_grants = {1: (99 * G, 1, 10_000_000), 3: (50 * G, 2, 10_000_000)}
+    tor.background_grant = (2 * G, 3, 10_000_000)  # the waiting share of the least urgent class
+    cfg = SafsConfig(default_rate_bps=1 * G, nic_yield_fraction=fraction)
+    stats = TransportStats()
+    sched = SendScheduler(eng, 100 * G, cfg.urgency_quantum_ns)
+    urgent_dep = dependency(eng, net, 1, 0, 1, cfg, stats, sched)
+    busy_dep = dependency(eng, net, 1, 2, 2, cfg, stats, sched)
+    _, _, urgent = safs_flow(eng, net, 1, 0, 1, 2_000_000, cfg, stats, nbts=300_000, dep=urgent_dep)
+    _, _, busy = safs_flow(eng, net, 1, 2, 2, 1_000_000, cfg, stats, nbts=10_000_000, dep=busy_dep)
+    eng.run(20_000_000)
+    assert urgent.finish_ns is not None and busy.finish_ns is not None
+    last_urgent = max(t for t, fid, *_ in tor.data_log if fid == 1)
+    flagged = [t for t, fid, flags, *_ in tor.data_log if fid == 2 and flags & FLAG_BACKGROUND]
+    requests = [(t, flags & FLAG_BACKGROUND) for t, dep_id, flags in tor.request_flags if dep_id == 2]
+    if not fraction:
+        assert not flagged and all(not bg for _, bg in requests) and busy_dep.yields == 0
+        assert urgent.finish_ns > 2_000_000 * 8 * 1.15 * G // (99 * G)
+        return
+    assert busy_dep.yields == 1 and not busy_dep.yielded and urgent_dep.yields == 0
+    yielded_at = next(t for t, bg in requests if bg)
+    claimed_at = next(t for t, bg in requests if not bg and t > yielded_at)
+    assert yielded_at < 10_000 and last_urgent <= claimed_at < last_urgent + 10_000
+    assert flagged and all(yielded_at <= t < claimed_at for t in flagged)
+    assert any(t > claimed_at for t, fid, flags, *_ in tor.data_log if fid == 2 and not flags & FLAG_BACKGROUND)
+    assert urgent.finish_ns < 2_000_000 * 8 * 1.15 * G // (99 * G) < busy.finish_ns
 
 def test_safs_sends_at_default_rate_then_at_granted_rate_and_completes() -> None:
     eng, net, tor = star(2, 100 * G)

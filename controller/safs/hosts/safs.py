@@ -370,28 +370,38 @@ class SendScheduler:
         self._arm(now)
         return False
 
-    def rate_left(self, dep: SafsDependency, head: SafsSender, now: int) -> int:
+    def urgencies(self, now: int) -> list[tuple[tuple[bool, int], int, SafsDependency]]:
+        """(urgency, held rate bit/s, dependency) of the host's dependencies with data; urgency
+        = (late, no-bubble timestamp // ``urgency_quantum_ns``) of the head transfer."""
+        out = []
+        for d in self.active:
+            h = d._head()
+            if h is not None:
+                out.append((self._key(h, now)[:2], d.rate_bps, d))
+        return out
+
+    def rate_left(self, dep: SafsDependency, head: SafsSender, now: int,
+                  urgencies: list[tuple[tuple[bool, int], int, SafsDependency]] | None = None) -> int:
         """The line rate, bit/s, that the grants of the host's more urgent dependencies with
         data leave ``dep`` (whose head transfer is ``head``): more urgent = an earlier no-bubble
         timestamp at ``urgency_quantum_ns``, or on time while ``dep``'s head is late. Equally
         urgent ones do not count: they take turns with ``dep`` (fewest bytes left first) and
-        each gets its grant in turn. May be negative."""
+        each gets its grant in turn. May be negative. ``urgencies``: :meth:`urgencies` at
+        ``now``, when the caller checks several dependencies."""
         key = self._key(head, now)[:2]
-        used = 0
-        for d in self.active:
-            if d is not dep:
-                h = d._head()
-                if h is not None and self._key(h, now)[:2] < key:
-                    used += d.rate_bps
-        return self.line_rate - used
+        if urgencies is None:
+            urgencies = self.urgencies(now)
+        return self.line_rate - sum(rate for k, rate, d in urgencies if k < key and d is not dep)
 
-    def check_yields(self, now: int) -> None:
+    def check_yields(self, now: int, waiting: bool = False) -> None:
         """The host's grants or urgencies changed: each yielded dependency checks whether it
-        may claim its place back."""
-        if self.yielded:
-            for d in list(self.active):
-                if d.yielded:
-                    d._check_yield(now)
+        may claim its place back, and with ``waiting`` (a grant rose) each one waiting for the
+        NIC whether it must yield."""
+        checks = [d for d in self.active if d.yielded or (waiting and d.sched_waiting)]
+        if checks:
+            urgencies = self.urgencies(now)
+            for d in checks:
+                d._check_yield(now, urgencies)
 
     def requeue(self, dep: SafsDependency) -> None:
         """``dep``, waiting for its turn, got a new transfer: queue it by its (new) head now; its
@@ -718,7 +728,8 @@ class SafsDependency:
             self._request(head)
 
     # ---- yielding its place when the NIC is taken -----------------------------------------
-    def _check_yield(self, now: int) -> None:
+    def _check_yield(self, now: int,
+                     urgencies: list[tuple[tuple[bool, int], int, SafsDependency]] | None = None) -> None:
         """Yield this dependency's place at its receiver's ToR while the host's more urgent
         dependencies hold grants that leave it less than ``nic_yield_fraction`` of the line
         rate (:meth:`SendScheduler.rate_left`), and claim it back once they leave twice that.
@@ -732,7 +743,8 @@ class SafsDependency:
         to the others, and the dependency gets the waiting share, scaled by what they leave
         unused; its DATA carry the flag while it stays yielded. Claiming back is a REQUEST
         without it (its class by its slack again; the GRANT answers). No P4 change: a
-        background dependency's flag and a REQUEST's class move already do this."""
+        background dependency's flag and a REQUEST's class move already do this.
+        ``urgencies``: :meth:`SendScheduler.urgencies` at ``now``, when several are checked."""
         frac = self.cfg.nic_yield_fraction
         sched = self.scheduler
         if not frac or sched is None or self.background:
@@ -740,7 +752,7 @@ class SafsDependency:
         head = self._head()
         if head is None:
             return
-        left = sched.rate_left(self, head, now)
+        left = sched.rate_left(self, head, now, urgencies)
         if self.yielded:
             if left >= 2 * frac * self.line_rate:
                 self._set_yielded(False)
@@ -824,10 +836,10 @@ class SafsDependency:
             self.clock.at(now + int(lease_ns * self.cfg.renew_fraction), self._renew, self.renew_token)
         self.epoch = epoch
         if rate != self.rate_bps:
-            lower = rate < self.rate_bps
+            higher = rate > self.rate_bps
             self.rate_bps = rate
-            if lower and self.scheduler is not None:
-                self.scheduler.check_yields(now)  # a lower grant leaves the others more
+            if self.scheduler is not None:  # a lower grant leaves the others more, a higher one less
+                self.scheduler.check_yields(now, waiting=higher)
             self._repace(now)
             if self._slow() or self.holder_wait:
                 self._start_poll()
