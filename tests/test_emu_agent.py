@@ -896,7 +896,14 @@ def test_host_logic_reads_fabric_time_so_slack_and_admission_are_right() -> None
     from safs.core.timebase import wrap
 
     args = parse_args(["--host", "h", "--ip", "127.0.0.1", "--control", "/tmp/x.sock", "--late-transfers", "last",
-                       "--receiver-admission", "moore-hodgson", "--admission-rate-fraction", "0.5"])
+                       "--receiver-admission", "moore-hodgson", "--admission-rate-fraction", "0.5",
+                       "--nic-yield-fraction", "0"])
+    assert args.nic_yield_fraction == 0.0
+    assert parse_args(["--host", "h", "--ip", "127.0.0.1", "--control", "/tmp/x.sock"]).nic_yield_fraction == 0.25
+    assert emu_config(10 * MBIT, nic_yield_fraction=args.nic_yield_fraction).nic_yield_fraction == 0.0
+    for bad in ("0.6", "-0.1", "half"):
+        with pytest.raises(SystemExit):
+            parse_args(["--host", "h", "--ip", "127.0.0.1", "--control", "/tmp/x.sock", "--nic-yield-fraction", bad])
     cfg = emu_config(10 * MBIT, unscheduled_bytes=3000, slack_thresholds_ns=(0, 10**6, 10**7, 10**8),
                      late_transfers=args.late_transfers, receiver_admission=args.receiver_admission,
                      admission_rate_fraction=args.admission_rate_fraction)

@@ -72,7 +72,8 @@ class Agent:
         self.cfg = emu_config(args.default_rate_bps, args.mtu_bytes, args.unscheduled_bytes,
                               args.grant_poll_ns, args.reorder_window_ns, args.rto_ns, args.pace_burst_bytes,
                               args.urgency_quantum_ns, tuple(args.slack_thresholds_ns), args.grant_poll_backoff,
-                              args.late_transfers, args.receiver_admission, args.admission_rate_fraction)
+                              args.late_transfers, args.receiver_admission, args.admission_rate_fraction,
+                              args.nic_yield_fraction)
         with _naming(f"--ip {args.ip}: SAFS UDP socket"):
             self.safs = SafsEndpoint(self.loop, args.ip, self.cfg, args.line_rate_bps,
                                      self._sender_done("safs"), self._receiver_done("safs"),
@@ -380,6 +381,16 @@ def _ipv4(text: str) -> str:
         raise argparse.ArgumentTypeError(f"must be an IPv4 address A.B.C.D, got {text!r}") from None
 
 
+def _yield_fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 0.5], got {text!r}") from None
+    if not 0 <= value <= 0.5:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 0.5], got {value}")
+    return value
+
+
 def _fraction(text: str) -> float:
     try:
         value = float(text)
@@ -486,6 +497,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=_fraction,
         default=SafsConfig().admission_rate_fraction,
         help="share of --line-rate-bps the receiver admission plans with, in (0, 1] (default: %(default)s)",
+    )
+    p.add_argument(
+        "--nic-yield-fraction",
+        type=_yield_fraction,
+        default=SafsConfig().nic_yield_fraction,
+        help="a dependency whose host's more urgent grants leave it less than this share of --line-rate-bps "
+             "yields its place at its receiver's ToR, in [0, 0.5]; 0: never (default: %(default)s)",
     )
     p.add_argument(
         "--pace-burst-bytes",

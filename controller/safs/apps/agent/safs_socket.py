@@ -62,7 +62,8 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
                slack_thresholds_ns: tuple[int, ...] = (),
                grant_poll_backoff: int = 1, late_transfers: str = "first",
                receiver_admission: str = SafsConfig().receiver_admission,
-               admission_rate_fraction: float = SafsConfig().admission_rate_fraction) -> SafsConfig:
+               admission_rate_fraction: float = SafsConfig().admission_rate_fraction,
+               nic_yield_fraction: float = SafsConfig().nic_yield_fraction) -> SafsConfig:
     """The simulator's :class:`SafsConfig` with time constants scaled to an emulated fabric.
 
     Mininet links with BMv2 switches have RTTs of about 1 ms (software switches, tens of Mbit/s)
@@ -78,7 +79,8 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
     ``slack_thresholds_ns``, the switches' slack classes (for urgency signals; empty: none),
     are the scenario's allocator settings, as is ``late_transfers`` (the Mininet target passes
     them); ``receiver_admission`` and ``admission_rate_fraction`` are the run's (policy
-    ``safs-admission``: the simulator's ``sim.safs_receiver_admission``). Polls back off up
+    ``safs-admission``: the simulator's ``sim.safs_receiver_admission``), as is
+    ``nic_yield_fraction`` (``sim.safs_nic_yield_fraction``). Polls back off up
     to ``grant_poll_backoff`` times ``grant_poll_ns`` (default 1: a fixed period); the Mininet
     target passes the simulator's: 16 for dependency senders, 1 for the per-transfer design.
 
@@ -92,7 +94,7 @@ def emu_config(default_rate_bps: int, mtu_bytes: int = 1500, unscheduled_bytes: 
                       burst_bytes=max(1, burst), urgency_quantum_ns=urgency_quantum_ns,
                       slack_thresholds_ns=slack_thresholds_ns, grant_poll_backoff=grant_poll_backoff,
                       late_transfers=late_transfers, receiver_admission=receiver_admission,
-                      admission_rate_fraction=admission_rate_fraction)
+                      admission_rate_fraction=admission_rate_fraction, nic_yield_fraction=nic_yield_fraction)
 
 
 @dataclass

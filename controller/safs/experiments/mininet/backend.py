@@ -438,6 +438,8 @@ def start_agents(
                 sim_config.safs_receiver_admission,
                 "--admission-rate-fraction",
                 str(sim_config.safs_admission_rate_fraction),
+                "--nic-yield-fraction",
+                str(sim_config.safs_nic_yield_fraction),
                 *(["--pace-burst-bytes", str(sim_config.safs_burst_bytes)] if sim_config.safs_burst_bytes else []),
                 "--log",
                 str(logf),
