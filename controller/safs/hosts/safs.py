@@ -54,7 +54,7 @@ Sender (../shared/BRIEF.md, "Design decisions / How grants reach senders"):
   dependencies hold grants that leave it less than that fraction of the line rate tells its
   receiver's ToR with a REQUEST carrying ``FLAG_BACKGROUND`` (the least urgent class there: the
   port's share goes to the receiver's other senders), and claims its place back with a REQUEST
-  without the flag once they leave it twice that (docs/protocol.md, "Yielding").
+  without the flag once they leave it twice that (docs/protocol.md, "Grants", sender rule 5b).
 - Per-transfer mode (policy ``safs-per-transfer``, today's design kept for comparison): every
   transfer is its own dependency with a grant the controller installs (rate 0 possible while
   more urgent transfers use the link); it polls at a fixed ``grant_poll_ns``
@@ -221,7 +221,8 @@ class SafsConfig(ConfigModel):
             yields; at most 0.5; default 0.25): :meth:`SafsDependency._check_yield`. Chosen on
             seed 1 of the fabric grid among 0.1, 0.25 and 0.5 (misses 899 / 885 / 910 when any
             dependency ahead in the send order counts, 915 / 901 at 0.25 / 0.5 when only more
-            urgent ones count, as here; 1,045 without); docs/evaluation.md, "Senders yield".
+            urgent ones count, as here; 1,045 without; 898 as shipped, which also checks when a
+            grant rises); docs/evaluation.md, "Senders yield".
         admission_rate_fraction: the share of the receiver's line rate the admission plans
             with, in (0, 1]. Default 0.8, measured (docs/evaluation.md, "Planning rate 0.8"): a busy
             receiver's 100 Gbit/s link delivers 85-90 Gbit/s of payload on average (headers,
@@ -333,7 +334,7 @@ class SendScheduler:
     """
 
     __slots__ = ("clock", "line_rate", "quantum", "late_below", "ahead_ns", "free_at_ns", "waiting", "order",
-                 "turn", "wake_pending", "active", "yielded")
+                 "turn", "wake_pending", "active")
 
     def __init__(self, clock: Clock, line_rate_bps: int, urgency_quantum_ns: int, burst_bytes: int = 0,
                  late_below_ns: int | None = None) -> None:
@@ -350,7 +351,6 @@ class SendScheduler:
         # The host's dependencies with unfinished transfers (they add and drop themselves), as an
         # ordered set: the sole check walks these, not every dependency, on each DATA packet.
         self.active: dict[SafsDependency, None] = {}
-        self.yielded = 0  # how many of them have yielded (SafsDependency._check_yield)
 
     def sole(self, dep: SafsDependency) -> bool:
         """No dependency of the host but ``dep`` has data to send (FLAG_SOLE)."""
@@ -763,10 +763,7 @@ class SafsDependency:
             self._request(head)
 
     def _set_yielded(self, yielded: bool) -> None:
-        sched = self.scheduler
-        assert sched is not None
         self.yielded = yielded
-        sched.yielded += 1 if yielded else -1
         self.flags = self.flags | FLAG_BACKGROUND if yielded else self.flags & ~FLAG_BACKGROUND
 
     # ---- polling (per-transfer mode) ------------------------------------------------------
