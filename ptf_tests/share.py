@@ -511,10 +511,10 @@ class ShareStaleTest(ShareTestBase):
 
 class ShareSpareTest(ShareTestBase):
     """Work conservation (``spare_level``): a waiting dependency's share is the WAITING entry
-    times the level of the range holding the port's top-class DATA bytes of the last window;
-    no range: level 1. Only REQUESTs here, which count no bytes, so the port's window holds 0
-    bytes however fast BMv2 is (the window itself: tests/test_pipeline_model_share.py). The top
-    dependency's share does not change."""
+    times the level of the range holding the port's top-class DATA bytes of the last window
+    (or of this window so far when more); no range: level 1. Only REQUESTs here, which count
+    no bytes, so the port's window holds 0 bytes however fast BMv2 is (the window itself:
+    tests/test_pipeline_model_share.py). The top dependency's share does not change."""
 
     def runTest(self) -> None:
         a, b = A1, A2

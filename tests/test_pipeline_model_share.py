@@ -130,8 +130,9 @@ def test_top_boost_raises_a_shared_top_class_share_by_the_last_windows_top_bytes
 
 def test_waiting_dependencies_share_what_the_top_class_left_in_the_last_window() -> None:
     """spare_level: a waiting dependency's rate is the SHARE_WAITING entry times the level of
-    the range holding the port's top-class DATA bytes of the last whole TOP_WINDOW_NS (default
-    level 1); a window silent throughout counts 0 bytes; waiting DATA does not count."""
+    the range holding the port's top-class DATA bytes of the last whole TOP_WINDOW_NS, or of the
+    current window so far when more (default level 1); a window silent throughout counts 0
+    bytes; waiting DATA does not count."""
     clock = [NOW]
     sw = switch(clock=clock)
     sw.write([Update(Op.INSERT, TableEntry(n.SPARE_LEVEL, {n.F_EGRESS_PORT: 2, n.F_TOP_BYTES: Range(lo, hi)},
@@ -144,13 +145,19 @@ def test_waiting_dependencies_share_what_the_top_class_left_in_the_last_window()
         send(sw, MsgType.DATA, 1, -500, held=(rate(n.SHARE_TOP, 1), 2))
     send(sw, MsgType.DATA, 2, 500, held=(8 * waiting, 2))  # waiting bytes do not count
     assert sw.read_register(n.PORT_WIN_BYTES, 2) == 1420
-    assert send(sw, MsgType.REQUEST, 2, 500)[0] == 8 * waiting  # the window is not over
+    # The window is not over, but its 1420 bytes already exceed the last window's 0: they count
+    # (a top class that starts sending takes the port back at once, not a window later).
+    assert send(sw, MsgType.REQUEST, 2, 500)[0] == 3 * waiting
     clock[0] += n.TOP_WINDOW_NS
     assert send(sw, MsgType.REQUEST, 2, 500)[0] == 3 * waiting  # 1420 bytes last window
     assert sw.read_register(n.PORT_TOP_BYTES, 2) == 1420
     assert sw.read_register(n.PORT_TOP_BYTES, 3) == 0  # per port
-    for _ in range(15):
+    for _ in range(5):  # 710 bytes so far, fewer than the last window's 1420: those count
         send(sw, MsgType.DATA, 1, -500, held=(rate(n.SHARE_TOP, 1), 2))
+    assert send(sw, MsgType.REQUEST, 2, 500)[0] == 3 * waiting
+    for _ in range(10):
+        send(sw, MsgType.DATA, 1, -500, held=(rate(n.SHARE_TOP, 1), 2))
+    assert send(sw, MsgType.REQUEST, 2, 500)[0] == waiting  # 2130 bytes so far: no range, level 1
     clock[0] += n.TOP_WINDOW_NS
     assert send(sw, MsgType.REQUEST, 2, 500)[0] == waiting  # 2130 bytes: no range, level 1
     clock[0] += 2 * n.TOP_WINDOW_NS
@@ -261,8 +268,8 @@ def test_a_dependency_on_a_new_path_leaves_its_old_in_link() -> None:
 
 def test_waiting_dependencies_on_an_in_link_share_what_its_top_class_left() -> None:
     """link_spare_level multiplies the link's waiting rate by the level of the range holding the
-    link's top-class DATA bytes of the last window (as spare_level does at a port); the result
-    still never exceeds the port's share."""
+    link's top-class DATA bytes of the last window, or of this window so far when more (as
+    spare_level does at a port); the result still never exceeds the port's share."""
     clock = [NOW]
     sw = link_switch(clock=clock)
     sw.write([Update(Op.INSERT, TableEntry(n.LINK_SPARE_LEVEL, {n.F_INGRESS_PORT: 4, n.F_TOP_BYTES: Range(0, 999)},
@@ -274,6 +281,12 @@ def test_waiting_dependencies_on_an_in_link_share_what_its_top_class_left() -> N
     clock[0] += n.TOP_WINDOW_NS
     assert send_in(sw, 4, 1, 500) == 4 * link_rate(n.SHARE_WAITING, 1)
     assert sw.read_register(n.LINK_TOP_BYTES, 4) == 0
+    for _ in range(7):  # 994 bytes of the top class in this window: still the range of level 4
+        send_in(sw, 4, 3, -500, dst=RCV3, t=MsgType.DATA, remaining=BIG)
+    assert send_in(sw, 4, 1, 500) == 4 * link_rate(n.SHARE_WAITING, 1)
+    send_in(sw, 4, 3, -500, dst=RCV3, t=MsgType.DATA, remaining=BIG)  # 1136 bytes: past the range
+    assert send_in(sw, 4, 1, 500) == link_rate(n.SHARE_WAITING, 1)  # level 1 at once
+    assert sw.read_register(n.LINK_TOP_BYTES, 4) == 0  # the last window's count is unchanged
 
 
 IDLE_NS, RELEASE, PREEMPT_NS = 10_000, 60_000, 100_000

@@ -237,13 +237,12 @@ def busy_sender(policy: str, monkeypatch: pytest.MonkeyPatch, yield_fraction: fl
 def test_overcommit_lets_a_free_sender_use_what_a_busy_one_leaves_and_the_busy_one_keep_edf(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """h1's port has two top-class dependencies, h2's and h3's; h2 is busy with a more urgent
-    transfer to h0. "safs-late-last": h3 holds half of h1's port, and h2's NIC interleaves its
-    two transfers (a dependency the send scheduler held back loses that time), so the urgent
-    one takes longer than its line-rate time. "safs-overcommit": top_boost raises h3's share
-    above half while h2's is unused, and h2's pacer catches up, so the urgent one leaves at
-    its grant. The ToR holds top_boost entries under safs-overcommit only. (Both with
-    yielding off: with it h2's busy dependency would give up its place at h1's port, the next
-    test.)"""
+    transfer to h0. "safs-late-last": h3 holds half of h1's port. "safs-overcommit": top_boost
+    raises h3's share above half while h2's is unused. Under both, h2's NIC fills the urgent
+    transfer's gaps with the busy one's packets and the urgent one catches up what they delay
+    (sender rule 5c; under safs-overcommit its token bucket does), so it leaves at its grant.
+    The ToR holds top_boost entries under safs-overcommit only. (Both with yielding off: with
+    it h2's busy dependency would give up its place at h1's port, the next test.)"""
     plain, t_plain, peak_plain = busy_sender("safs-late-last", monkeypatch)
     oc, t_oc, peak_oc = busy_sender("safs-overcommit", monkeypatch)
     tor = "tor0"
@@ -253,7 +252,7 @@ def test_overcommit_lets_a_free_sender_use_what_a_busy_one_leaves_and_the_busy_o
     assert oc.binding.safs_cfg.burst_bytes == 18_000 and plain.binding.safs_cfg.burst_bytes == 0
     assert peak_plain <= usable // 2 < 0.8 * usable < peak_oc
     line_rate_ns = 1_000_000 * 8 * 10**9 // plain.topology.host_link_bps("h0")
-    assert t_oc[1] < 1.1 * line_rate_ns < t_plain[1]
+    assert t_oc[1] < 1.1 * line_rate_ns and t_plain[1] < 1.1 * line_rate_ns
 
 
 def test_a_dependency_its_nic_cannot_serve_yields_its_place_to_a_free_sender(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -263,7 +262,7 @@ def test_a_dependency_its_nic_cannot_serve_yields_its_place_to_a_free_sender(mon
     urgent one's grant leaves less than a quarter of h2's NIC, yields (a REQUEST with
     FLAG_BACKGROUND: the least urgent class at h1's ToR) and h3 gets most of h1's port; once
     the urgent transfer has sent its last byte the busy one claims its place back. The urgent
-    transfer is no later for it, and the free one finishes earlier."""
+    transfer is no later for it (within 0.1%), and the free one finishes earlier."""
     plain, t_plain, peak_plain = busy_sender("safs", monkeypatch)
     yields: list[tuple[int, int, bool]] = []
     ylds, t_yld, peak_yld = busy_sender("safs", monkeypatch, 0.25, yields)
@@ -272,7 +271,7 @@ def test_a_dependency_its_nic_cannot_serve_yields_its_place_to_a_free_sender(mon
     assert peak_plain <= usable // 2 < 0.8 * usable < peak_yld
     assert [yielded for _, _, yielded in yields] == [True, False] and yields[0][0] == yields[1][0]
     assert yields[0][1] < 10 * US and yields[1][1] <= t_yld[1]
-    assert t_yld[1] <= t_plain[1] and t_yld[3] < t_plain[3]
+    assert t_yld[1] <= 1.001 * t_plain[1] and t_yld[3] < t_plain[3]
     assert SafsConfig().nic_yield_fraction == 0.25 == SimConfig().safs_nic_yield_fraction
     with pytest.raises(InvalidInput) as err:
         SimConfig.from_mapping({"safs_nic_yield_fraction": 0.6})

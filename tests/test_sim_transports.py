@@ -218,9 +218,9 @@ def test_a_dependency_yields_while_more_urgent_grants_take_its_nic_and_claims_ba
     Dependency 1's grant leaves dependency 2 less than a quarter of h1's NIC, so once it waits
     for the NIC it yields: a REQUEST with FLAG_BACKGROUND, and its DATA carry the flag; once
     dependency 1 has sent its last byte it claims its place back (a REQUEST without the flag,
-    then DATA without it). The urgent transfer then gets nearly all of the NIC. With
-    ``nic_yield_fraction`` 0 no packet carries the flag, and dependency 2's 50 Gbit/s takes
-    NIC time from the urgent one."""
+    then DATA without it). The urgent transfer gets nearly all of the NIC either way: with
+    ``nic_yield_fraction`` 0 no packet carries the flag, and dependency 2's packets fill the
+    urgent one's gaps, which catches up what they delay (sender rule 5c)."""
     eng, net, tor = star(3, 100 * G)
     tor.port_grants = {1: (99 * G, 1, 10_000_000), 3: (50 * G, 2, 10_000_000)}
     tor.background_grant = (2 * G, 3, 10_000_000)  # the waiting share of the least urgent class
@@ -238,7 +238,7 @@ def test_a_dependency_yields_while_more_urgent_grants_take_its_nic_and_claims_ba
     requests = [(t, flags & FLAG_BACKGROUND) for t, dep_id, flags in tor.request_flags if dep_id == 2]
     if not fraction:
         assert not flagged and all(not bg for _, bg in requests) and busy_dep.yields == 0
-        assert urgent.finish_ns > 2_000_000 * 8 * 1.15 * G // (99 * G)
+        assert urgent.finish_ns < 2_000_000 * 8 * 1.15 * G // (99 * G) < busy.finish_ns
         return
     assert busy_dep.yields == 1 and not busy_dep.yielded and urgent_dep.yields == 0
     yielded_at = next(t for t, bg in requests if bg)
@@ -605,6 +605,21 @@ def test_send_scheduler_lets_a_less_urgent_dependency_use_what_the_urgent_grant_
     lax, urgent = two_dependencies("urgency", rate, (mb, mb), (10**9, 10**8), 1_000, grants=(rate, rate // 5))
     assert urgent.finish_ns >= 0.9 * line_ns(mb, rate // 5)  # within its grant
     assert lax.finish_ns <= 1.15 * line_ns(mb, rate * 4 // 5)  # at the rest of the line rate
+
+
+@pytest.mark.parametrize("fraction", [0.6, 0.9])
+def test_a_paced_dependency_catches_up_what_less_urgent_packets_delayed(fraction: float) -> None:
+    """Catch-up (sender rule 5c): the urgent transfer is granted ``fraction`` of the line and the
+    lax one the line; every lax packet handed to the NIC just before the urgent one falls due
+    delays it by up to a packet time, which it makes up, so it finishes at its grant's time
+    (without catch-up: 1.21x it at 0.6, 1.81x at 0.9) while the NIC never idles."""
+    rate = 10 * G
+    mb = 1_000_000
+    grant = int(rate * fraction)
+    lax, urgent = two_dependencies("urgency", rate, (mb, mb), (10**9, 10**8), 1_000, grants=(rate, grant))
+    assert urgent.finish_ns <= 1.03 * line_ns(mb, grant)
+    assert urgent.finish_ns >= 0.98 * line_ns(mb, grant)  # never ahead of its grant
+    assert lax.finish_ns <= 1.01 * line_ns(2 * mb, rate)
 
 
 @pytest.mark.parametrize("order", ["urgency", "fifo"])

@@ -29,11 +29,15 @@
  *   TOP_WINDOW_NS, in units of the reserve:
  *     port_top_bytes[port]  top-class DATA bytes of the last whole window (port_win_start,
  *                           port_win_bytes: the current window's start and bytes)
+ *     top bytes = max(port_top_bytes, port_win_bytes): the current window's count when it is
+ *                 already more, so a top class that starts sending after a silent window takes
+ *                 the port back at once (else waiting shares granted meanwhile add up to about
+ *                 twice the port for up to a window)
  *     spare_level(port, top bytes) -> level = floor((usable - top) / reserve) (default 1)
  *     waiting rate = port_share(port, n_waiting, SHARE_WAITING) x level
  *   (capacity granted to top-class senders busy elsewhere does not idle; the top class keeps
  *   its queue priority, so a top sender that speeds up takes the port back at once and the
- *   waiting rate follows within a window)
+ *   waiting rate follows with its next packets)
  *   top-class overcommit (off unless the controller installs top_boost entries): a top-class
  *   share of a load of 2 or more is multiplied by top_boost(port, top bytes) / 256, the
  *   controller's min(top_overcommit, usable / top bytes), so when the class's senders are busy
@@ -626,7 +630,9 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         link_win_bytes.write(link, link_bytes);
         link_top_bytes.write(link, link_top_bytes_now);
         meta.is_link = is_link ? 1w1 : 1w0;
-        meta.link_top_bytes = link_top_bytes_now;
+        // The spare level's key: the last window's top-class bytes, or this window's so far when
+        // more (a top class that starts sending takes its capacity back at once).
+        meta.link_top_bytes = link_bytes > link_top_bytes_now ? link_bytes : link_top_bytes_now;
         if (urgency == link_top) {
             meta.link_load = l_top;
             meta.link_mode = SHARE_TOP;
@@ -774,7 +780,7 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         port_win_start.write(port, win_start);
         port_win_bytes.write(port, win_bytes);
         port_top_bytes.write(port, top_bytes);
-        meta.top_bytes = top_bytes;
+        meta.top_bytes = win_bytes > top_bytes ? win_bytes : top_bytes;  // as for in-links
     }
     // A local sender's DATA or REQUEST at its out-link (sender's ToR): the dependency leaves the
     // port it was counted at if it leaves on another one (a new path), then moves to the packet's
@@ -859,7 +865,7 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         out_win_bytes.write(port, bytes);
         out_top_bytes.write(port, top_bytes);
         meta.dep_class = cls;
-        meta.link_top_bytes = top_bytes;
+        meta.link_top_bytes = bytes > top_bytes ? bytes : top_bytes;  // as for in-links
         if (urgency == top) {
             meta.link_load = n_top;
             meta.link_mode = SHARE_TOP;

@@ -41,13 +41,14 @@ PORT_SHARE = "SafsIngress.port_share"  # key egress_port (exact, 9), load (exact
 ACT_SET_SHARE = "SafsIngress.set_share"  # params: rate_kbps (32)
 MAX_LOAD = 128  # largest load with a port_share entry (p4src/include/defines.p4); above: the default grant
 # Work conservation: waiting dependencies get SHARE_WAITING x level, level = how many reserves
-# the top class left unused in the last window (TOP_WINDOW_NS) of the port.
+# the top class left unused in the last window (TOP_WINDOW_NS) of the port (its top-class bytes:
+# the last window's, or the current window's so far when more).
 SPARE_LEVEL = "SafsIngress.spare_level"  # key egress_port (exact, 9), top_bytes (range, 32)
 ACT_SET_SPARE_LEVEL = "SafsIngress.set_spare_level"  # params: level (8); default no_spare: level 1
 MAX_SPARE_LEVEL = 64  # waiting dependencies get at most 64 reserves (SPARE_LEVEL_SIZE in defines.p4: 64 x 64)
 TOP_WINDOW_NS = 32768  # TOP_WINDOW_NS in defines.p4
 # Top-class overcommit (SchedulerConfig.top_overcommit): a top-class share of a load of 2 or more
-# is multiplied by boost / 256 for the port's top-class bytes of the last window (no entry: 256).
+# is multiplied by boost / 256 for the port's top-class bytes (as for SPARE_LEVEL; no entry: 256).
 TOP_BOOST = "SafsIngress.top_boost"  # key egress_port (exact, 9), top_bytes (range, 32)
 ACT_SET_TOP_BOOST = "SafsIngress.set_top_boost"  # params: boost (16), 1/256; default no_top_boost: 256
 TOP_BOOST_ONE = 256  # boost x1

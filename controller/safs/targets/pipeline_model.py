@@ -396,17 +396,22 @@ class _Shares:
         if cls:
             weights[cls - 1][port] = min(_U32_MAX, weights[cls - 1][port] + w)
 
-    def roll(self, port: int, now: int) -> int:
-        """The port's top-class DATA bytes of the last whole window, after rolling its window to
-        ``now`` (fabric ns): a window older than TOP_WINDOW_NS closes (0 after a silent one)."""
-        top_bytes = self.top_bytes[port]
+    def roll(self, port: int, now: int) -> None:
+        """Rolls the port's top-class byte window to ``now`` (fabric ns): a window older than
+        TOP_WINDOW_NS closes, its bytes becoming the last window's (0 after a silent one)."""
         age = (now - self.win_start[port]) & TIME_MASK
         if age >= n.TOP_WINDOW_NS:
-            top_bytes = self.win_bytes[port] if age < 2 * n.TOP_WINDOW_NS else 0
-            self.top_bytes[port] = top_bytes
+            self.top_bytes[port] = self.win_bytes[port] if age < 2 * n.TOP_WINDOW_NS else 0
             self.win_start[port] = now
             self.win_bytes[port] = 0
-        return top_bytes
+
+    def level_bytes(self, port: int) -> int:
+        """The top-class DATA bytes the spare level and the top boost are keyed on: the last
+        whole window's, or the current window's so far when more, so that a top class that
+        starts sending takes its capacity back at once, not a window later (with the last
+        window's bytes alone, waiting shares granted while it was silent added up to about twice
+        the port for up to 32.8 us: docs/evaluation.md, "Catch-up and the spare level without a window's lag")."""
+        return max(self.top_bytes[port], self.win_bytes[port])
 
     def top(self, port: int) -> tuple[int, int, int]:
         """(top, its count, the count behind it) at ``port``: top = the most urgent non-empty
@@ -433,16 +438,16 @@ class _Shares:
         (None: no share entry). Rolls the port's top-class byte window (``now``: fabric ns) and
         counts ``size`` bytes in it when ``top_data`` and the dependency is in the top class.
         ``weight``: its (w, k) (_link_weight), used where the sums are kept."""
-        top_bytes = self.roll(port, now)
+        self.roll(port, now)
         top, n_top, rest = self.top(port)
         if urgency != top:
-            return self.share(port, rest, n.SHARE_WAITING, top_bytes)
+            return self.share(port, rest, n.SHARE_WAITING, self.level_bytes(port))
         if top_data:
             self.win_bytes[port] += size
         if self.weights is not None:
             w, k = weight
             n_top = min(n.MAX_LOAD, (self.weights[top][port] + w - 1) >> k)
-        return self.share(port, n_top, n.SHARE_TOP if rest else n.SHARE_ALONE, top_bytes)
+        return self.share(port, n_top, n.SHARE_TOP if rest else n.SHARE_ALONE, None)
 
 
 class PipelineModel:
@@ -1223,7 +1228,8 @@ class PipelineModel:
         default grant. ``stale``: an original DATA (neither LAST nor RESENT) of the transfer
         whose LAST already passed (``dep_ended``), which changes nothing and gets no GRANT
         pushed. A waiting dependency's rate is multiplied by the port's spare level: how many
-        reserves the top class left unused in the last TOP_WINDOW_NS (``now``: fabric ns).
+        reserves the top class left unused in the last TOP_WINDOW_NS, or in the current one so
+        far when it used more (``now``: fabric ns).
 
         ``link``: the ingress port when it does not face a host (-1 if it does): the dependency
         is counted there too, in its own class counts, and where link_share has an entry for
@@ -1297,7 +1303,8 @@ class PipelineModel:
         meanwhile). A stale packet moves nothing. A top-class share (alone or top) of a load of
         2 or more is then multiplied by the port's top_boost / 256 (top-class overcommit)."""
         ports = self._ports
-        top_bytes: int | None = ports.roll(port, now)
+        ports.roll(port, now)
+        spare = True
         top, n_top, rest = ports.top(port)
         idle_ns, release_bytes, preempt_ns = self._holder_cfg
         held_sole = self._dep_sole[slot]
@@ -1337,17 +1344,18 @@ class PipelineModel:
                         self._holder_start[port] = pkt.ts
                 else:
                     load, mode = waiting, n.SHARE_WAITING
-                    top_bytes = None  # a waiting sole dependency: the waiting share, no spare
+                    spare = False  # a waiting sole dependency: the waiting share, no spare
                     self._hold_waiting = True
         if not stale:
             self._holder_slot[port] = h_slot
         if top_data and mode != n.SHARE_WAITING:
             ports.win_bytes[port] += pkt.size
-        kbps = ports.share(port, load, mode, top_bytes)
+        top_bytes = ports.level_bytes(port)
+        kbps = ports.share(port, load, mode, top_bytes if spare else None)
         if kbps is not None and mode != n.SHARE_WAITING and load >= 2:
             ranges = ports.boost.get(port)
-            if ranges is not None:  # top-class overcommit: x boost / 256 by the last window's bytes
-                kbps = kbps * ranges[1][bisect_right(ranges[0], ports.top_bytes[port])] >> 8
+            if ranges is not None:  # top-class overcommit: x boost / 256 by the top-class bytes
+                kbps = kbps * ranges[1][bisect_right(ranges[0], top_bytes)] >> 8
         return kbps
 
     def read_register(self, register: str, index: int) -> int:
