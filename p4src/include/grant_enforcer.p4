@@ -40,7 +40,7 @@
  *   waiting rate follows with its next packets)
  *   top-class overcommit (off unless the controller installs top_boost entries): a top-class
  *   share of a load of 2 or more is multiplied by top_boost(port, top bytes) / 256, the
- *   controller's min(top_overcommit, usable / top bytes), so when the class's senders are busy
+ *   controller's min(top_overcommit, usable / port_top_bytes), so when the class's senders are busy
  *   elsewhere and leave the port partly idle, the others may send faster (policy
  *   safs-overcommit; it can allocate more than the port's usable rate for up to a window)
  *   in-links: a packet arriving on a port that does not face a host (host_port miss) counts its
@@ -330,7 +330,7 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
     table spare_level_table {
         key = {
             standard_metadata.egress_spec: exact @name("egress_port");
-            meta.top_bytes: range @name("top_bytes");
+            meta.spare_bytes: range @name("top_bytes");
         }
         actions = { set_spare_level; @defaultonly no_spare; }
         const default_action = no_spare();
@@ -780,7 +780,8 @@ control GrantEnforcer(inout headers_t hdr, inout metadata_t meta,
         port_win_start.write(port, win_start);
         port_win_bytes.write(port, win_bytes);
         port_top_bytes.write(port, top_bytes);
-        meta.top_bytes = win_bytes > top_bytes ? win_bytes : top_bytes;  // as for in-links
+        meta.top_bytes = top_bytes;
+        meta.spare_bytes = win_bytes > top_bytes ? win_bytes : top_bytes;  // as for in-links
     }
     // A local sender's DATA or REQUEST at its out-link (sender's ToR): the dependency leaves the
     // port it was counted at if it leaves on another one (a new path), then moves to the packet's

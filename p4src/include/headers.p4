@@ -117,11 +117,12 @@ struct metadata_t {
     bit<1>       stale;            // DATA of a transfer whose LAST already passed: changes nothing
     load_t       load;             // port_share key: dependencies sharing with this one (see mode)
     bit<2>       share_mode;       // port_share key: SHARE_ALONE, SHARE_TOP or SHARE_WAITING
-    bit<32>      top_bytes;        // spare_level key: the port's top-class DATA bytes in the last window
+    bit<32>      top_bytes;        // top_boost key: the port's top-class DATA bytes in the last window
+    bit<32>      spare_bytes;      // spare_level key: top_bytes, or this window's so far when more
     bit<1>       is_link;          // the ingress port does not face a host: an in-link, counted too
     load_t       link_load;        // link_share key: as load, at the in-link
     bit<2>       link_mode;        // link_share key: as share_mode, at the in-link
-    bit<32>      link_top_bytes;   // link_spare_level key: as top_bytes, at the in-link
+    bit<32>      link_top_bytes;   // link_spare_level key: as spare_bytes, at the in-link
     rate_kbps_t  rate_kbps;
     epoch_t      epoch;
     lease_us_t   lease_us;

@@ -48,7 +48,7 @@ ACT_SET_SPARE_LEVEL = "SafsIngress.set_spare_level"  # params: level (8); defaul
 MAX_SPARE_LEVEL = 64  # waiting dependencies get at most 64 reserves (SPARE_LEVEL_SIZE in defines.p4: 64 x 64)
 TOP_WINDOW_NS = 32768  # TOP_WINDOW_NS in defines.p4
 # Top-class overcommit (SchedulerConfig.top_overcommit): a top-class share of a load of 2 or more
-# is multiplied by boost / 256 for the port's top-class bytes (as for SPARE_LEVEL; no entry: 256).
+# is multiplied by boost / 256 for the port's top-class bytes of the last window (no entry: 256).
 TOP_BOOST = "SafsIngress.top_boost"  # key egress_port (exact, 9), top_bytes (range, 32)
 ACT_SET_TOP_BOOST = "SafsIngress.set_top_boost"  # params: boost (16), 1/256; default no_top_boost: 256
 TOP_BOOST_ONE = 256  # boost x1

@@ -406,11 +406,12 @@ class _Shares:
             self.win_bytes[port] = 0
 
     def level_bytes(self, port: int) -> int:
-        """The top-class DATA bytes the spare level and the top boost are keyed on: the last
-        whole window's, or the current window's so far when more, so that a top class that
-        starts sending takes its capacity back at once, not a window later (with the last
-        window's bytes alone, waiting shares granted while it was silent added up to about twice
-        the port for up to 32.8 us: docs/evaluation.md, "Catch-up and the spare level without a window's lag")."""
+        """The top-class DATA bytes the spare level is keyed on: the last whole window's, or the
+        current window's so far when more, so that a top class that starts sending takes its
+        capacity back at once, not a window later (with the last window's bytes alone, waiting
+        shares granted while it was silent added up to about twice the port for up to 32.8 us:
+        docs/evaluation.md, "Catch-up and the spare level without a window's lag"). The top
+        boost stays keyed on the last whole window's (0: a new burst is not overcommitted)."""
         return max(self.top_bytes[port], self.win_bytes[port])
 
     def top(self, port: int) -> tuple[int, int, int]:
@@ -1350,12 +1351,11 @@ class PipelineModel:
             self._holder_slot[port] = h_slot
         if top_data and mode != n.SHARE_WAITING:
             ports.win_bytes[port] += pkt.size
-        top_bytes = ports.level_bytes(port)
-        kbps = ports.share(port, load, mode, top_bytes if spare else None)
+        kbps = ports.share(port, load, mode, ports.level_bytes(port) if spare else None)
         if kbps is not None and mode != n.SHARE_WAITING and load >= 2:
             ranges = ports.boost.get(port)
-            if ranges is not None:  # top-class overcommit: x boost / 256 by the top-class bytes
-                kbps = kbps * ranges[1][bisect_right(ranges[0], top_bytes)] >> 8
+            if ranges is not None:  # top-class overcommit: x boost / 256 by the last window's bytes
+                kbps = kbps * ranges[1][bisect_right(ranges[0], ports.top_bytes[port])] >> 8
         return kbps
 
     def read_register(self, register: str, index: int) -> int:
