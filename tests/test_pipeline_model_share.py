@@ -105,8 +105,9 @@ def test_dependency_counted_at_another_port_gets_the_default_grant() -> None:
 
 def test_top_boost_raises_a_shared_top_class_share_by_the_last_windows_top_bytes() -> None:
     """top_boost: a top-class share (alone or top) of a load of 2 or more is multiplied by the
-    boost / 256 of the range holding the port's top-class DATA bytes of the last window (no
-    range: x1); a load of 1 and a waiting share are not; the in-link rule is unchanged."""
+    boost / 256 of the range holding the port's top-class DATA bytes of the last whole window
+    (no range: x1), not the current window's (unlike the spare level: a new burst is not
+    overcommitted); a load of 1 and a waiting share are not; the in-link rule is unchanged."""
     clock = [NOW]
     sw = switch(clock=clock)
     sw.write([Update(Op.INSERT, TableEntry(n.TOP_BOOST, {n.F_EGRESS_PORT: 2, n.F_TOP_BYTES: Range(lo, hi)},
@@ -116,6 +117,7 @@ def test_top_boost_raises_a_shared_top_class_share_by_the_last_windows_top_bytes
     assert send(sw, MsgType.REQUEST, 2, 500)[0] == rate(n.SHARE_ALONE, 2)  # 0 bytes: no range
     for _ in range(5):  # 710 bytes of the top class in this window
         send(sw, MsgType.DATA, 1, 500, held=(rate(n.SHARE_ALONE, 2), 2))
+    assert send(sw, MsgType.REQUEST, 2, 500)[0] == rate(n.SHARE_ALONE, 2)  # still 0 bytes last window
     clock[0] += n.TOP_WINDOW_NS
     assert send(sw, MsgType.REQUEST, 2, 500)[0] == rate(n.SHARE_ALONE, 2) * 512 >> 8
     for _ in range(10):  # 1420 bytes

@@ -29,17 +29,17 @@
  *   TOP_WINDOW_NS, in units of the reserve:
  *     port_top_bytes[port]  top-class DATA bytes of the last whole window (port_win_start,
  *                           port_win_bytes: the current window's start and bytes)
- *     top bytes = max(port_top_bytes, port_win_bytes): the current window's count when it is
- *                 already more, so a top class that starts sending after a silent window takes
- *                 the port back at once (else waiting shares granted meanwhile add up to about
- *                 twice the port for up to a window)
- *     spare_level(port, top bytes) -> level = floor((usable - top) / reserve) (default 1)
+ *     spare bytes = max(port_top_bytes, port_win_bytes): the current window's count when it
+ *                 is already more, so a top class that starts sending after a silent window
+ *                 takes the port back at once (else waiting shares granted meanwhile add up to
+ *                 about twice the port for up to a window)
+ *     spare_level(port, spare bytes) -> level = floor((usable - spare bytes) / reserve) (default 1)
  *     waiting rate = port_share(port, n_waiting, SHARE_WAITING) x level
  *   (capacity granted to top-class senders busy elsewhere does not idle; the top class keeps
  *   its queue priority, so a top sender that speeds up takes the port back at once and the
  *   waiting rate follows with its next packets)
  *   top-class overcommit (off unless the controller installs top_boost entries): a top-class
- *   share of a load of 2 or more is multiplied by top_boost(port, top bytes) / 256, the
+ *   share of a load of 2 or more is multiplied by top_boost(port, port_top_bytes) / 256, the
  *   controller's min(top_overcommit, usable / port_top_bytes), so when the class's senders are busy
  *   elsewhere and leave the port partly idle, the others may send faster (policy
  *   safs-overcommit; it can allocate more than the port's usable rate for up to a window)
