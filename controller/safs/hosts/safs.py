@@ -538,7 +538,7 @@ class SafsDependency:
         self.requests = self.grants = self.grants_stale = self.fallbacks = 0
         self.scheduler = scheduler
         self.sched_waiting = False  # queued at the scheduler for a turn
-        self.catch_up = False  # it waits behind a less urgent packet: keep that wait (catch-up)
+        self.catch_up = False  # it waits behind a less urgent packet or its own: keep that wait
         self.sched_entry = 0  # the scheduler's entry for it that counts (SendScheduler.requeue)
         self.signal_token = 0  # the armed urgency signal (_arm_urgency_signal)
         self.signals = 0  # urgency-signal REQUESTs sent
