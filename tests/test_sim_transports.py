@@ -423,14 +423,21 @@ def test_send_scheduler_sends_the_more_urgent_dependency_first_and_keeps_the_nic
     assert lax.finish_ns <= 1.03 * both
 
 
-def test_send_scheduler_serves_equally_urgent_dependencies_shortest_remaining_first() -> None:
+@pytest.mark.parametrize("fraction", [1.0, 0.99])
+def test_send_scheduler_serves_equally_urgent_dependencies_shortest_remaining_first(fraction: float) -> None:
+    """Equally urgent dependencies one after another, fewest bytes left first, also when each
+    is granted a little under the line (0.99: a port's usable rate after its 1% headroom), where
+    each one's pacer falls due just after the NIC took the other's packet: the shorter one
+    catches up that wait (sender rule 5c), without which they took turns packet by packet and
+    the shorter one finished in 2.0x its time."""
     rate = 10 * G
+    grant = int(rate * fraction)
     big, small = 2_000_000, 200_000
     due = 10**9  # the same deadline (one urgency quantum)
-    first, short = two_dependencies("urgency", rate, (big, small), (due, due), 20_000)
+    first, short = two_dependencies("urgency", rate, (big, small), (due, due), 20_000, grants=(grant, grant))
     # it overtook the longer one (within 3 packet times: the packet on the wire when it started,
     # and its first DATA at the default rate until its REQUEST's GRANT came back)
-    assert short.finish_ns <= 20_000 + line_ns(small, rate) + 3 * frame_gap_ns(SafsConfig(), rate)
+    assert short.finish_ns <= 20_000 + line_ns(small, grant) + 3 * frame_gap_ns(SafsConfig(), rate)
     assert first.finish_ns <= 1.03 * line_ns(big + small, rate)
     _, short = two_dependencies("fifo", rate, (big, small), (due, due), 20_000)
     assert short.finish_ns >= 20_000 + 1.8 * line_ns(small, rate)  # shared the NIC with the longer one

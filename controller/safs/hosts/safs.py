@@ -343,7 +343,7 @@ class SendScheduler:
     """
 
     __slots__ = ("clock", "line_rate", "quantum", "late_below", "ahead_ns", "free_at_ns", "waiting", "order",
-                 "turn", "wake_pending", "active", "nic_urgency", "nic_dep")
+                 "turn", "wake_pending", "active", "nic_key", "nic_dep")
 
     def __init__(self, clock: Clock, line_rate_bps: int, urgency_quantum_ns: int, burst_bytes: int = 0,
                  late_below_ns: int | None = None) -> None:
@@ -360,7 +360,7 @@ class SendScheduler:
         # The host's dependencies with unfinished transfers (they add and drop themselves), as an
         # ordered set: the sole check walks these, not every dependency, on each DATA packet.
         self.active: dict[SafsDependency, None] = {}
-        self.nic_urgency: tuple[bool, int] | None = None  # of the last packet let through
+        self.nic_key: tuple[bool, int, int] | None = None  # _key of the last packet let through
         self.nic_dep: SafsDependency | None = None  # whose it was
 
     def sole(self, dep: SafsDependency) -> bool:
@@ -369,20 +369,21 @@ class SendScheduler:
 
     def may_send(self, dep: SafsDependency, head: SafsSender, now: int) -> bool:
         """True if ``dep`` may send its next packet now; else it waits for :meth:`_wake`, with
-        ``dep.catch_up`` set if the last packet let through was a less urgent dependency's or
-        its own (catch-up, module docstring)."""
+        ``dep.catch_up`` set if the last packet let through was its own or that of a dependency
+        this scheduler orders after it (less urgent, or equally urgent with more bytes left:
+        catch-up, docs/protocol.md sender rule 5c)."""
         if self.turn is dep:
             self.turn = None
-            self.nic_urgency, self.nic_dep = self._urgency(head, now), dep
+            self.nic_key, self.nic_dep = self._key(head, now), dep
             return True
         if now + self.ahead_ns >= self.free_at_ns and not self.waiting:
-            self.nic_urgency, self.nic_dep = self._urgency(head, now), dep
+            self.nic_key, self.nic_dep = self._key(head, now), dep
             return True
         if not dep.sched_waiting:
             dep.sched_waiting = True
             self._queue(dep, head, now)
-            held = self.nic_urgency
-            dep.catch_up = self.nic_dep is dep or (held is not None and held > self._urgency(head, now))
+            held = self.nic_key
+            dep.catch_up = self.nic_dep is dep or (held is not None and held > self._key(head, now))
             dep._check_yield(now)
         self._arm(now)
         return False
@@ -538,7 +539,7 @@ class SafsDependency:
         self.requests = self.grants = self.grants_stale = self.fallbacks = 0
         self.scheduler = scheduler
         self.sched_waiting = False  # queued at the scheduler for a turn
-        self.catch_up = False  # it waits behind a less urgent packet or its own: keep that wait
+        self.catch_up = False  # it waits behind its own packet or one the scheduler orders after it: keep that wait
         self.sched_entry = 0  # the scheduler's entry for it that counts (SendScheduler.requeue)
         self.signal_token = 0  # the armed urgency signal (_arm_urgency_signal)
         self.signals = 0  # urgency-signal REQUESTs sent
