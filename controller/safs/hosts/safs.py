@@ -50,15 +50,17 @@ Sender (../shared/BRIEF.md, "Design decisions / How grants reach senders"):
   bytes left, sends next, so a host whose grants add up to more than its uplink finishes its
   transfers in EDF order instead of all late together. ``send_order: fifo`` (the first design,
   policy ``safs-fifo-sender``): each dependency paces on its own into the NIC's FIFO.
-- Catch-up: a dependency that falls due while the NIC holds a packet of a less urgent
-  dependency of its host, or its own, keeps up to one full packet's line-rate time of that wait
+- Catch-up: a dependency that falls due while the NIC holds a packet of its own or of a
+  dependency of its host that the send scheduler orders after it (less urgent, or equally
+  urgent with more bytes left), keeps up to one full packet's line-rate time of that wait
   on its pacing clock, so its next packet comes that much sooner: the less urgent dependency
   fills the gaps of a paced more urgent one without costing it rate (each 9,000-byte packet in
   its way delays it up to 720 ns at 100 Gbit/s; granted 60% of the line it got 83%
   of its grant, 90%: 55%), and a wait behind its own catch-up packet does not lose the rest of
   the credit (docs/protocol.md sender rule 5c). It never sends faster than the line, nor ahead
-  of its grant's schedule. Waits behind more or equally urgent dependencies are not caught up
-  (equally urgent ones take turns, fewest bytes first).
+  of its grant's schedule. Waits behind a dependency the scheduler orders first are not caught
+  up; without the credit behind an equally urgent one with more bytes left, two dependencies
+  granted 99% of the line took turns packet by packet instead of fewest bytes first.
 - Yielding (``SafsConfig.nic_yield_fraction``): a dependency whose host's more urgent
   dependencies hold grants that leave it less than that fraction of the line rate tells its
   receiver's ToR with a REQUEST carrying ``FLAG_BACKGROUND`` (the least urgent class there: the
