@@ -838,7 +838,7 @@ def test_a_client_that_does_not_read_is_dropped_not_waited_for(agents: Agents, t
 
 
 def test_agent_send_scheduler_takes_the_scenarios_quantum_and_the_pacing_burst() -> None:
-    """The Mininet target passes the scenario's allocator quantum (--urgency-quantum-ns), slack
+    """The Mininet target passes the scenario's send-scheduler quantum (--urgency-quantum-ns), slack
     thresholds (--slack-thresholds-ns) and late_transfers (--late-transfers); the host's send
     scheduler uses the quantum, puts late transfers last from the first threshold on, and lets
     the pacing burst lead the line rate."""

@@ -196,7 +196,8 @@ def test_late_last_serves_a_late_transfer_after_an_on_time_one_at_switch_and_hos
     late, q_late, t_late = late_and_on_time("safs-late-last", {"allocator": {"urgency_quantum_ns": 50_000}})
     assert [r.qclass for r in safs.scheduler.allocator.slack_class_table()] == [6, 5, 4, 3, 2]
     assert [r.qclass for r in late.scheduler.allocator.slack_class_table()] == [2, 6, 5, 4, 3]
-    assert late.scheduler.config.allocator.urgency_quantum_ns == late.binding.safs_cfg.urgency_quantum_ns == 50_000
+    assert late.scheduler.config.allocator.urgency_quantum_ns == 50_000
+    assert late.binding.safs_cfg.urgency_quantum_ns == SimConfig().safs_urgency_quantum_ns  # the hosts' own
     assert late.binding.safs_cfg.late_below_ns == 0 and safs.binding.safs_cfg.late_below_ns is None
     assert QUEUE_SLACK_MOST_URGENT in q_safs["h1"] and t_safs["h1"] < t_safs["h2"]
     assert q_late["h1"] <= {QUEUE_SLACK_LEAST_URGENT, QUEUE_OVER_RATE} and t_late["h2"] < t_late["h1"]

@@ -191,6 +191,12 @@ def test_safs_timers_scale_through_sim_config() -> None:
 
     cfg = SimConfig(safs_grant_poll_ns=2_000_000, safs_reorder_window_ns=5_000_000).safs_config()
     assert (cfg.grant_poll_ns, cfg.reorder_window_ns) == (2_000_000, 5_000_000)
+    # the send scheduler's quantum is the hosts' own: the allocator's does not set it
+    coarse = {"allocator": {"urgency_quantum_ns": 4_000_000}}
+    assert SimConfig(scheduler=coarse).safs_config().urgency_quantum_ns == 20_000
+    assert SimConfig(scheduler=coarse, safs_urgency_quantum_ns=800_000).safs_config().urgency_quantum_ns == 800_000
+    with pytest.raises(InvalidInput, match="safs_urgency_quantum_ns"):
+        SimConfig.from_mapping({"safs_urgency_quantum_ns": 0})
     assert SimConfig().safs_config().grant_poll_ns == 10_000  # slow grants poll, with back-off
     slow = SimConfig(safs_grant_poll_ns=2_000_000)
     deps = SafsFlows(star_topology(2), slow).safs_cfg

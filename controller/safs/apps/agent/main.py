@@ -467,7 +467,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=_positive,
         default=SafsConfig().urgency_quantum_ns,
         help="deadlines this close are equally urgent to the send scheduler (then fewest bytes first), ns "
-             "(match the scheduler's allocator.urgency_quantum_ns)",
+             "(a scenario's sim.safs_urgency_quantum_ns)",
     )
     p.add_argument(
         "--slack-thresholds-ns",

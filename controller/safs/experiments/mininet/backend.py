@@ -428,7 +428,7 @@ def start_agents(
                 "--rto-ns",
                 str(sim_config.safs_rto_ns),
                 "--urgency-quantum-ns",
-                str(sched.allocator.urgency_quantum_ns),
+                str(sim_config.safs_urgency_quantum_ns),
                 # one argument: a first threshold below 0 would read as an option
                 "--slack-thresholds-ns=" + (",".join(str(t) for t in sched.allocator.slack_thresholds_ns)
                                             if sched.slack_classes and sched.grant_mode == "share" else ""),

@@ -69,6 +69,9 @@ class SimConfig(ConfigModel):
             Default 0: one packet at a time, and time held back is lost (a dependency sharing
             its NIC sends below its grant). Policies ``safs-overcommit`` and ``safs-admission``
             set 18,000 (two 9000-byte packets).
+        safs_urgency_quantum_ns: ``SafsConfig.urgency_quantum_ns`` of the SAFS hosts: the
+            send scheduler's deadline resolution, ns (>= 1), default 20 µs; independent of the
+            scheduler's ``allocator.urgency_quantum_ns`` (scale both with the fabric).
         safs_receiver_admission: ``SafsConfig.receiver_admission`` of the SAFS hosts: "firm"
             (default: each receiving host rejects, of its inbound transfers with a firm deadline,
             those that keep the others from being on time), "moore-hodgson" (any transfer may be
@@ -120,6 +123,7 @@ class SimConfig(ConfigModel):
     safs_grant_poll_ns: int = Field(10_000, ge=0)
     safs_reorder_window_ns: int = Field(200_000, ge=0)
     safs_burst_bytes: int = Field(0, ge=0, le=1 << 20)
+    safs_urgency_quantum_ns: int = Field(SafsConfig.model_fields["urgency_quantum_ns"].default, ge=1)
     safs_receiver_admission: Literal["off", "firm", "moore-hodgson"] = (
         SafsConfig.model_fields["receiver_admission"].default)
     safs_admission_rate_fraction: float = Field(SafsConfig.model_fields["admission_rate_fraction"].default, gt=0, le=1)
@@ -183,8 +187,7 @@ class SimConfig(ConfigModel):
         return profile
 
     def safs_config(self, admission: bool = True) -> SafsConfig:
-        """The SAFS transport settings (default rate, unscheduled bytes and the send scheduler's
-        urgency quantum from the scheduler's).
+        """The SAFS transport settings (default rate and unscheduled bytes from the scheduler's).
 
         Raises:
             InvalidInput: as :meth:`scheduler_config`, the scheduler's default rate 0 (the
@@ -202,7 +205,7 @@ class SimConfig(ConfigModel):
                           renew_fraction=self.renew_fraction, rto_ns=self.safs_rto_ns,
                           grant_poll_ns=self.safs_grant_poll_ns, reorder_window_ns=self.safs_reorder_window_ns,
                           unscheduled_bytes=sched.unscheduled_bytes,
-                          urgency_quantum_ns=sched.allocator.urgency_quantum_ns,
+                          urgency_quantum_ns=self.safs_urgency_quantum_ns,
                           slack_thresholds_ns=tuple(sched.allocator.slack_thresholds_ns) if sched.slack_classes else (),
                           late_transfers=sched.allocator.late_transfers, burst_bytes=self.safs_burst_bytes,
                           receiver_admission=admit,
