@@ -387,9 +387,9 @@ class SendScheduler:
             return True
         if not dep.sched_waiting:
             dep.sched_waiting = True
-            self._queue(dep, head, now)
+            key = self._queue(dep, head, now)
             held = self.nic_key
-            dep.catch_up = self.nic_dep is dep or (held is not None and held > self._key(head, now))
+            dep.catch_up = self.nic_dep is dep or (held is not None and held > key)
             dep._check_yield(now)
         self._arm(now)
         return False
@@ -441,10 +441,13 @@ class SendScheduler:
     def _key(self, head: SafsSender, now: int) -> tuple[bool, int, int]:
         return (*self._urgency(head, now), head.remaining_unsent())
 
-    def _queue(self, dep: SafsDependency, head: SafsSender, now: int) -> None:
+    def _queue(self, dep: SafsDependency, head: SafsSender, now: int) -> tuple[bool, int, int]:
+        """Queue ``dep`` under its head transfer's :meth:`_key`; returns that key."""
+        key = self._key(head, now)
         self.order += 1
         dep.sched_entry = self.order
-        heappush(self.waiting, (*self._key(head, now), self.order, dep))
+        heappush(self.waiting, (*key, self.order, dep))
+        return key
 
     def sent(self, size: int, now: int) -> None:
         """A packet of ``size`` wire bytes went to the NIC at ``now``."""
