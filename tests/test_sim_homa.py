@@ -11,13 +11,17 @@ from star import star as shared_star  # the shared one-switch test topology
 
 from safs.core.distributions import SizeDistribution, load_distribution
 from safs.core.errors import InvalidInput
+from safs.core.packet import PROTO_HOMA, Packet
 from safs.experiments.sim.config import SimConfig
 from safs.experiments.sim.simulation import Simulation
 from safs.experiments.workloads.api import FlowSpec
 from safs.hosts.homa import (
+    HOMA_CONTROL_BYTES,
     HOMA_DATA,
     HOMA_GRANT,
+    HOMA_RESEND,
     NUM_QUEUES,
+    RESEND_PRIORITY,
     HomaConfig,
     _masses,
     homa_priorities,
@@ -205,7 +209,8 @@ def test_packets_carry_the_receiver_chosen_priorities() -> None:
 
 def test_lossy_incast_completes() -> None:
     """Twelve senders burst 40 KB each into one receiver through a 30 KB port buffer: packets
-    are dropped (unscheduled and scheduled), and every message still completes."""
+    are dropped (unscheduled and scheduled), and every message still completes; each RESEND
+    asks for the highest level."""
     topo = star(13, buffer_bytes=30_000)
     cfg = SimConfig(
         mtu_bytes=1500,
@@ -213,11 +218,47 @@ def test_lossy_incast_completes() -> None:
         homa={"rtt_bytes": 20_000, "resend_ns": 50 * US, "sender_timeout_ns": 200 * US},
     )
     sim = Simulation(topo, "homa", 3, cfg)
+    resend_levels: list[int] = []
+    rx = sim.binding.host(sim, sim.network.hosts["h12"])
+    rx.nic = _TapNic(rx.nic, lambda pkt: resend_levels.append(pkt.qclass) if pkt.flags == HOMA_RESEND else None)
     w = Messages([(f"h{i}", "h12", 40_000, 0) for i in range(12)] + [("h0", "h12", 1_000, 5 * US)])
     res = sim.run(w)
     assert res.drops > 0
     assert res.workload_done and all(f.finish_ns is not None for f in res.flows)
     assert res.transport.timeouts > 0 and res.retransmitted_bytes > 0
+    assert resend_levels and set(resend_levels) == {RESEND_PRIORITY}
+
+
+def test_sender_sends_what_a_resend_names_at_its_level() -> None:
+    """A RESEND for bytes 2 packets .. rtt_bytes of a 100 KB message (unscheduled level 4 with
+    these settings): the sender goes back and sends exactly that range at the RESEND's level,
+    then the granted bytes at the grant's lower level. Linux Homa does the same; at the
+    message's own level a retransmission can be starved for good by higher-level messages
+    (found at full-scale Llama-3-70B with 4 bulk flows: an A2F stuck for 900 ms)."""
+    topo = star(2, delay_ns=50 * US)
+    rtt = 10_000
+    sim = Simulation(topo, "homa", 1, SimConfig(mtu_bytes=1500, homa={"rtt_bytes": rtt}))
+    sent: list[tuple[int, int, int]] = []  # (time, offset, level) of DATA
+    tx = sim.binding.host(sim, sim.network.hosts["h0"])
+    tx.nic = _TapNic(tx.nic, lambda pkt: sent.append((sim.engine.now, pkt.seq, pkt.priority))
+                     if pkt.flags == HOMA_DATA else None)
+    w = Messages([("h0", "h1", 100_000, 0)])
+    sim.workload = w
+    w.start(sim)
+    sim.engine.run(90 * US)  # the unscheduled packets are out, no GRANT back yet
+    p = sim.binding.params
+    assert {lvl for _, _, lvl in sent} == {p.unsched_queue(100_000)} != {RESEND_PRIORITY}
+    resend = Packet(sim.network.hosts["h1"].ip, sim.network.hosts["h0"].ip, PROTO_HOMA, 0, 0, HOMA_CONTROL_BYTES)
+    resend.flow_id, resend.flags = w.fids[0], HOMA_RESEND
+    resend.seq, resend.ack, resend.qclass = 2 * p.max_payload, rtt, RESEND_PRIORITY
+    tx.receive(resend)
+    sim.engine.run(10_000 * US)
+    assert w.done()
+    again = [(off, lvl) for t, off, lvl in sent if t >= 90 * US and off < rtt]
+    assert [off for off, _ in again] == list(range(2 * p.max_payload, rtt, p.max_payload))
+    assert {lvl for _, lvl in again} == {RESEND_PRIORITY}
+    granted = {lvl for _, off, lvl in sent if off >= rtt}
+    assert granted and max(granted) < p.unsched_queue(100_000)
 
 
 @pytest.mark.parametrize(

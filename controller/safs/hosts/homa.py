@@ -41,7 +41,9 @@ Simplified, and documented as such:
 - **Loss recovery** [3.7] is timer based: a receiver that got no new data of a message with
   granted-but-missing bytes for ``resend_ns`` sends a RESEND for the first missing byte up to
   the granted offset (it also re-announces the grant, so lost GRANTs are recovered); the
-  sender goes back to that offset (go-back-N) when it had already sent it. A sender that has
+  sender goes back to that offset (go-back-N) when it had already sent it and sends the bytes
+  the RESEND names at the level it names, the highest (:data:`RESEND_PRIORITY`, as Linux
+  Homa does). A sender that has
   sent everything it may and heard nothing from the receiver for ``sender_timeout_ns``
   resends the unscheduled part when it never heard from it at all (its packets may all have
   been lost, so the receiver does not know the message), else its last packet as a probe; a
@@ -58,7 +60,7 @@ Wire format in the simulator: a DATA packet is ``payload + HOMA_DATA_OVERHEAD_BY
 wire (Ethernet 14 + IPv4 20 + Homa 38: the HomaSimulation's 8-byte UDP plus its ~30-byte data
 header, see :data:`safs.core.distributions.HOMA_MAX_DATA_BYTES_PER_PKT`); control packets
 are 64 bytes. ``Packet.flags`` holds the Homa type (codes of the Linux module's homa_wire.h),
-``seq`` the DATA offset, ``ack`` a GRANT/RESEND offset, ``qclass`` the GRANT's priority.
+``seq`` the DATA offset, ``ack`` a GRANT/RESEND offset, ``qclass`` the GRANT's or RESEND's priority.
 """
 
 from __future__ import annotations
@@ -88,6 +90,11 @@ HOMA_CONTROL_BYTES = 64  # GRANT / RESEND / ACK: one minimum Ethernet frame
 HOMA_DATA, HOMA_GRANT, HOMA_RESEND, HOMA_ACK = 0x10, 0x11, 0x12, 0x18
 
 QUEUE_HOMA_CONTROL = NUM_QUEUES - 1  # GRANT/RESEND/ACK at the highest priority [3.4]
+# The level a RESEND asks for the bytes it names: the highest (Linux HomaModule, homa_wire.h
+# resend_header "priority: the sender should transmit all the requested data using this
+# priority"; homa_request_retrans sets num_priorities - 1). At the grant's level, a message
+# whose scheduled packets were lost could be starved by higher-level ones for good.
+RESEND_PRIORITY = NUM_QUEUES - 1
 
 DEFAULT_SCHED_PRIORITIES = NUM_QUEUES // 2  # without a CDF: HomaSimulation homaTransportConfig.ini
 #   schedPrioLevels = prioLevels / 2
@@ -283,7 +290,7 @@ class _Out:
     """Sender-side state of one message."""
 
     __slots__ = ("fid", "dst", "size", "next", "granted", "unsched", "uprio", "sprio", "heard", "sent_high",
-                 "last_heard")
+                 "last_heard", "resend_end", "rprio")
 
     def __init__(self, fid: int, dst: int, size: int, p: HomaParams, now: int) -> None:
         self.fid = fid
@@ -297,6 +304,8 @@ class _Out:
         self.heard = False  # any GRANT / RESEND from the receiver
         self.sent_high = 0  # highest offset ever sent (retransmission accounting)
         self.last_heard = now
+        self.resend_end = 0  # bytes below this offset go at rprio: the latest RESEND's range
+        self.rprio = 0
 
 
 class _In:
@@ -378,7 +387,10 @@ class HomaHost:
         pkt.flow_id = m.fid
         pkt.flags = HOMA_DATA
         pkt.seq = off
-        pkt.priority = m.uprio if off < m.unsched else m.sprio
+        if off < m.resend_end:
+            pkt.priority = m.rprio
+        else:
+            pkt.priority = m.uprio if off < m.unsched else m.sprio
         pkt.sent_ns = now
         stats = self.stats
         stats.data_bytes += pkt.size
@@ -420,6 +432,7 @@ class HomaHost:
         elif kind == HOMA_RESEND:
             if pkt.ack > m.granted:
                 m.granted = min(pkt.ack, m.size)
+            m.resend_end, m.rprio = min(pkt.ack, m.size), pkt.qclass
             if pkt.seq < m.next:
                 m.next = pkt.seq  # go back to the first missing byte
         if not was_ready and m.next < m.granted and m.next < m.size:
@@ -509,7 +522,7 @@ class HomaHost:
                 continue
             if m.progress == m.checked and m.granted > m.received:
                 self.stats.timeouts += 1
-                self._control(m.src, m.fid, HOMA_RESEND, m.granted, 0, m.contig)
+                self._control(m.src, m.fid, HOMA_RESEND, m.granted, RESEND_PRIORITY, m.contig)
             m.checked = m.progress
         for m in self.out.values():
             if m.next >= m.granted or m.next >= m.size:
