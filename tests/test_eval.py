@@ -76,9 +76,15 @@ def test_collective_verdict_checks_the_bound_and_the_baselines_at_the_largest_si
 # ---- registry and bad names ------------------------------------------------------------------
 def test_experiments_list_every_policy_and_three_seeds() -> None:
     assert set(EXPERIMENTS) == {"zerobubble", "afd-16a2f", "urgent", "collective-allreduce", "collective-alltoall",
-                                "fabric", "ablation", "afd-llama3-70b-8a1f", "afd-qwen3-235b"}
+                                "fabric", "ablation", "afd-llama3-70b-8a1f", "afd-qwen3-235b", "afd-16a2f-full"}
     for exp in EXPERIMENTS.values():
         scenario = exp.load()
+        if exp.name == "afd-16a2f-full":  # the AFD targets without the 61/2 TPOT scaling
+            assert len(scenario.seeds) == 5 and scenario.background.bulk_flows == [0, 2, 4]
+            assert set(scenario.policies) == {"safs", "homa", "edf-oracle"}
+            assert scenario.workload.params["layers_simulated"] == 61
+            assert exp.load(quick=True).workload.params["layers_simulated"] == 61
+            continue
         if exp.name == "fabric":  # the allocation issue's grid: 5 seeds, the fabric-scale baselines
             assert len(scenario.seeds) == 5
             assert {"safs", "dctcp", "homa", "pfabric", "edf-oracle"} <= set(scenario.policies)
@@ -99,8 +105,8 @@ def test_unknown_experiment_lists_valid_names(capsys: pytest.CaptureFixture[str]
     for name in (*EXPERIMENTS, "baseline-checks", "all"):
         assert name in err.value.message
     assert main(["eval", "zerobubbles"]) == 2
-    assert ("valid: zerobubble, afd-16a2f, afd-llama3-70b-8a1f, afd-qwen3-235b, urgent, collective-allreduce, "
-            "collective-alltoall") in capsys.readouterr().err
+    assert ("valid: zerobubble, afd-16a2f, afd-llama3-70b-8a1f, afd-qwen3-235b, afd-16a2f-full, urgent, "
+            "collective-allreduce, collective-alltoall") in capsys.readouterr().err
 
 
 def test_list_names_every_experiment(capsys: pytest.CaptureFixture[str]) -> None:
