@@ -23,8 +23,11 @@ from safs.hosts.homa import (
     NUM_QUEUES,
     RESEND_PRIORITY,
     HomaConfig,
+    _In,
     _masses,
+    _missing,
     homa_priorities,
+    resolve,
 )
 
 US = 1_000
@@ -231,8 +234,8 @@ def test_lossy_incast_completes() -> None:
 
 def test_sender_sends_what_a_resend_names_at_its_level() -> None:
     """A RESEND for bytes 2 packets .. rtt_bytes of a 100 KB message (unscheduled level 4 with
-    these settings): the sender goes back and sends exactly that range at the RESEND's level,
-    then the granted bytes at the grant's lower level. Linux Homa does the same; at the
+    these settings): the sender resends exactly that range at the RESEND's level, then the
+    granted bytes at the grant's lower level. Linux Homa does the same; at the
     message's own level a retransmission can be starved for good by higher-level messages
     (found at full-scale Llama-3-70B with 4 bulk flows: an A2F stuck for 900 ms)."""
     topo = star(2, delay_ns=50 * US)
@@ -259,6 +262,20 @@ def test_sender_sends_what_a_resend_names_at_its_level() -> None:
     assert {lvl for _, lvl in again} == {RESEND_PRIORITY}
     granted = {lvl for _, off, lvl in sent if off >= rtt}
     assert granted and max(granted) < p.unsched_queue(100_000)
+
+
+def test_receiver_asks_for_each_gap_then_up_to_the_grant() -> None:
+    """The ranges a RESEND asks for (Linux Homa's homa_request_retrans): each hole below the
+    highest byte received, then from there to the granted offset; nothing already received."""
+    p = HomaConfig().max_payload
+    m = _In(1, 0, 20 * p, resolve(HomaConfig(rtt_bytes=4 * p), None))
+    m.contig, m.granted = 2 * p, 12 * p
+    m.ooo = {3 * p: 4 * p, 4 * p: 5 * p, 7 * p: 8 * p}  # packets 3, 4 and 7 arrived out of order
+    assert _missing(m) == [(2 * p, 3 * p), (5 * p, 7 * p), (8 * p, 12 * p)]
+    m.ooo = {}
+    assert _missing(m) == [(2 * p, 12 * p)]
+    m.contig = 12 * p
+    assert _missing(m) == []
 
 
 @pytest.mark.parametrize(

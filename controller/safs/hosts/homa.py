@@ -39,11 +39,11 @@ What is modelled (paper sections in brackets):
 Simplified, and documented as such:
 
 - **Loss recovery** [3.7] is timer based: a receiver that got no new data of a message with
-  granted-but-missing bytes for ``resend_ns`` sends a RESEND for the first missing byte up to
-  the granted offset (it also re-announces the grant, so lost GRANTs are recovered); the
-  sender goes back to that offset (go-back-N) when it had already sent it and sends the bytes
-  the RESEND names at the level it names, the highest (:data:`RESEND_PRIORITY`, as Linux
-  Homa does). A sender that has
+  granted-but-missing bytes for ``resend_ns`` sends a RESEND for each gap in what it received
+  and one from the highest byte received up to the granted offset (which re-announces the
+  grant, so lost GRANTs are recovered), as Linux Homa's ``homa_request_retrans`` does; the
+  sender resends the part of each range it had already sent, before its other bytes, at the
+  level the RESEND names, the highest (:data:`RESEND_PRIORITY`, as Linux Homa does). A sender that has
   sent everything it may and heard nothing from the receiver for ``sender_timeout_ns``
   resends the unscheduled part when it never heard from it at all (its packets may all have
   been lost, so the receiver does not know the message), else its last packet as a probe; a
@@ -290,7 +290,7 @@ class _Out:
     """Sender-side state of one message."""
 
     __slots__ = ("fid", "dst", "size", "next", "granted", "unsched", "uprio", "sprio", "heard", "sent_high",
-                 "last_heard", "resend_end", "rprio")
+                 "last_heard", "retx", "rprio")
 
     def __init__(self, fid: int, dst: int, size: int, p: HomaParams, now: int) -> None:
         self.fid = fid
@@ -304,7 +304,7 @@ class _Out:
         self.heard = False  # any GRANT / RESEND from the receiver
         self.sent_high = 0  # highest offset ever sent (retransmission accounting)
         self.last_heard = now
-        self.resend_end = 0  # bytes below this offset go at rprio: the latest RESEND's range
+        self.retx: list[list[int]] = []  # [start, end) ranges a RESEND asked for, sent first at rprio
         self.rprio = 0
 
 
@@ -349,7 +349,7 @@ class HomaHost:
         self.on_finish = on_finish
         self.on_closed = on_closed
         self.out: dict[int, _Out] = {}
-        self.ready: list[_Out] = []  # messages with next < granted
+        self.ready: list[_Out] = []  # messages with bytes to send (_sendable)
         self.inc: dict[int, _In] = {}
         self.wake_at = -1  # time of the queued pacer wake-up, -1 = none
         self.timer_on = False
@@ -381,26 +381,31 @@ class HomaHost:
         if not ready:
             return
         m = min(ready, key=_left)
-        off = m.next
+        retx = m.retx
+        off = retx[0][0] if retx else m.next
         payload = min(self.p.max_payload, m.size - off)
         pkt = Packet(self.ip, m.dst, PROTO_HOMA, 0, 0, payload + HOMA_DATA_OVERHEAD_BYTES, payload)
         pkt.flow_id = m.fid
         pkt.flags = HOMA_DATA
         pkt.seq = off
-        if off < m.resend_end:
+        end = off + payload
+        if retx:
             pkt.priority = m.rprio
+            if end >= retx[0][1]:
+                retx.pop(0)
+            else:
+                retx[0][0] = end
         else:
             pkt.priority = m.uprio if off < m.unsched else m.sprio
+            m.next = end
         pkt.sent_ns = now
         stats = self.stats
         stats.data_bytes += pkt.size
-        end = off + payload
         if off < m.sent_high:
             stats.retransmitted_bytes += pkt.size
         else:
             m.sent_high = end
-        m.next = end
-        if end >= m.granted or end >= m.size:
+        if not _sendable(m):
             ready.remove(m)
         nic.send(pkt)  # type: ignore[union-attr]
         if ready:
@@ -418,24 +423,25 @@ class HomaHost:
         kind = pkt.flags
         if kind == HOMA_ACK:
             del self.out[pkt.flow_id]
-            if m.next < m.granted and m.next < m.size:
+            if _sendable(m):
                 self.ready.remove(m)
             self.on_closed(m.fid)
             return
         m.heard = True
         m.last_heard = self.engine.now
-        was_ready = m.next < m.granted and m.next < m.size
+        was_ready = _sendable(m)
         if kind == HOMA_GRANT:
             m.sprio = pkt.qclass
             if pkt.ack > m.granted:
                 m.granted = min(pkt.ack, m.size)
-        elif kind == HOMA_RESEND:
+        elif kind == HOMA_RESEND:  # bytes [seq, ack): resend what was sent; the rest goes as granted
             if pkt.ack > m.granted:
                 m.granted = min(pkt.ack, m.size)
-            m.resend_end, m.rprio = min(pkt.ack, m.size), pkt.qclass
-            if pkt.seq < m.next:
-                m.next = pkt.seq  # go back to the first missing byte
-        if not was_ready and m.next < m.granted and m.next < m.size:
+            end = min(pkt.ack, m.next)
+            if pkt.seq < end and not any(a <= pkt.seq and end <= b for a, b in m.retx):
+                m.retx.append([pkt.seq, end])
+                m.rprio = pkt.qclass
+        if not was_ready and _sendable(m):
             self.ready.append(m)
             self._pump(None)
 
@@ -522,18 +528,21 @@ class HomaHost:
                 continue
             if m.progress == m.checked and m.granted > m.received:
                 self.stats.timeouts += 1
-                self._control(m.src, m.fid, HOMA_RESEND, m.granted, RESEND_PRIORITY, m.contig)
+                for start, end in _missing(m):
+                    self._control(m.src, m.fid, HOMA_RESEND, end, RESEND_PRIORITY, start)
             m.checked = m.progress
         for m in self.out.values():
             if m.next >= m.granted or m.next >= m.size:
                 if now - m.last_heard >= self.p.sender_timeout_ns:
                     m.last_heard = now
                     self.stats.timeouts += 1
+                    was_ready = _sendable(m)
                     if m.heard:  # probe with the last packet sent: a completed message is re-ACKed
                         m.next = (m.next - 1) // self.p.max_payload * self.p.max_payload
                     else:  # the receiver may not know the message: send its start again
                         m.next = 0
-                    self.ready.append(m)
+                    if not was_ready:
+                        self.ready.append(m)
                     self._pump(None)
         self.timer_on = False
         if self.out or any(m.progress for m in self.inc.values()):
@@ -542,6 +551,25 @@ class HomaHost:
 
 def _left(m: _Out) -> int:
     return m.size - m.next
+
+
+def _sendable(m: _Out) -> bool:
+    """Bytes a RESEND asked for, or granted bytes never sent."""
+    return bool(m.retx) or (m.next < m.granted and m.next < m.size)
+
+
+def _missing(m: _In) -> list[tuple[int, int]]:
+    """[start, end) ranges of ``m`` to ask for again: each gap below the highest byte received,
+    then from there to the granted offset (Linux Homa, homa_request_retrans)."""
+    out = []
+    at = m.contig
+    for start in sorted(m.ooo):
+        if start > at:
+            out.append((at, start))
+        at = max(at, m.ooo[start])
+    if at < m.granted:
+        out.append((at, m.granted))
+    return out
 
 
 def _remaining(m: _In) -> int:
