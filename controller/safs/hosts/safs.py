@@ -602,14 +602,19 @@ class SafsDependency:
         """The most urgent transfer with data: earliest latest start (the only one, mostly); with
         ``late_transfers`` "last", a late one (slack below ``late_below_ns``) only if all are, so
         a late transfer does not hold up an on-time one of its dependency."""
+        transfers = self.transfers
+        if len(transfers) == 1:  # the common case: nothing to compare
+            t = transfers[0]
+            return t if t.has_data() else None
         best: SafsSender | None = None
         best_key = (False, 0)
         late_below = self.cfg.late_below_ns
         now = self.clock.now
-        for t in self.transfers:
+        for t in transfers:
             if not t.has_data():
                 continue
-            key = (t.late(now, late_below), t.latest_start_key())
+            latest = t.latest_start_key()
+            key = (t.late(now, late_below, latest), latest)
             if best is None or key < best_key:
                 best, best_key = t, key
         return best
@@ -1006,12 +1011,16 @@ class SafsSender:
         remaining = self.size - self.next_offset
         return self.no_bubble - (remaining * 8 * NS_PER_S) // self.line_rate
 
-    def late(self, now: int, late_below_ns: int | None) -> bool:
+    def late(self, now: int, late_below_ns: int | None, latest: int | None = None) -> bool:
         """Late at ``now`` (host clock, ns): given up (:meth:`given_up`), or its slack is below
-        ``late_below_ns`` (``SafsConfig.late_below_ns``; None: nothing counts as late)."""
-        if self.given_up(now):
+        ``late_below_ns`` (``SafsConfig.late_below_ns``; None: nothing counts as late).
+        ``latest``: :meth:`latest_start_key` if the caller has it."""
+        if self.rejected:
             return True
-        return late_below_ns is not None and self.latest_start_key() - now < late_below_ns
+        slack = (self.latest_start_key() if latest is None else latest) - now
+        if self.firm and slack < self.cfg.firm_late_below_ns:
+            return True
+        return late_below_ns is not None and slack < late_below_ns
 
     def given_up(self, now: int) -> bool:
         """Rejected by its receiver, or firm and below ``SafsConfig.firm_late_below_ns`` of
