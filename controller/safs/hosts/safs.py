@@ -1015,17 +1015,16 @@ class SafsSender:
         """Late at ``now`` (host clock, ns): given up (:meth:`given_up`), or its slack is below
         ``late_below_ns`` (``SafsConfig.late_below_ns``; None: nothing counts as late).
         ``latest``: :meth:`latest_start_key` if the caller has it."""
-        if self.rejected:
-            return True
         slack = (self.latest_start_key() if latest is None else latest) - now
-        if self.firm and slack < self.cfg.firm_late_below_ns:
-            return True
-        return late_below_ns is not None and slack < late_below_ns
+        return self._given_up_with(slack) or (late_below_ns is not None and slack < late_below_ns)
 
     def given_up(self, now: int) -> bool:
         """Rejected by its receiver, or firm and below ``SafsConfig.firm_late_below_ns`` of
         slack at ``now`` (ns): sent after the others, in the least urgent class."""
-        return self.rejected or (self.firm and self.latest_start_key() - now < self.cfg.firm_late_below_ns)
+        return self._given_up_with(self.latest_start_key() - now)
+
+    def _given_up_with(self, slack_ns: int) -> bool:
+        return self.rejected or (self.firm and slack_ns < self.cfg.firm_late_below_ns)
 
     def wire_latest_start(self, remaining: int, now: int) -> int:
         """The latest start its DATA and REQUESTs carry (48-bit): the real one, or for a transfer
